@@ -1,0 +1,37 @@
+# Stampede developer and CI targets. `make test` is what .ci/run executes.
+GO ?= go
+GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
+ARGS ?=
+
+.PHONY: services build migrate demo test test-short bench fmt clean
+
+services:
+	bash scripts/services.sh
+
+build:
+	$(GO) build -o bin/stampede ./cmd/stampede
+
+migrate: services build
+	bin/stampede migrate
+
+# make demo ARGS=--once
+demo: services build
+	bin/stampede demo $(ARGS)
+
+test: services
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-short: services
+	$(GO) test -count=1 -short ./...
+
+bench: services build
+	bin/stampede bench $(ARGS)
+
+fmt:
+	@out=$$(find . -name '*.go' -not -path './.git/*' -not -path './client/node_modules/*' -print0 \
+		| xargs -0 -r $(GOFMT) -l) || exit 1; \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,25 @@
+-- load.lua: create or refresh a product shard's stock hash.
+--
+-- KEYS[1] stock hash stampede:{p:<pid>:<shard>}:stock
+--
+-- ARGV[1] available to set when the hash is new (decimal integer >= 0)
+-- ARGV[2] total (units this shard started with)
+-- ARGV[3] price (minor units)
+-- ARGV[4] limit per user (0 = none)
+-- ARGV[5] max quantity per order
+-- ARGV[6] sale start, unix ms
+-- ARGV[7] sale end, unix ms
+--
+-- Returns {code, available}:
+--   1 CREATED    the hash was new; available = ARGV[1]
+--   0 REFRESHED  the hash existed; metadata updated, available left as it was
+-- available is never overwritten here: only reserve, release and adjust move it.
+
+local created = 0
+if redis.call('HEXISTS', KEYS[1], 'available') == 0 then
+  redis.call('HSET', KEYS[1], 'available', ARGV[1])
+  created = 1
+end
+redis.call('HSET', KEYS[1], 'total', ARGV[2], 'price', ARGV[3], 'limit', ARGV[4],
+  'maxq', ARGV[5], 'start', ARGV[6], 'end', ARGV[7])
+return {created, tonumber(redis.call('HGET', KEYS[1], 'available'))}

@@ -1,0 +1,76 @@
+// Package lua owns Stampede's Redis Lua scripts and the key layout they work
+// on. Each script's header names its KEYS, ARGV and return codes; one Go
+// function per script maps the codes to sentinel errors.
+//
+// Every key of one product shard carries the hash tag {p:<productId>:<shard>},
+// so each script call touches a single Redis Cluster slot. Keys are built only
+// by the functions of Keys, which put the tag in one place (the layout follows
+// hibiken/asynq's internal/base).
+//
+// Scripts are run with go-redis Script.Run: EVALSHA, falling back to EVAL on
+// NOSCRIPT, so a flushed script cache or a restarted Redis is transparent.
+// This package never touches MySQL.
+package lua
+
+import (
+	_ "embed"
+	"strconv"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed load.lua
+	loadSrc string
+	//go:embed adjust.lua
+	adjustSrc string
+)
+
+// Prefix starts every Stampede key.
+const Prefix = "stampede:"
+
+// Keys builds the Redis keys of one product shard. The zero value is not
+// usable; get one from ShardKeys.
+type Keys struct {
+	base string // "stampede:{p:<pid>:<shard>}:"
+}
+
+// ShardKeys returns the keys of productID's stock shard (0-based).
+func ShardKeys(productID int64, shard int) Keys {
+	return Keys{base: Prefix + "{p:" + strconv.FormatInt(productID, 10) + ":" + strconv.Itoa(shard) + "}:"}
+}
+
+// Tag returns the hash-tagged prefix shared by every key of the shard.
+func (k Keys) Tag() string { return k.base }
+
+// Stock is the stock hash: available, total, price, limit, maxq, start, end.
+func (k Keys) Stock() string { return k.base + "stock" }
+
+// Intake is the shard's intake stream of reservations.
+func (k Keys) Intake() string { return k.base + "intake" }
+
+// Request is the idempotency record of (userID, requestID): "<orderNo> <quantity>".
+func (k Keys) Request(userID int64, requestID string) string {
+	return k.base + "req:" + strconv.FormatInt(userID, 10) + ":" + requestID
+}
+
+// User is the number of units userID holds in this shard (per-user limit).
+func (k Keys) User(userID int64) string { return k.base + "user:" + strconv.FormatInt(userID, 10) }
+
+// Order is the pending order record read while MySQL does not have the order yet.
+func (k Keys) Order(orderNo string) string { return k.base + "order:" + orderNo }
+
+// Released marks orderNo's reservation as given back.
+func (k Keys) Released(orderNo string) string { return k.base + "released:" + orderNo }
+
+// Adjusted marks repairNo as applied to this shard.
+func (k Keys) Adjusted(repairNo string) string { return k.base + "adjusted:" + repairNo }
+
+// StreamsKey is the set of every intake stream name; writers read it to find
+// the streams to consume. It is not hash-tagged and never used inside a script.
+const StreamsKey = Prefix + "streams"
+
+// ProductsKey is the set of product ids loaded into Redis.
+const ProductsKey = Prefix + "products"

@@ -1,0 +1,74 @@
+-- reserve.lua: take stock for one purchase intent, atomically.
+--
+-- KEYS[1] stock    hash   stampede:{p:<pid>:<shard>}:stock
+--                         fields available, total, price, limit (per user, 0 = none),
+--                         maxq (per order), start, end (unix ms)
+-- KEYS[2] request  string stampede:{p:<pid>:<shard>}:req:<uid>:<requestId> = "<orderNo> <quantity>"
+-- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds
+-- KEYS[4] order    hash   stampede:{p:<pid>:<shard>}:order:<orderNo> (u, r, q, pr, t)
+-- KEYS[5] intake   stream stampede:{p:<pid>:<shard>}:intake
+--
+-- ARGV[1] orderNo to use if this intent is new
+-- ARGV[2] userId (decimal)
+-- ARGV[3] requestId
+-- ARGV[4] quantity (decimal integer)
+-- ARGV[5] TTL in seconds of the request and order records (>= the pay timeout)
+--
+-- Returns {code, orderNo, available}:
+--   0 RESERVED      stock taken, reservation appended to the intake stream, orderNo = ARGV[1]
+--   1 DUPLICATE     same user, requestId and quantity seen before: orderNo is the stored one
+--   2 KEY_REUSED    same user and requestId with a different quantity: orderNo is the stored one
+--   3 NOT_FOUND     no stock hash: the product is unknown to this shard
+--   4 NOT_ACTIVE    outside [start, end) on the Redis server clock
+--   5 SOLD_OUT      available is 0
+--   6 INSUFFICIENT  0 < available < quantity
+--   7 LIMIT         the user would hold more than limit units
+--   8 BAD_QUANTITY  quantity < 1 or > maxq
+-- Nothing is written unless the code is 0.
+
+local q = tonumber(ARGV[4])
+
+local seen = redis.call('GET', KEYS[2])
+if seen then
+  local sp = string.find(seen, ' ', 1, true)
+  local no = string.sub(seen, 1, sp - 1)
+  if string.sub(seen, sp + 1) == ARGV[4] then
+    return {1, no, 0}
+  end
+  return {2, no, 0}
+end
+
+local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end')
+if not s[1] then
+  return {3, '', 0}
+end
+local available = tonumber(s[1])
+if not q or q < 1 or q > tonumber(s[4]) or q ~= math.floor(q) then
+  return {8, '', available}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now < tonumber(s[5]) or now >= tonumber(s[6]) then
+  return {4, '', available}
+end
+if available <= 0 then
+  return {5, '', 0}
+end
+if available < q then
+  return {6, '', available}
+end
+local limit = tonumber(s[3])
+local held = tonumber(redis.call('GET', KEYS[3]) or '0')
+if limit > 0 and held + q > limit then
+  return {7, '', available}
+end
+
+local ttl = tonumber(ARGV[5])
+available = redis.call('HINCRBY', KEYS[1], 'available', -q)
+redis.call('SET', KEYS[3], held + q, 'EX', ttl)
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
+redis.call('HSET', KEYS[4], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
+redis.call('EXPIRE', KEYS[4], ttl)
+redis.call('XADD', KEYS[5], '*', 'o', ARGV[1], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
+return {0, ARGV[1], available}

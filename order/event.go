@@ -1,0 +1,177 @@
+package order
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// EventType names what happened; it is mq_outbox.event_type and the AMQP
+// message type.
+type EventType string
+
+// Event types.
+const (
+	EventCreated       EventType = "ORDER_CREATED"        // writer: a reservation became an order row
+	EventStatusChanged EventType = "ORDER_STATUS_CHANGED" // any transition (SPEC §2)
+	EventPayTimeout    EventType = "ORDER_PAY_TIMEOUT"    // delayed close message, due at pay_deadline
+)
+
+// Routing keys on the events exchange. Status changes are routed as
+// "order.status.<STATUS>" so the release queue can bind to CANCELLED and FAILED
+// only and push instances to "order.status.*".
+const (
+	RouteCreated    = "order.created"
+	RoutePayTimeout = "order.pay_timeout"
+)
+
+// RouteStatus is the routing key of a status change into s.
+func RouteStatus(s Status) string { return "order.status." + string(s) }
+
+// Event is the JSON body of every message Stampede publishes. Fields that do
+// not apply to a Type are omitted. IDs are deterministic (see the *EventID
+// functions), so re-creating an event yields the same eventId and consumers
+// deduplicate it through mq_consume_log.
+type Event struct {
+	EventID     string     `json:"eventId"`
+	Type        EventType  `json:"type"`
+	OrderNo     string     `json:"orderNo"`
+	UserID      int64      `json:"userId"`
+	ProductID   int64      `json:"productId"`
+	Quantity    int64      `json:"quantity"`
+	Amount      int64      `json:"amount,omitempty"`
+	From        Status     `json:"from,omitempty"`
+	Status      Status     `json:"status,omitempty"`
+	Version     int64      `json:"version,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	PayDeadline *time.Time `json:"payDeadline,omitempty"`
+	OccurredAt  time.Time  `json:"occurredAt"`
+}
+
+// CreatedEventID is the eventId of an order's ORDER_CREATED event.
+func CreatedEventID(no No) string { return "created:" + no }
+
+// StatusEventID is the eventId of the status change that gave an order version v.
+func StatusEventID(no No, version int64) string {
+	return "status:" + no + ":" + strconv.FormatInt(version, 10)
+}
+
+// PayTimeoutEventID is the eventId of an order's delayed close message.
+func PayTimeoutEventID(no No) string { return "timeout:" + no }
+
+// DecodeEvent parses and checks a message body. It returns an error for a
+// body that is not JSON, has an unknown type or lacks what its type needs; such
+// a message is poison and goes to the dead-letter queue.
+func DecodeEvent(body []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return Event{}, fmt.Errorf("order: decode event: %w", err)
+	}
+	if e.EventID == "" || e.OrderNo == "" {
+		return Event{}, fmt.Errorf("order: event without eventId or orderNo")
+	}
+	if _, _, _, err := ParseNo(e.OrderNo); err != nil {
+		return Event{}, fmt.Errorf("order: event %s: %w", e.EventID, err)
+	}
+	switch e.Type {
+	case EventCreated:
+		if e.Quantity <= 0 || e.ProductID <= 0 || e.UserID <= 0 {
+			return Event{}, fmt.Errorf("order: event %s: invalid created payload", e.EventID)
+		}
+	case EventStatusChanged:
+		if !e.Status.Valid() || e.Version <= 0 {
+			return Event{}, fmt.Errorf("order: event %s: invalid status payload", e.EventID)
+		}
+	case EventPayTimeout:
+	default:
+		return Event{}, fmt.Errorf("order: event %s: unknown type %q", e.EventID, e.Type)
+	}
+	return e, nil
+}
+
+// Reservation is what the reserve script appends to a product's intake
+// stream: one accepted purchase that the writers must turn into an order row.
+type Reservation struct {
+	OrderNo    No
+	UserID     int64
+	RequestID  string
+	ProductID  int64
+	Shard      int
+	Quantity   int64
+	UnitPrice  int64 // minor units
+	AcceptedAt time.Time
+}
+
+// Amount is quantity × unit price, in minor units.
+func (r Reservation) Amount() int64 { return r.Quantity * r.UnitPrice }
+
+// Intake stream field names, written by lua/reserve.lua.
+const (
+	FieldOrderNo   = "o"
+	FieldUser      = "u"
+	FieldRequest   = "r"
+	FieldQuantity  = "q"
+	FieldUnitPrice = "pr"
+	FieldAccepted  = "t" // unix milliseconds, Redis server clock
+)
+
+// ParseReservation decodes an intake stream entry. productId and shard come
+// from the orderNo.
+func ParseReservation(values map[string]any) (Reservation, error) {
+	str := func(k string) string { s, _ := values[k].(string); return s }
+	var r Reservation
+	var err error
+	r.OrderNo = str(FieldOrderNo)
+	if _, r.Shard, r.ProductID, err = ParseNo(r.OrderNo); err != nil {
+		return Reservation{}, err
+	}
+	r.RequestID = str(FieldRequest)
+	if r.UserID, err = strconv.ParseInt(str(FieldUser), 10, 64); err != nil {
+		return Reservation{}, fmt.Errorf("order: reservation %s: user: %w", r.OrderNo, err)
+	}
+	if r.Quantity, err = strconv.ParseInt(str(FieldQuantity), 10, 64); err != nil || r.Quantity <= 0 {
+		return Reservation{}, fmt.Errorf("order: reservation %s: bad quantity", r.OrderNo)
+	}
+	if r.UnitPrice, err = strconv.ParseInt(str(FieldUnitPrice), 10, 64); err != nil {
+		return Reservation{}, fmt.Errorf("order: reservation %s: price: %w", r.OrderNo, err)
+	}
+	ms, err := strconv.ParseInt(str(FieldAccepted), 10, 64)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("order: reservation %s: accepted: %w", r.OrderNo, err)
+	}
+	r.AcceptedAt = time.UnixMilli(ms).UTC()
+	if r.RequestID == "" {
+		return Reservation{}, fmt.Errorf("order: reservation %s: no requestId", r.OrderNo)
+	}
+	return r, nil
+}
+
+// ValidRequestID reports whether s is a requestId: 1–64 characters of
+// [A-Za-z0-9._:-] (SPEC §3).
+func ValidRequestID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// AMQP topology names shared by the relay, the consumers and push.
+const (
+	// EventsExchange is the durable topic exchange every outbox event is
+	// published to, with the routing keys above.
+	EventsExchange = "stampede.events"
+	// PayTimeoutDelayQueue holds delayed close messages; it has no consumer.
+	// Each message carries a per-message TTL until its pay deadline and is
+	// dead-lettered to EventsExchange with RoutePayTimeout when it expires.
+	PayTimeoutDelayQueue = "stampede.order.pay_timeout.delay"
+)

@@ -1,0 +1,53 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+
+	"github.com/pressly/goose/v3"
+
+	stampedesql "github.com/stampede-sh/stampede/sql"
+)
+
+func provider(db *sql.DB) (*goose.Provider, error) {
+	sub, err := fs.Sub(stampedesql.Migrations, stampedesql.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(goose.DialectMySQL, db, sub)
+}
+
+// Migrate applies every pending migration of package sql. It is idempotent:
+// with nothing pending it changes nothing. applied lists the versions it ran.
+func Migrate(ctx context.Context, db *sql.DB) (applied []int64, err error) {
+	p, err := provider(db)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: migrate: %w", err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: migrate: %w", err)
+	}
+	for _, r := range res {
+		applied = append(applied, r.Source.Version)
+	}
+	return applied, nil
+}
+
+// Validate returns an error if any migration of package sql is not applied.
+func Validate(ctx context.Context, db *sql.DB) error {
+	p, err := provider(db)
+	if err != nil {
+		return fmt.Errorf("persistence: validate: %w", err)
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("persistence: validate: %w", err)
+	}
+	if pending {
+		return fmt.Errorf("persistence: validate: migrations pending; run `stampede migrate`")
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stampede-sh/stampede/order"
+)
+
+// Order is a row of order_info. Amount is in minor units.
+type Order struct {
+	ID          int64
+	OrderNo     string
+	UserID      int64
+	RequestID   string
+	ProductID   int64
+	Quantity    int64
+	Amount      int64
+	Status      order.Status
+	Version     int64
+	CloseReason string
+	PayDeadline *time.Time
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// MaxPlaceholders is MySQL's limit of ? per prepared statement.
+const MaxPlaceholders = 65535
+
+// ReusedRequestPrefix marks an order whose requestId had already been used by
+// the same user for a different product (a different Redis slot, so the
+// reserve script could not see it). Such an order is stored FAILED with
+// request_id = prefix + orderNo, and its reservation is released.
+const ReusedRequestPrefix = "~reused:"
+
+// InsertResult counts what InsertReservations did with a batch.
+type InsertResult struct {
+	Inserted   int // new order rows
+	Duplicates int // reservations already stored (a redelivered stream entry)
+	Reused     int // stored FAILED because the user's requestId was taken by another order
+}
+
+// InsertReservations writes a batch of reservations in one transaction:
+// order_info (PROCESSING), order_item (price snapshot) and one ORDER_CREATED
+// outbox row each. It is idempotent: a reservation already stored (same
+// orderNo) changes nothing. names maps productId → product name for the item
+// snapshot. Statements are split so none exceeds MaxPlaceholders.
+func (s *Store) InsertReservations(ctx context.Context, batch []order.Reservation, names map[int64]string) (InsertResult, error) {
+	var res InsertResult
+	if len(batch) == 0 {
+		return res, nil
+	}
+	err := s.WithTx(ctx, func(tx *sql.Tx) error {
+		res = InsertResult{}
+		const orderCols = 10
+		for _, chunk := range chunks(len(batch), MaxPlaceholders/orderCols) {
+			var b strings.Builder
+			args := make([]any, 0, (chunk[1]-chunk[0])*orderCols)
+			b.WriteString(`INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, created_at, updated_at) VALUES `)
+			for i, r := range batch[chunk[0]:chunk[1]] {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
+				args = append(args, r.OrderNo, r.UserID, r.RequestID, r.ProductID, r.Quantity, r.Amount(),
+					string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
+			}
+			// A duplicate order_no or (user_id, request_id) leaves the row as it is.
+			b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+			if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+				return fmt.Errorf("insert orders: %w", err)
+			}
+		}
+		// Which of the batch are stored under their own orderNo, and as whose?
+		stored := make(map[string]string, len(batch)) // orderNo → request_id
+		for _, chunk := range chunks(len(batch), MaxPlaceholders) {
+			nos := make([]any, 0, chunk[1]-chunk[0])
+			for _, r := range batch[chunk[0]:chunk[1]] {
+				nos = append(nos, r.OrderNo)
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT order_no, request_id FROM order_info WHERE order_no IN (`+marks(len(nos))+`)`, nos...)
+			if err != nil {
+				return fmt.Errorf("read back orders: %w", err)
+			}
+			for rows.Next() {
+				var no, rid string
+				if err := rows.Scan(&no, &rid); err != nil {
+					rows.Close()
+					return err
+				}
+				stored[no] = rid
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		var fresh []order.Reservation
+		var msgs []OutboxMessage
+		for _, r := range batch {
+			if rid, ok := stored[r.OrderNo]; ok {
+				if rid == r.RequestID {
+					fresh = append(fresh, r)
+				} else {
+					res.Duplicates++ // stored FAILED as reused by an earlier delivery
+				}
+				continue
+			}
+			// (user_id, request_id) belongs to another order: keep this one
+			// visible as FAILED and give its reservation back.
+			res.Reused++
+			_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, close_reason, created_at, updated_at)
+				VALUES (?,?,?,?,?,?,?,?,?,?,NOW(3)) ON DUPLICATE KEY UPDATE id = id`,
+				r.OrderNo, r.UserID, ReusedRequestPrefix+r.OrderNo, r.ProductID, r.Quantity, r.Amount(),
+				string(order.Failed), 1, "REQUEST_REUSED", r.AcceptedAt)
+			if err != nil {
+				return fmt.Errorf("insert reused order: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO stock_flow (biz_type, biz_no, product_id, quantity, reason) VALUES (?,?,?,0,?) ON DUPLICATE KEY UPDATE id = id`,
+				string(order.FlowRelease), r.OrderNo, r.ProductID, "requestId reused"); err != nil {
+				return fmt.Errorf("insert reused release flow: %w", err)
+			}
+			m, err := StatusMessage(order.Event{OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity,
+				Amount: r.Amount(), From: order.Processing, Status: order.Failed, Version: 1, Reason: "REQUEST_REUSED", OccurredAt: time.Now().UTC()})
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		}
+		if _, err := appendOutbox(ctx, tx, msgs); err != nil {
+			return err
+		}
+		msgs = msgs[:0]
+		if len(fresh) > 0 {
+			const itemCols = 6
+			for _, chunk := range chunks(len(fresh), MaxPlaceholders/itemCols) {
+				var b strings.Builder
+				args := make([]any, 0, (chunk[1]-chunk[0])*itemCols)
+				b.WriteString(`INSERT INTO order_item (order_no, product_id, product_name, unit_price, quantity, amount) VALUES `)
+				for i, r := range fresh[chunk[0]:chunk[1]] {
+					if i > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString("(?,?,?,?,?,?)")
+					args = append(args, r.OrderNo, r.ProductID, names[r.ProductID], r.UnitPrice, r.Quantity, r.Amount())
+				}
+				b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+				if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+					return fmt.Errorf("insert items: %w", err)
+				}
+			}
+			for _, r := range fresh {
+				body, err := json.Marshal(order.Event{EventID: order.CreatedEventID(r.OrderNo), Type: order.EventCreated,
+					OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity, Amount: r.Amount(),
+					Status: order.Processing, Version: 1, OccurredAt: r.AcceptedAt})
+				if err != nil {
+					return err
+				}
+				msgs = append(msgs, OutboxMessage{EventID: order.CreatedEventID(r.OrderNo), EventType: order.EventCreated,
+					OrderNo: r.OrderNo, Exchange: order.EventsExchange, RoutingKey: order.RouteCreated, Payload: body})
+			}
+		}
+		n, err := appendOutbox(ctx, tx, msgs)
+		if err != nil {
+			return err
+		}
+		res.Inserted = int(n)
+		res.Duplicates += len(fresh) - res.Inserted
+		return nil
+	})
+	if err != nil {
+		return InsertResult{}, fmt.Errorf("persistence: insert reservations: %w", err)
+	}
+	return res, nil
+}
+
+// chunks splits n items into [lo, hi) ranges of at most size.
+func chunks(n, size int) [][2]int {
+	var out [][2]int
+	for lo := 0; lo < n; lo += size {
+		hi := min(lo+size, n)
+		out = append(out, [2]int{lo, hi})
+	}
+	return out
+}
+
+func marks(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strings.Repeat("?,", n-1) + "?"
+}
+
+const orderCols = `id, order_no, user_id, request_id, product_id, quantity, amount, status, version, COALESCE(close_reason, ''), pay_deadline, created_at, updated_at`
+
+func scanOrder(sc interface{ Scan(...any) error }) (Order, error) {
+	var o Order
+	var st string
+	var dl sql.NullTime
+	err := sc.Scan(&o.ID, &o.OrderNo, &o.UserID, &o.RequestID, &o.ProductID, &o.Quantity, &o.Amount, &st, &o.Version,
+		&o.CloseReason, &dl, &o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return Order{}, err
+	}
+	o.Status = order.Status(st)
+	if dl.Valid {
+		t := dl.Time
+		o.PayDeadline = &t
+	}
+	return o, nil
+}
+
+// GetOrder returns the order or ErrNotFound.
+func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
+	o, err := scanOrder(s.DB.QueryRowContext(ctx, `SELECT `+orderCols+` FROM order_info WHERE order_no = ?`, orderNo))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("persistence: get order %s: %w", orderNo, err)
+	}
+	return o, nil
+}
+
+// ListOrders returns up to limit of the user's orders, newest first, starting
+// after cursor ("" for the first page). next is "" on the last page. Cursors
+// are opaque to clients (the row id in decimal).
+func (s *Store) ListOrders(ctx context.Context, userID int64, limit int, cursor string) (orders []Order, next string, err error) {
+	after := int64(1<<63 - 1)
+	if cursor != "" {
+		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after <= 0 {
+			return nil, "", fmt.Errorf("persistence: bad cursor: %w", ErrInvalidState)
+		}
+	}
+	rows, err := s.DB.QueryContext(ctx, `SELECT `+orderCols+` FROM order_info WHERE user_id = ? AND id < ? ORDER BY id DESC LIMIT ?`,
+		userID, after, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("persistence: list orders: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		orders = append(orders, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	if len(orders) > limit {
+		orders = orders[:limit]
+		next = strconv.FormatInt(orders[limit-1].ID, 10)
+	}
+	return orders, next, nil
+}
+
+// StatusCount is one line of CountOrders.
+type StatusCount struct {
+	ProductID int64
+	Status    order.Status
+	Orders    int64
+	Units     int64
+}
+
+// CountOrders returns, per product and status, the number of orders and the
+// units they hold (productID 0 = every product).
+func (s *Store) CountOrders(ctx context.Context, productID int64) ([]StatusCount, error) {
+	q := `SELECT product_id, status, COUNT(*), COALESCE(SUM(quantity), 0) FROM order_info`
+	var args []any
+	if productID != 0 {
+		q += ` WHERE product_id = ?`
+		args = append(args, productID)
+	}
+	rows, err := s.DB.QueryContext(ctx, q+` GROUP BY product_id, status ORDER BY product_id, status`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: count orders: %w", err)
+	}
+	defer rows.Close()
+	var out []StatusCount
+	for rows.Next() {
+		var c StatusCount
+		var st string
+		if err := rows.Scan(&c.ProductID, &st, &c.Orders, &c.Units); err != nil {
+			return nil, err
+		}
+		c.Status = order.Status(st)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

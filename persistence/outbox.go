@@ -1,0 +1,213 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stampede-sh/stampede/order"
+)
+
+// Outbox statuses (mq_outbox.status).
+const (
+	OutboxNew     = "NEW"
+	OutboxSending = "SENDING" // claimed by a relay until next_retry_at (the lease)
+	OutboxSent    = "SENT"
+	OutboxRetry   = "RETRY"
+	OutboxDead    = "DEAD"
+)
+
+// OutboxMessage is an event to publish after the transaction that appended it
+// commits.
+type OutboxMessage struct {
+	EventID    string
+	EventType  order.EventType
+	OrderNo    string
+	Exchange   string
+	RoutingKey string
+	Payload    []byte
+	DelayMS    int64 // > 0: publish with a per-message TTL of what is left of DelayMS since the row was created
+}
+
+// OutboxRow is a claimed outbox row.
+type OutboxRow struct {
+	ID int64
+	OutboxMessage
+	RetryCount  int
+	RemainingMS int64 // for delayed messages: DelayMS minus the time since creation, >= 0
+}
+
+// AppendOutbox adds msgs to the outbox inside the caller's transaction. A
+// message whose eventId is already in the outbox is ignored. It returns how
+// many rows were new.
+func AppendOutbox(ctx context.Context, tx *sql.Tx, msgs ...OutboxMessage) (int64, error) {
+	return appendOutbox(ctx, tx, msgs)
+}
+
+func appendOutbox(ctx context.Context, tx *sql.Tx, msgs []OutboxMessage) (int64, error) {
+	const cols = 7
+	var total int64
+	for _, chunk := range chunks(len(msgs), MaxPlaceholders/cols) {
+		var b strings.Builder
+		args := make([]any, 0, (chunk[1]-chunk[0])*cols)
+		b.WriteString(`INSERT INTO mq_outbox (event_id, event_type, order_no, exchange_name, routing_key, payload, delay_ms) VALUES `)
+		for i, m := range msgs[chunk[0]:chunk[1]] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?,?,?,?)")
+			args = append(args, m.EventID, string(m.EventType), m.OrderNo, m.Exchange, m.RoutingKey, m.Payload, m.DelayMS)
+		}
+		b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+		res, err := tx.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return total, fmt.Errorf("persistence: append outbox: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+// StatusMessage builds the ORDER_STATUS_CHANGED outbox message for e (its
+// EventID and Type are set here from OrderNo and Version).
+func StatusMessage(e order.Event) (OutboxMessage, error) {
+	e.EventID = order.StatusEventID(e.OrderNo, e.Version)
+	e.Type = order.EventStatusChanged
+	body, err := json.Marshal(e)
+	if err != nil {
+		return OutboxMessage{}, err
+	}
+	return OutboxMessage{EventID: e.EventID, EventType: e.Type, OrderNo: e.OrderNo,
+		Exchange: order.EventsExchange, RoutingKey: order.RouteStatus(e.Status), Payload: body}, nil
+}
+
+// ClaimOutbox leases up to limit rows that are due: NEW or RETRY rows whose
+// next_retry_at has passed, and SENDING rows whose lease ran out (their relay
+// died). Rows locked by another relay's claim are skipped (FOR UPDATE SKIP
+// LOCKED), so any number of relays can claim concurrently. Claimed rows are
+// SENDING until now + lease, owned by owner.
+func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease time.Duration) ([]OutboxRow, error) {
+	var out []OutboxRow
+	err := s.WithTx(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT id, event_id, event_type, order_no, exchange_name, routing_key, payload, delay_ms, retry_count,
+				GREATEST(0, delay_ms - TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) DIV 1000)
+			FROM mq_outbox
+			WHERE status IN ('NEW', 'RETRY', 'SENDING') AND next_retry_at <= NOW(3)
+			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return fmt.Errorf("select: %w", err)
+		}
+		for rows.Next() {
+			var r OutboxRow
+			var et string
+			if err := rows.Scan(&r.ID, &r.EventID, &et, &r.OrderNo, &r.Exchange, &r.RoutingKey, &r.Payload, &r.DelayMS, &r.RetryCount, &r.RemainingMS); err != nil {
+				rows.Close()
+				return err
+			}
+			r.EventType = order.EventType(et)
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		ids := make([]any, 0, len(out)+2)
+		ids = append(ids, owner, lease.Microseconds())
+		for _, r := range out {
+			ids = append(ids, r.ID)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE mq_outbox SET status = 'SENDING', lease_owner = ?,
+			next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, updated_at = NOW(3)
+			WHERE id IN (`+marks(len(out))+`)`, ids...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persistence: claim outbox: %w", err)
+	}
+	return out, nil
+}
+
+// MarkSent marks rows SENT. Call it only after the broker confirmed them.
+func (s *Store) MarkSent(ctx context.Context, ids []int64) error {
+	for _, chunk := range chunks(len(ids), 10000) {
+		args := make([]any, 0, chunk[1]-chunk[0])
+		for _, id := range ids[chunk[0]:chunk[1]] {
+			args = append(args, id)
+		}
+		_, err := s.DB.ExecContext(ctx, `UPDATE mq_outbox SET status = 'SENT', updated_at = NOW(3), last_error = NULL
+			WHERE id IN (`+marks(len(args))+`) AND status = 'SENDING'`, args...)
+		if err != nil {
+			return fmt.Errorf("persistence: mark sent: %w", err)
+		}
+	}
+	return nil
+}
+
+// MarkRetry records a failed publish of row id: RETRY after backoff, or DEAD
+// once retry_count reaches maxRetries.
+func (s *Store) MarkRetry(ctx context.Context, id int64, cause string, backoff time.Duration, maxRetries int) error {
+	if len(cause) > 500 {
+		cause = cause[:500]
+	}
+	_, err := s.DB.ExecContext(ctx, `UPDATE mq_outbox SET
+			status = IF(retry_count + 1 >= ?, 'DEAD', 'RETRY'),
+			retry_count = retry_count + 1,
+			next_retry_at = NOW(3) + INTERVAL ? MICROSECOND,
+			last_error = ?, updated_at = NOW(3)
+		WHERE id = ? AND status = 'SENDING'`, maxRetries, backoff.Microseconds(), cause, id)
+	if err != nil {
+		return fmt.Errorf("persistence: mark retry: %w", err)
+	}
+	return nil
+}
+
+// OutboxCounts returns the number of outbox rows per status, and the age of
+// the oldest NEW or RETRY row (0 if none).
+func (s *Store) OutboxCounts(ctx context.Context) (map[string]int64, time.Duration, error) {
+	rows, err := s.DB.QueryContext(ctx, `SELECT status, COUNT(*) FROM mq_outbox GROUP BY status`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("persistence: outbox counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, 0, err
+		}
+		out[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	var ageMS sql.NullInt64
+	err = s.DB.QueryRowContext(ctx, `SELECT TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(3)) DIV 1000 FROM mq_outbox
+		WHERE status IN ('NEW', 'RETRY', 'SENDING')`).Scan(&ageMS)
+	if err != nil {
+		return nil, 0, fmt.Errorf("persistence: outbox age: %w", err)
+	}
+	return out, time.Duration(ageMS.Int64) * time.Millisecond, nil
+}
+
+// RecordConsumed inserts (eventID, consumer) into the consume log inside tx.
+// first is false if the pair was there already: the event was applied before
+// and the caller must not apply it again.
+func RecordConsumed(ctx context.Context, tx *sql.Tx, eventID, consumer string) (first bool, err error) {
+	_, err = tx.ExecContext(ctx, `INSERT INTO mq_consume_log (event_id, consumer_name) VALUES (?, ?)`, eventID, consumer)
+	if IsDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("persistence: consume log: %w", err)
+	}
+	return true, nil
+}

@@ -1,0 +1,164 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Sentinel errors.
+var (
+	ErrNotFound     = errors.New("persistence: not found")
+	ErrInvalidState = errors.New("persistence: invalid state") // the order is not in a status that allows the change
+	ErrAmount       = errors.New("persistence: amount mismatch")
+	ErrConflict     = errors.New("persistence: conflict") // a unique key with different content, e.g. a repairNo reused
+)
+
+// Store is the MySQL store. Safe for concurrent use.
+type Store struct {
+	DB *sql.DB
+}
+
+// DefaultDSN is the DSN used when none is configured (SPEC §7).
+const DefaultDSN = "root@tcp(127.0.0.1:3306)/stampede?parseTime=true"
+
+// NormalizeDSN parses dsn and forces what Stampede relies on: parseTime, UTC
+// for the driver and the session (so NOW(3) and DATETIME values are UTC), and
+// client-side interpolation (one round trip per statement).
+func NormalizeDSN(dsn string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: parse dsn: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	cfg.Params["time_zone"] = "'+00:00'"
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 3 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	return cfg, nil
+}
+
+// Open connects to dsn (see NormalizeDSN), creating the database if it does
+// not exist, and pings it.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := NormalizeDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := EnsureDatabase(ctx, cfg); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("persistence: open: %w", err)
+	}
+	db.SetMaxOpenConns(64)
+	db.SetMaxIdleConns(64)
+	db.SetConnMaxLifetime(30 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("persistence: ping: %w", err)
+	}
+	return &Store{DB: db}, nil
+}
+
+// EnsureDatabase creates cfg.DBName (utf8mb4, binary collation) if missing.
+func EnsureDatabase(ctx context.Context, cfg *mysql.Config) error {
+	if cfg.DBName == "" {
+		return errors.New("persistence: dsn names no database")
+	}
+	c := cfg.Clone()
+	c.DBName = ""
+	db, err := sql.Open("mysql", c.FormatDSN())
+	if err != nil {
+		return fmt.Errorf("persistence: open server: %w", err)
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+cfg.DBName+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	if err != nil {
+		return fmt.Errorf("persistence: create database %s: %w", cfg.DBName, err)
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.DB.Close() }
+
+// Ping checks that MySQL answers.
+func (s *Store) Ping(ctx context.Context) error { return s.DB.PingContext(ctx) }
+
+// WithTx runs fn in a transaction: committed if fn returns nil, rolled back
+// otherwise (also on panic, which is re-raised).
+func (s *Store) WithTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := s.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("persistence: begin: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return err
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("persistence: commit: %w", err)
+	}
+	return nil
+}
+
+// IsDuplicate reports whether err is MySQL error 1062 (duplicate key).
+func IsDuplicate(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
+}
+
+// IsRetryable reports whether err is transient: a deadlock (1213), a lock
+// wait timeout (1205), a lost or refused connection, or a read-only/shutdown
+// server. Retrying the whole transaction may succeed.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1213, 1205, 1040, 1053, 1290, 2006, 2013, 1927:
+			return true
+		}
+		return false
+	}
+	// Anything that is not a MySQL server error is a transport problem:
+	// connection refused, reset, bad connection, timeout.
+	return !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidState) &&
+		!errors.Is(err, ErrAmount) && !errors.Is(err, ErrConflict) &&
+		!errors.Is(err, context.Canceled)
+}
+
+// Now returns the database clock (UTC, millisecond precision). Deadlines are
+// compared on this clock, never the app's.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	err := s.DB.QueryRowContext(ctx, "SELECT NOW(3)").Scan(&t)
+	return t, err
+}
