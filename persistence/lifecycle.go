@@ -96,8 +96,7 @@ func transition(ctx context.Context, tx *sql.Tx, o *Order, to order.Status, now 
 	if err != nil {
 		return err
 	}
-	_, err = appendOutbox(ctx, tx, []OutboxMessage{m})
-	return err
+	return appendNewOutbox(ctx, tx, []OutboxMessage{m})
 }
 
 func insertFlow(ctx context.Context, tx *sql.Tx, t order.FlowType, bizNo string, productID, qty int64, reason string) (bool, error) {
@@ -149,7 +148,7 @@ func (s *Store) LockStock(ctx context.Context, eventID, orderNo, consumer string
 		if err != nil {
 			return err
 		}
-		if _, err := appendOutbox(ctx, tx, []OutboxMessage{{EventID: order.PayTimeoutEventID(o.OrderNo), EventType: order.EventPayTimeout,
+		if err := appendNewOutbox(ctx, tx, []OutboxMessage{{EventID: order.PayTimeoutEventID(o.OrderNo), EventType: order.EventPayTimeout,
 			OrderNo: o.OrderNo, Exchange: "", RoutingKey: order.PayTimeoutDelayQueue, Payload: body, DelayMS: payTimeout.Milliseconds()}}); err != nil {
 			return err
 		}

@@ -47,7 +47,22 @@ func AppendOutbox(ctx context.Context, tx *sql.Tx, msgs ...OutboxMessage) (int64
 	return appendOutbox(ctx, tx, msgs)
 }
 
+// appendOutbox inserts msgs, ignoring eventIds already present (a writer
+// batch that is redelivered).
 func appendOutbox(ctx context.Context, tx *sql.Tx, msgs []OutboxMessage) (int64, error) {
+	return insertOutbox(ctx, tx, msgs, true)
+}
+
+// appendNewOutbox inserts msgs that cannot exist yet: events of a transition
+// that the caller's conditional update just won. A plain INSERT takes no
+// next-key locks on the unique index, unlike ON DUPLICATE KEY UPDATE, so
+// concurrent consumers do not deadlock on it.
+func appendNewOutbox(ctx context.Context, tx *sql.Tx, msgs []OutboxMessage) error {
+	_, err := insertOutbox(ctx, tx, msgs, false)
+	return err
+}
+
+func insertOutbox(ctx context.Context, tx *sql.Tx, msgs []OutboxMessage, ignoreDuplicates bool) (int64, error) {
 	const cols = 7
 	var total int64
 	for _, chunk := range chunks(len(msgs), MaxPlaceholders/cols) {
@@ -61,7 +76,9 @@ func appendOutbox(ctx context.Context, tx *sql.Tx, msgs []OutboxMessage) (int64,
 			b.WriteString("(?,?,?,?,?,?,?)")
 			args = append(args, m.EventID, string(m.EventType), m.OrderNo, m.Exchange, m.RoutingKey, m.Payload, m.DelayMS)
 		}
-		b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+		if ignoreDuplicates {
+			b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+		}
 		res, err := tx.ExecContext(ctx, b.String(), args...)
 		if err != nil {
 			return total, fmt.Errorf("persistence: append outbox: %w", err)

@@ -1,0 +1,368 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/bench/loadgen"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+// Scenario names, in the order Run runs them.
+const (
+	Spike     = "spike"
+	Sustained = "sustained"
+	SoldOut   = "soldout"
+	Duplicate = "duplicate"
+	E2E       = "e2e"
+)
+
+// All lists every scenario in run order.
+var All = []string{Spike, Sustained, SoldOut, Duplicate, E2E}
+
+// Env is what the scenarios need besides the gateway: direct access to the
+// Redis and MySQL the gateway uses (for the audit and the end-to-end
+// timings) and the secret its tokens are signed with.
+type Env struct {
+	Redis     redis.UniversalClient
+	Store     *persistence.Store
+	JWTSecret []byte
+	// RedisAddr is the host:port redis-benchmark connects to for the
+	// ceiling; "" (or a cluster) skips the ceiling.
+	RedisAddr string
+	// ReserveScript is the source of lua/reserve.lua, loaded with SCRIPT LOAD
+	// for the ceiling; "" skips the ceiling.
+	ReserveScript string
+	// Log receives one line per phase; nil discards.
+	Log io.Writer
+	// IdleWait bounds the wait for the pipeline to go idle before each
+	// audit. Default 10m.
+	IdleWait time.Duration
+
+	// audit replaces the SPEC §5 audit in tests of this package.
+	audit func(ctx context.Context, productID int64) (pipeline.Report, error)
+}
+
+// Target is a gateway to load.
+type Target struct {
+	// Label names the target in the report: "stream" (Stampede's intake) or
+	// "sync" (the synchronous-intake baseline).
+	Label string `json:"label"`
+	// URL is the gateway's base URL, http://host:port on loopback.
+	URL string `json:"url"`
+	// GatewayPID is the process whose memory is read from /proc; 0 = not
+	// measured.
+	GatewayPID int `json:"gatewayPid,omitempty"`
+	// InProcess says the gateway runs inside the bench process, so its RSS
+	// also holds every other role and the load generator.
+	InProcess bool `json:"inProcess,omitempty"`
+}
+
+// Options select what Run does.
+type Options struct {
+	// Scenarios to run, in the order of All whatever the order here. Nil = All.
+	Scenarios []string
+	// Targets: the first is the system under test, an optional second the
+	// baseline. At least one.
+	Targets []Target
+	Params  Params
+	// Ceiling runs redis-benchmark against the reserve script.
+	Ceiling bool
+}
+
+// Params size the scenarios. DefaultParams is the full benchmark,
+// QuickParams a smoke run of about two seconds per scenario.
+type Params struct {
+	Quick bool `json:"quick"`
+	// Users is the number of distinct buyers with a pre-issued JWT; raised
+	// to SpikeBuyers if smaller.
+	Users int `json:"users"`
+	// UserBase is the first userId; buyers are UserBase+1 … UserBase+Users.
+	UserBase int64 `json:"userBase"`
+	// Shards is the number of Redis stock shards of every product created.
+	Shards int `json:"shards"`
+	// Timeout bounds one request.
+	Timeout time.Duration `json:"timeout"`
+
+	SpikeBuyers int     `json:"spikeBuyers"`
+	SpikeStock  int64   `json:"spikeStock"`
+	SpikeRate   float64 `json:"spikeRate"`
+
+	SustainedStock  int64         `json:"sustainedStock"`
+	SustainedRates  []float64     `json:"sustainedRates"`
+	SustainedWarmup time.Duration `json:"sustainedWarmup"`
+	SustainedStep   time.Duration `json:"sustainedStep"`
+	SustainedP99    time.Duration `json:"sustainedP99"` // a step passes if its p99 is at most this
+
+	SoldOutStock    int64         `json:"soldOutStock"`
+	SoldOutRate     float64       `json:"soldOutRate"`
+	SoldOutWarmup   time.Duration `json:"soldOutWarmup"`
+	SoldOutDuration time.Duration `json:"soldOutDuration"`
+
+	DuplicateKeys    int     `json:"duplicateKeys"`    // distinct (user, requestId)
+	DuplicateReplays int     `json:"duplicateReplays"` // sends of each
+	DuplicateBurst   int     `json:"duplicateBurst"`   // consecutive sends of one key per round
+	DuplicateRate    float64 `json:"duplicateRate"`
+
+	E2ERate     float64       `json:"e2eRate"`
+	E2EDuration time.Duration `json:"e2eDuration"`
+	E2EPoll     time.Duration `json:"e2ePoll"` // period of the WAITING_PAY count
+
+	CeilingRequests int `json:"ceilingRequests"` // redis-benchmark -n
+	CeilingClients  int `json:"ceilingClients"`  // redis-benchmark -c
+}
+
+// DefaultParams is the full benchmark of issue 5.
+func DefaultParams() Params {
+	return Params{
+		Users: 100_000, UserBase: 7_000_000_000, Shards: 1, Timeout: 5 * time.Second,
+		SpikeBuyers: 100_000, SpikeStock: 1_000, SpikeRate: 25_000,
+		SustainedStock:  10_000_000,
+		SustainedRates:  []float64{2_000, 4_000, 8_000, 12_000, 16_000, 20_000, 24_000, 28_000, 32_000},
+		SustainedWarmup: time.Second, SustainedStep: 5 * time.Second, SustainedP99: 50 * time.Millisecond,
+		SoldOutStock: 100, SoldOutRate: 60_000, SoldOutWarmup: time.Second, SoldOutDuration: 5 * time.Second,
+		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
+		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
+		CeilingRequests: 200_000, CeilingClients: 50,
+	}
+}
+
+// QuickParams shrinks every scenario to about two seconds of load, for a CI
+// smoke run. Its numbers say nothing about capacity.
+func QuickParams() Params {
+	p := DefaultParams()
+	p.Quick = true
+	p.Users = 5_000
+	p.SpikeBuyers, p.SpikeStock, p.SpikeRate = 5_000, 100, 5_000
+	p.SustainedStock = 1_000_000
+	p.SustainedRates = []float64{1_000, 2_000}
+	p.SustainedWarmup, p.SustainedStep = 250*time.Millisecond, 750*time.Millisecond
+	p.SoldOutStock, p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration = 20, 3_000, 500*time.Millisecond, 1500*time.Millisecond
+	p.DuplicateKeys, p.DuplicateReplays, p.DuplicateBurst, p.DuplicateRate = 200, 10, 5, 2_000
+	p.E2ERate, p.E2EDuration = 1_000, 2*time.Second
+	p.CeilingRequests = 20_000
+	return p
+}
+
+// Validate returns "invalid config: ..." for parameters that cannot run.
+func (p Params) Validate() error {
+	var errs []error
+	if p.Users < 1 || p.UserBase < 0 || p.Shards < 1 || p.Timeout <= 0 {
+		errs = append(errs, errors.New("users, shards and timeout must be positive"))
+	}
+	if p.SpikeBuyers < 1 || p.SpikeStock < 1 || p.SpikeRate <= 0 {
+		errs = append(errs, errors.New("spike buyers, stock and rate must be positive"))
+	}
+	if p.SustainedStock < 1 || len(p.SustainedRates) == 0 || p.SustainedStep <= 0 || p.SustainedWarmup < 0 || p.SustainedP99 <= 0 {
+		errs = append(errs, errors.New("sustained stock, rates, step and p99 limit must be positive"))
+	}
+	for _, r := range p.SustainedRates {
+		if r <= 0 {
+			errs = append(errs, fmt.Errorf("sustained rate %v is not positive", r))
+		}
+	}
+	if p.SoldOutStock < 1 || p.SoldOutRate <= 0 || p.SoldOutDuration <= 0 || p.SoldOutWarmup < 0 {
+		errs = append(errs, errors.New("soldout stock, rate and duration must be positive"))
+	}
+	if p.DuplicateKeys < 1 || p.DuplicateReplays < 1 || p.DuplicateBurst < 1 || p.DuplicateRate <= 0 {
+		errs = append(errs, errors.New("duplicate keys, replays, burst and rate must be positive"))
+	}
+	if p.E2ERate <= 0 || p.E2EDuration <= 0 || p.E2EPoll <= 0 {
+		errs = append(errs, errors.New("e2e rate, duration and poll must be positive"))
+	}
+	if p.CeilingRequests < 1 || p.CeilingClients < 1 {
+		errs = append(errs, errors.New("ceiling requests and clients must be positive"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid config: bench: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// run is one benchmark run's shared state.
+type run struct {
+	env   Env
+	p     Params
+	id    string // prefix of every requestId of this run
+	users *users
+	log   io.Writer
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.log, format+"\n", args...)
+}
+
+type scenarioFunc func(ctx context.Context, r *run, t *target) *ScenarioResult
+
+var scenarioFuncs = map[string]scenarioFunc{
+	Spike:     runSpike,
+	Sustained: runSustained,
+	SoldOut:   runSoldOut,
+	Duplicate: runDuplicate,
+	E2E:       runE2E,
+}
+
+// ParseScenarios splits a comma-separated list ("" or "all" = All) and
+// checks the names.
+func ParseScenarios(s string) ([]string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "all" {
+		return slices.Clone(All), nil
+	}
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(All, name) {
+			return nil, fmt.Errorf("unknown scenario %q (scenarios: %s)", name, strings.Join(All, ","))
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no scenario selected")
+	}
+	return out, nil
+}
+
+// Run issues the buyers' tokens, then runs the selected scenarios against
+// every target in turn (each scenario audited before the next starts) and
+// the redis-benchmark ceiling. The returned report is complete even when a
+// scenario or an audit failed; Report.Pass tells. The error is for runs that
+// could not start (bad options, gateway not ready) or were cancelled.
+func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
+	if env.Redis == nil || env.Store == nil || len(env.JWTSecret) == 0 {
+		return nil, errors.New("bench: Redis, MySQL store and JWT secret are required")
+	}
+	if env.Log == nil {
+		env.Log = io.Discard
+	}
+	if env.IdleWait == 0 {
+		env.IdleWait = 10 * time.Minute
+	}
+	if err := opts.Params.Validate(); err != nil {
+		return nil, err
+	}
+	if len(opts.Targets) == 0 || len(opts.Targets) > 2 {
+		return nil, errors.New("bench: one target, plus at most one baseline")
+	}
+	names := opts.Scenarios
+	if names == nil {
+		names = All
+	}
+	var selected []string
+	for _, n := range All { // run order is fixed
+		if slices.Contains(names, n) {
+			selected = append(selected, n)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(All, n) {
+			return nil, fmt.Errorf("bench: unknown scenario %q", n)
+		}
+	}
+	targets := make([]*target, len(opts.Targets))
+	for i, t := range opts.Targets {
+		tg, err := newTarget(t)
+		if err != nil {
+			return nil, err
+		}
+		targets[i] = tg
+	}
+
+	p := opts.Params
+	r := &run{env: env, p: p, id: newRunID(), log: env.Log}
+	rep := &Report{
+		RunID: r.id, Started: time.Now().UTC(), Quick: p.Quick, Params: p,
+		Machine: machineInfo(ctx, env.Redis, env.Store), Scenarios: selected,
+	}
+	for _, t := range targets {
+		rep.Targets = append(rep.Targets, t.Target)
+	}
+	for _, t := range targets {
+		if err := t.api.waitReady(ctx, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("bench: %s gateway at %s: %w", t.Label, t.URL, err)
+		}
+	}
+	if len(selected) > 0 {
+		n := p.Users
+		if slices.Contains(selected, Spike) {
+			n = max(n, p.SpikeBuyers)
+		}
+		t0 := time.Now()
+		u, err := issueUsers(env.JWTSecret, n, p.UserBase)
+		if err != nil {
+			return nil, err
+		}
+		r.users = u
+		r.logf("bench %s: issued %d buyer tokens in %s", r.id, n, time.Since(t0).Round(time.Millisecond))
+	}
+
+	for _, t := range targets {
+		for _, name := range selected {
+			if err := ctx.Err(); err != nil {
+				return rep.finish(), err
+			}
+			r.logf("== %s against %s (%s)", name, t.Label, t.URL)
+			mem := startMemory(t.Target)
+			started := time.Now()
+			res := scenarioFuncs[name](ctx, r, t)
+			res.Scenario, res.Target = name, t.Label
+			res.Started = started.UTC()
+			res.ElapsedS = time.Since(started).Seconds()
+			res.Memory = mem.stop()
+			res.finish()
+			rep.Results = append(rep.Results, res)
+			r.logf("   %s", res.line())
+		}
+	}
+	if opts.Ceiling {
+		rep.Ceiling = runCeiling(ctx, env, p)
+		if rep.Ceiling != nil {
+			r.logf("== redis-benchmark ceiling: %s", rep.Ceiling.line())
+		}
+	}
+	return rep.finish(), ctx.Err()
+}
+
+func newRunID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// target is a Target with its API client.
+type target struct {
+	Target
+	addr string
+	api  *api
+}
+
+func newTarget(t Target) (*target, error) {
+	if t.Label == "" {
+		return nil, errors.New("bench: target without a label")
+	}
+	addr, err := hostPort(t.URL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", t.Label, err)
+	}
+	return &target{Target: t, addr: addr, api: newAPI(addr)}, nil
+}
+
+// loadConfig is the base loadgen configuration for t.
+func (r *run) loadConfig(t *target) loadgen.Config {
+	return loadgen.Config{Addr: t.addr, Timeout: r.p.Timeout, Classify: orderClass}
+}

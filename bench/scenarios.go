@@ -1,0 +1,597 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/bench/loadgen"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+// outcomes counts, over a whole load run (warm-up included), the 202s and
+// the requests whose fate the client cannot know (a transport error or a
+// 5xx: the reservation may or may not have happened), and remembers when
+// the last 202 arrived.
+type outcomes struct {
+	mu       sync.Mutex
+	accepted int64
+	unknown  int64
+	last     time.Time
+}
+
+func (a *outcomes) observe(o loadgen.Outcome, _ *fasthttp.Response) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case o.Class == classAccepted:
+		a.accepted++
+		if o.Done.After(a.last) {
+			a.last = o.Done
+		}
+	case o.Err != nil || o.Status >= 500:
+		a.unknown++
+	}
+}
+
+func (a *outcomes) counts() (accepted, unknown int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.accepted, a.unknown
+}
+
+// classRate is the measured per-second rate of class in res (0 if absent).
+func classRate(res *loadgen.Result, class string) float64 {
+	if res == nil || res.Classes[class] == nil {
+		return 0
+	}
+	return res.Classes[class].Rate
+}
+
+// ordersCheck compares the orders in MySQL with the 202s: equal when every
+// answer is known, else between the 202s and the 202s plus the unknowns.
+func ordersCheck(n, accepted, unknown int64) pipeline.Check {
+	if unknown == 0 {
+		return check("one order per 202", n == accepted, "%d orders in MySQL, %d answered 202", n, accepted)
+	}
+	return check("orders between 202s and 202s + unknown answers", n >= accepted && n <= accepted+unknown,
+		"%d orders in MySQL, %d answered 202, %d errors or 5xx of unknown outcome", n, accepted, unknown)
+}
+
+func (s *ScenarioResult) addPhase(name string, rate float64, res *loadgen.Result) {
+	if res != nil {
+		s.Phases = append(s.Phases, Phase{Name: name, Rate: rate, Result: res})
+	}
+}
+
+func classLatency(res *loadgen.Result, class string) loadgen.Summary {
+	if c := res.Classes[class]; c != nil {
+		return c.Latency
+	}
+	return loadgen.Summary{}
+}
+
+// runSpike: SpikeBuyers distinct buyers, one request each, for SpikeStock
+// units (1 per buyer), at SpikeRate.
+func runSpike(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	pid, err := r.createProduct(ctx, t, Spike, p.SpikeStock, 1)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	var acc outcomes
+	cfg := r.loadConfig(t)
+	cfg.Rate, cfg.Requests = p.SpikeRate, int64(p.SpikeBuyers)
+	cfg.Build = r.orderBuilder(pid, r.requestPrefix(t, "sp"), func(i int64) int { return int(i) }, func(i int64) int64 { return i })
+	cfg.Observe = acc.observe
+	r.logf("   %d buyers, one request each, at %s/s", p.SpikeBuyers, fmtNum(p.SpikeRate))
+	res, err := loadgen.Run(ctx, cfg)
+	s.addPhase("rush", cfg.Rate, res)
+	if err != nil {
+		s.fail(err)
+	}
+	if res == nil {
+		return s
+	}
+	accepted, unknown := acc.counts()
+	s.Headline = Figure{Name: "answers", Value: res.Throughput, Unit: "req/s"}
+	s.HeadlineLatency = res.Latency
+	s.figure("accepted", float64(accepted), "orders")
+	s.figure("rejected sold out", float64(res.Count(classSoldOut)), "requests")
+	if accepted > 0 {
+		s.figure("time to sell out", float64(acc.last.Sub(res.Start))/1e6, "ms")
+	}
+	s.Latencies = map[string]loadgen.Summary{
+		"accepted (202)":          classLatency(res, classAccepted),
+		"rejected (409 SOLD_OUT)": classLatency(res, classSoldOut),
+	}
+	want := min(p.SpikeStock, int64(p.SpikeBuyers))
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		checks := []pipeline.Check{ordersCheck(orderCount(pa), accepted, unknown)}
+		if unknown == 0 && res.Abandoned == 0 {
+			return append(checks, check("accepted = stock", accepted == want,
+				"%d answered 202, want %d (stock %d, %d buyers)", accepted, want, p.SpikeStock, p.SpikeBuyers))
+		}
+		s.Notes = append(s.Notes, fmt.Sprintf("%d requests of unknown outcome, %d abandoned: accepted checked against the stock as a bound", unknown, res.Abandoned))
+		return append(checks, check("accepted ≤ stock", accepted <= p.SpikeStock, "%d answered 202, stock %d", accepted, p.SpikeStock))
+	})
+	return s
+}
+
+// stepVerdict says whether a sustained step is clean: nothing abandoned, no
+// error, every answer a 202, p99 within the limit.
+func stepVerdict(res *loadgen.Result, limit time.Duration) (bool, string) {
+	limitMs := float64(limit) / float64(time.Millisecond)
+	switch {
+	case res.Abandoned > 0:
+		return false, fmt.Sprintf("%d requests abandoned", res.Abandoned)
+	case res.Errors > 0:
+		return false, fmt.Sprintf("%d errors", res.Errors)
+	case res.Count(classAccepted) != res.Measured:
+		return false, fmt.Sprintf("%d answers other than 202 (%v)", res.Measured-res.Count(classAccepted), res.ClassNames())
+	case res.Latency.P99 > limitMs:
+		return false, fmt.Sprintf("p99 %s > %s", fmtMs(res.Latency.P99), fmtMs(limitMs))
+	}
+	return true, "clean"
+}
+
+// runSustained steps the rate through SustainedRates on one product with a
+// huge stock until a step's p99 passes SustainedP99 or errors appear. The
+// accepted intake is the 202 rate of the highest clean step.
+func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	pid, err := r.createProduct(ctx, t, Sustained, p.SustainedStock, 0)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	var acc outcomes
+	prefix := r.requestPrefix(t, "su")
+	nUsers := int64(len(r.users.ids))
+	var offset int64
+	var best *Phase
+	for _, rate := range p.SustainedRates {
+		off := offset
+		cfg := r.loadConfig(t)
+		cfg.Rate, cfg.Warmup, cfg.Duration = rate, p.SustainedWarmup, p.SustainedStep
+		cfg.Build = r.orderBuilder(pid, prefix, func(i int64) int { return int((off + i) % nUsers) }, func(i int64) int64 { return off + i })
+		cfg.Observe = acc.observe
+		res, err := loadgen.Run(ctx, cfg)
+		if res == nil {
+			s.fail(err)
+			break
+		}
+		offset += res.Scheduled
+		ok, why := stepVerdict(res, p.SustainedP99)
+		s.Phases = append(s.Phases, Phase{Name: fmtNum(rate) + "/s", Rate: rate, OK: ptr(ok), Result: res})
+		r.logf("   step %7s/s: %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", fmtNum(rate), fmtNum(classRate(res, classAccepted)),
+			fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
+		if err != nil {
+			s.fail(err)
+			break
+		}
+		if !ok {
+			s.figure("first step over the limit", rate, "req/s")
+			break
+		}
+		best = &s.Phases[len(s.Phases)-1]
+	}
+	s.Headline = Figure{Name: "accepted intake", Unit: "orders/s"}
+	if best != nil {
+		s.Headline.Value = classRate(best.Result, classAccepted)
+		s.HeadlineLatency = best.Result.Latency
+		s.figure("highest clean step", best.Rate, "req/s")
+	} else {
+		s.Notes = append(s.Notes, "no step was clean: the first step already passed the p99 limit or erred")
+	}
+	accepted, unknown := acc.counts()
+	s.figure("accepted", float64(accepted), "orders")
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		return []pipeline.Check{ordersCheck(orderCount(pa), accepted, unknown)}
+	})
+	return s
+}
+
+// runSoldOut sells the product out, then measures rejections per second at
+// SoldOutRate.
+func runSoldOut(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	pid, err := r.createProduct(ctx, t, SoldOut, p.SoldOutStock, 0)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	prefix := r.requestPrefix(t, "so")
+	nUsers := int64(len(r.users.ids))
+	user := func(off int64) func(int64) int { return func(i int64) int { return int((off + i) % nUsers) } }
+	key := func(off int64) func(int64) int64 { return func(i int64) int64 { return off + i } }
+
+	// Sell out: twice the stock at a modest rate.
+	var sold outcomes
+	cfg := r.loadConfig(t)
+	cfg.Rate, cfg.Requests = min(p.SoldOutRate, 2_000), 2*p.SoldOutStock
+	cfg.Build, cfg.Observe = r.orderBuilder(pid, prefix, user(0), key(0)), sold.observe
+	sellOut, err := loadgen.Run(ctx, cfg)
+	s.addPhase("sell out", cfg.Rate, sellOut)
+	if err != nil || sellOut == nil {
+		return s.fail(fmt.Errorf("sell out: %v", err))
+	}
+	soldN, soldUnknown := sold.counts()
+	r.logf("   sold out: %d accepted of %d units", soldN, p.SoldOutStock)
+
+	var late outcomes
+	cfg = r.loadConfig(t)
+	cfg.Rate, cfg.Warmup, cfg.Duration = p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration
+	cfg.Build, cfg.Observe = r.orderBuilder(pid, prefix, user(2*p.SoldOutStock), key(2*p.SoldOutStock)), late.observe
+	r.logf("   storm at %s/s for %s after %s warm-up", fmtNum(cfg.Rate), cfg.Duration, cfg.Warmup)
+	storm, err := loadgen.Run(ctx, cfg)
+	s.addPhase("storm", cfg.Rate, storm)
+	if err != nil {
+		s.fail(err)
+	}
+	if storm != nil {
+		s.Headline = Figure{Name: "sold-out rejections", Unit: "/s"}
+		if c := storm.Classes[classSoldOut]; c != nil {
+			s.Headline.Value = c.Rate
+		}
+		s.HeadlineLatency = classLatency(storm, classSoldOut)
+		s.figure("answers", storm.Throughput, "req/s")
+	}
+	lateN, lateUnknown := late.counts()
+	accepted, unknown := soldN+lateN, soldUnknown+lateUnknown
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		checks := []pipeline.Check{
+			check("nothing accepted after the sell-out", lateN == 0, "%d answered 202 during the storm", lateN),
+			ordersCheck(orderCount(pa), accepted, unknown),
+		}
+		if soldUnknown == 0 && sellOut.Abandoned == 0 {
+			return append(checks, check("accepted = stock", soldN == p.SoldOutStock, "%d answered 202 while selling out, stock %d", soldN, p.SoldOutStock))
+		}
+		return append(checks, check("accepted ≤ stock", accepted <= p.SoldOutStock, "%d answered 202, stock %d", accepted, p.SoldOutStock))
+	})
+	return s
+}
+
+// duplicateSchedule orders keys × replays sends: in rounds, each round
+// sending every key burst times in a row (concurrent duplicates), so later
+// rounds replay requests whose orders may already be in MySQL.
+func duplicateSchedule(keys, replays, burst int) []int32 {
+	out := make([]int32, 0, keys*replays)
+	for sent := 0; sent < replays; sent += burst {
+		b := min(burst, replays-sent)
+		for k := range keys {
+			for range b {
+				out = append(out, int32(k))
+			}
+		}
+	}
+	return out
+}
+
+// runDuplicate sends each of DuplicateKeys (user, requestId) pairs
+// DuplicateReplays times and checks that each got one order and one orderNo.
+func runDuplicate(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	keys := p.DuplicateKeys
+	// Twice the stock needed: a duplicate that slipped through would show as
+	// an extra order rather than hide behind SOLD_OUT.
+	pid, err := r.createProduct(ctx, t, Duplicate, 2*int64(keys), 0)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	sched := duplicateSchedule(keys, p.DuplicateReplays, p.DuplicateBurst)
+	prefix := r.requestPrefix(t, "du")
+	nUsers := len(r.users.ids)
+	userOf := func(k int) int { return k % nUsers }
+
+	var mu sync.Mutex
+	nos := make([]string, keys)
+	accepts := make([]int32, keys)
+	var conflicts, missing, unknown int64
+	cfg := r.loadConfig(t)
+	cfg.Rate, cfg.Requests = p.DuplicateRate, int64(len(sched))
+	cfg.Build = r.orderBuilder(pid, prefix, func(i int64) int { return userOf(int(sched[i])) }, func(i int64) int64 { return int64(sched[i]) })
+	cfg.Observe = func(o loadgen.Outcome, resp *fasthttp.Response) {
+		if o.Class != classAccepted && o.Class != classReplay {
+			if o.Err != nil || o.Status >= 500 {
+				mu.Lock()
+				unknown++
+				mu.Unlock()
+			}
+			return
+		}
+		k := sched[o.Index]
+		no := loadgen.StringField(resp.Body(), "orderNo")
+		mu.Lock()
+		defer mu.Unlock()
+		if o.Class == classAccepted {
+			accepts[k]++
+		}
+		switch {
+		case no == "":
+			missing++
+		case nos[k] == "":
+			nos[k] = no
+		case nos[k] != no:
+			conflicts++
+		}
+	}
+	r.logf("   %d requestIds × %d sends (bursts of %d) at %s/s", keys, p.DuplicateReplays, min(p.DuplicateBurst, p.DuplicateReplays), fmtNum(cfg.Rate))
+	res, err := loadgen.Run(ctx, cfg)
+	s.addPhase("storm", cfg.Rate, res)
+	if err != nil {
+		s.fail(err)
+	}
+	if res == nil {
+		return s
+	}
+	s.Headline = Figure{Name: "answers", Value: res.Throughput, Unit: "req/s"}
+	s.HeadlineLatency = res.Latency
+	s.Latencies = map[string]loadgen.Summary{
+		"first (202)":  classLatency(res, classAccepted),
+		"replay (200)": classLatency(res, classReplay),
+	}
+	var multi, never, answered int
+	for k := range keys {
+		switch {
+		case accepts[k] > 1:
+			multi++
+		case accepts[k] == 0:
+			never++
+		}
+		if nos[k] != "" {
+			answered++
+		}
+	}
+	s.figure("replays answered 200", float64(res.Count(classReplay)), "requests")
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		checks := []pipeline.Check{
+			check("one orderNo per requestId", conflicts == 0 && missing == 0,
+				"%d answers with an orderNo differing from the requestId's first, %d 200/202 answers without orderNo", conflicts, missing),
+			check("at most one 202 per requestId", multi == 0, "%d requestIds answered 202 more than once", multi),
+		}
+		if unknown == 0 && res.Abandoned == 0 {
+			checks = append(checks, check("every requestId accepted once", never == 0, "%d requestIds never answered 202", never))
+		}
+		rows, err := r.ordersByRequest(ctx, pid)
+		if err != nil {
+			return append(checks, check("MySQL orders match the answers", false, "read orders: %v", err))
+		}
+		mismatch := 0
+		for k := range keys {
+			if nos[k] == "" {
+				continue
+			}
+			if rows[requestKey{r.users.ids[userOf(k)], fmt.Sprintf("%s%d", prefix, k)}] != nos[k] {
+				mismatch++
+			}
+		}
+		n := orderCount(pa)
+		counted := n == int64(len(rows)) && n >= int64(answered) && n <= int64(answered)+unknown
+		return append(checks, check("MySQL orders match the answers", mismatch == 0 && counted,
+			"%d requestIds answered an orderNo, %d orders in MySQL (%d answers of unknown outcome), %d answered orderNos not in MySQL under their (user, requestId)",
+			answered, n, unknown, mismatch))
+	})
+	return s
+}
+
+type requestKey struct {
+	user    int64
+	request string
+}
+
+// ordersByRequest maps (user, requestId) → orderNo for every order of pid.
+func (r *run) ordersByRequest(ctx context.Context, pid int64) (map[requestKey]string, error) {
+	rows, err := r.env.Store.DB.QueryContext(ctx, `SELECT user_id, request_id, order_no FROM order_info WHERE product_id = ?`, pid)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[requestKey]string{}
+	for rows.Next() {
+		var k requestKey
+		var no string
+		if err := rows.Scan(&k.user, &k.request, &no); err != nil {
+			return nil, err
+		}
+		out[k] = no
+	}
+	return out, rows.Err()
+}
+
+// drainSample is one poll of the number of orders that reached WAITING_PAY.
+type drainSample struct {
+	at time.Time
+	n  int64
+}
+
+// drainRate is the slope of the samples between 10 % and 90 % of final: the
+// steady pipeline rate without the ramp-up and the tail. 0 if the samples
+// cannot tell.
+func drainRate(samples []drainSample, final int64) float64 {
+	if final <= 0 {
+		return 0
+	}
+	lo, hi := -1, -1
+	for i, s := range samples {
+		if lo < 0 && float64(s.n) >= 0.1*float64(final) {
+			lo = i
+		}
+		if hi < 0 && float64(s.n) >= 0.9*float64(final) {
+			hi = i
+		}
+	}
+	if lo < 0 || hi <= lo {
+		return 0
+	}
+	d := samples[hi].at.Sub(samples[lo].at).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(samples[hi].n-samples[lo].n) / d
+}
+
+// runE2E loads E2ERate for E2EDuration and follows the orders to
+// WAITING_PAY: polled counts give the drain rate, and MySQL's created_at
+// (the Redis acceptance time) and updated_at of the WAITING_PAY transition
+// give each order's time from 202 to WAITING_PAY.
+func runE2E(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	stock := max(int64(math.Ceil(2*p.E2ERate*p.E2EDuration.Seconds())), 1000)
+	pid, err := r.createProduct(ctx, t, E2E, stock, 0)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+
+	// The poller samples WAITING_PAY until it reaches target (set once the
+	// load is over) or is stopped.
+	var target atomic.Int64
+	target.Store(math.MaxInt64)
+	var samples []drainSample
+	reached := make(chan struct{})
+	stop := make(chan struct{})
+	polled := make(chan error, 1)
+	pctx, cancelPoll := context.WithCancel(ctx)
+	defer cancelPoll()
+	go func() {
+		tick := time.NewTicker(p.E2EPoll)
+		defer tick.Stop()
+		var err error
+		for {
+			n, qerr := r.countWaiting(pctx, pid)
+			if qerr != nil {
+				err = qerr
+			} else {
+				samples = append(samples, drainSample{time.Now(), n})
+				if n >= target.Load() {
+					close(reached)
+					polled <- nil
+					return
+				}
+			}
+			select {
+			case <-stop:
+				polled <- err
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	var acc outcomes
+	cfg := r.loadConfig(t)
+	cfg.Rate, cfg.Duration = p.E2ERate, p.E2EDuration
+	nUsers := int64(len(r.users.ids))
+	cfg.Build = r.orderBuilder(pid, r.requestPrefix(t, "e2"), func(i int64) int { return int(i % nUsers) }, func(i int64) int64 { return i })
+	cfg.Observe = acc.observe
+	r.logf("   %s/s for %s, following every order to WAITING_PAY", fmtNum(cfg.Rate), cfg.Duration)
+	res, err := loadgen.Run(ctx, cfg)
+	s.addPhase("intake", cfg.Rate, res)
+	if err != nil {
+		s.fail(err)
+	}
+	accepted, unknown := acc.counts()
+	target.Store(accepted)
+	wait := time.NewTimer(r.env.IdleWait)
+	var pollErr error
+	select {
+	case <-reached:
+		pollErr = <-polled
+	case <-wait.C:
+		close(stop)
+		pollErr = <-polled
+		s.Notes = append(s.Notes, fmt.Sprintf("not every accepted order reached WAITING_PAY within %s", r.env.IdleWait))
+	case <-ctx.Done():
+		close(stop)
+		pollErr = <-polled
+	}
+	wait.Stop()
+	if pollErr != nil {
+		s.Notes = append(s.Notes, "polling WAITING_PAY: "+pollErr.Error())
+	}
+	if res != nil && len(samples) > 0 {
+		last := samples[len(samples)-1]
+		s.Headline = Figure{Name: "drain rate", Value: drainRate(samples, last.n), Unit: "orders/s"}
+		s.figure("drain rate", s.Headline.Value, "orders/s")
+		if last.n > 0 {
+			s.figure("first request to all WAITING_PAY", last.at.Sub(res.Start).Seconds(), "s")
+		}
+		s.figure("accepted", float64(accepted), "orders")
+		s.figure("intake", classRate(res, classAccepted), "orders/s")
+	}
+	lat, first, lastAt, n, err := r.waitingLatency(ctx, pid)
+	if err != nil {
+		s.Notes = append(s.Notes, "reading 202 → WAITING_PAY times: "+err.Error())
+	} else {
+		s.HeadlineLatency = lat
+		s.Latencies = map[string]loadgen.Summary{"202 → WAITING_PAY (MySQL, ms resolution)": lat}
+		if res != nil {
+			s.Latencies["intake (HTTP, from scheduled time)"] = res.Latency
+		}
+		if n > 1 && lastAt.After(first) {
+			s.figure("drain rate (first to last WAITING_PAY in MySQL)", float64(n-1)/lastAt.Sub(first).Seconds(), "orders/s")
+		}
+	}
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		w := pa.Orders[order.WaitingPay][0]
+		return []pipeline.Check{
+			ordersCheck(orderCount(pa), accepted, unknown),
+			check("every order reached WAITING_PAY", w == orderCount(pa), "%d WAITING_PAY of %d orders", w, orderCount(pa)),
+		}
+	})
+	return s
+}
+
+func (r *run) countWaiting(ctx context.Context, pid int64) (int64, error) {
+	var n int64
+	err := r.env.Store.DB.QueryRowContext(ctx,
+		`SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = ?`, pid, string(order.WaitingPay)).Scan(&n)
+	return n, err
+}
+
+// waitingLatency reads, for every WAITING_PAY order of pid, updated_at −
+// created_at: the time from the Redis acceptance (the 202) to the
+// WAITING_PAY transition. Both are this machine's clocks, millisecond
+// resolution.
+func (r *run) waitingLatency(ctx context.Context, pid int64) (sum loadgen.Summary, first, last time.Time, n int64, err error) {
+	rows, err := r.env.Store.DB.QueryContext(ctx, `SELECT TIMESTAMPDIFF(MICROSECOND, created_at, updated_at), updated_at
+		FROM order_info WHERE product_id = ? AND status = ?`, pid, string(order.WaitingPay))
+	if err != nil {
+		return sum, first, last, 0, err
+	}
+	defer rows.Close()
+	h := loadgen.NewHistogram()
+	for rows.Next() {
+		var us int64
+		var at time.Time
+		if err := rows.Scan(&us, &at); err != nil {
+			return sum, first, last, 0, err
+		}
+		loadgen.Record(h, time.Duration(us)*time.Microsecond)
+		if n == 0 || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return sum, first, last, 0, err
+	}
+	return loadgen.Summarize(h), first, last, n, nil
+}

@@ -1,0 +1,73 @@
+// The HTTP API client: JSON in and out, bearer token, timeouts, and errors as
+// ApiError with the codes of SPEC §3. The API is same-origin.
+import { ApiError, codeForStatus } from './errors.js'
+import { session } from './session.js'
+
+const DEFAULT_TIMEOUT_MS = 10_000
+
+/**
+ * request sends one API call and returns the decoded JSON body.
+ * @param {string} method
+ * @param {string} path
+ * @param {{body?: unknown, timeoutMs?: number, token?: string|null, fetchImpl?: typeof fetch}} [opts]
+ */
+export async function request(method, path, opts = {}) {
+  const { body, timeoutMs = DEFAULT_TIMEOUT_MS, fetchImpl = globalThis.fetch } = opts
+  const token = opts.token === undefined ? session.token : opts.token
+  const headers = { Accept: 'application/json' }
+  if (body !== undefined) headers['Content-Type'] = 'application/json'
+  if (token) headers.Authorization = `Bearer ${token}`
+  const ctl = new AbortController()
+  const timer = setTimeout(() => ctl.abort(), timeoutMs)
+  let res
+  try {
+    res = await fetchImpl(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: ctl.signal,
+    })
+  } catch (e) {
+    throw new ApiError(ctl.signal.aborted ? 'TIMEOUT' : 'NETWORK', String(e?.message ?? e))
+  } finally {
+    clearTimeout(timer)
+  }
+  let data = null
+  const text = await res.text().catch(() => '')
+  if (text) {
+    try {
+      data = JSON.parse(text)
+    } catch {
+      data = null
+    }
+  }
+  if (!res.ok) {
+    const retryAfter = Number.parseInt(res.headers.get('Retry-After') ?? '', 10) || 0
+    const code = data?.error?.code ?? codeForStatus(res.status)
+    if (res.status === 401 && token === session.token) session.expired()
+    throw new ApiError(code, data?.error?.message ?? '', res.status, retryAfter)
+  }
+  return data
+}
+
+export const api = {
+  login: (userId) => request('POST', '/api/auth/login', { body: { userId }, token: null }),
+  products: () => request('GET', '/api/products'),
+  product: (id) => request('GET', `/api/products/${encodeURIComponent(id)}`),
+  /** @param {{productId: number, quantity: number, requestId: string}} body */
+  createOrder: (body) => request('POST', '/api/orders', { body }),
+  order: (orderNo) => request('GET', `/api/orders/${encodeURIComponent(orderNo)}`),
+  orders: (cursor = '', limit = 20) =>
+    request('GET', `/api/orders?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`),
+  pay: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/pay`),
+  cancel: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/cancel`),
+  createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
+  config: () => request('GET', '/api/config', { token: null, timeoutMs: 3000 }),
+}
+
+/** metricsText fetches the Prometheus exposition of /metrics. */
+export async function metricsText(fetchImpl = globalThis.fetch) {
+  const res = await fetchImpl('/metrics', { headers: { Accept: 'text/plain' } })
+  if (!res.ok) throw new ApiError(codeForStatus(res.status), '', res.status)
+  return res.text()
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stampede-sh/stampede/bench"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// startForBench, when set by the wiring of this package, starts every
+// Stampede role in this process with cfg (gateway on cfg.HTTPAddr) and
+// returns a function that stops them and waits until they drained. While it
+// is nil, `stampede bench` needs --url of a running gateway.
+var startForBench func(ctx context.Context, cfg *Config) (stop func(), err error)
+
+type benchFlags struct {
+	scenarios     string
+	url           string
+	baselineURL   string
+	gatewayPID    int
+	baselinePID   int
+	quick         bool
+	out           string
+	idleWait      time.Duration
+	ceiling       bool
+	reserveScript string
+	// overrides of bench.Params; zero = the default (or quick) value
+	users          int
+	shards         int
+	spikeBuyers    int
+	spikeStock     int64
+	spikeRate      float64
+	sustainedRates string
+	step           time.Duration
+	soldOutRate    float64
+	duplicateRate  float64
+	e2eRate        float64
+	e2eDuration    time.Duration
+}
+
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	var f benchFlags
+	cfg, err := parse("bench", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&f.scenarios, "scenarios", strings.Join(bench.All, ","), "comma-separated scenarios: "+strings.Join(bench.All, ","))
+		fs.StringVar(&f.url, "url", "", "base URL of the gateway to load, e.g. http://127.0.0.1:8080 (loopback only); empty = start every role in this process, if this binary can")
+		fs.StringVar(&f.baselineURL, "baseline-url", "", "base URL of a second gateway, the synchronous-intake baseline (STAMPEDE_INTAKE=sync), reported side by side as \"sync\"")
+		fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
+		fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
+		fs.BoolVar(&f.quick, "quick", false, "smoke run: every scenario shrunk to about two seconds of load")
+		fs.StringVar(&f.out, "out", "bench/results", "directory for <date>.json and <date>.md")
+		fs.DurationVar(&f.idleWait, "idle-wait", 0, "longest wait for the pipeline to go idle before each audit (default 10m, 2m with --quick)")
+		fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
+		fs.StringVar(&f.reserveScript, "reserve-script", "lua/reserve.lua", "path of reserve.lua, for the redis-benchmark ceiling")
+		fs.IntVar(&f.users, "users", 0, "distinct buyers with pre-issued tokens (default 100000, 5000 with --quick)")
+		fs.IntVar(&f.shards, "shards", 0, "Redis stock shards of every product created (default 1)")
+		fs.IntVar(&f.spikeBuyers, "spike-buyers", 0, "spike: buyers, one request each (default 100000)")
+		fs.Int64Var(&f.spikeStock, "spike-stock", 0, "spike: units on sale (default 1000)")
+		fs.Float64Var(&f.spikeRate, "spike-rate", 0, "spike: arrival rate, requests/s (default 25000)")
+		fs.StringVar(&f.sustainedRates, "sustained-rates", "", "sustained: comma-separated rates to step through, e.g. 2k,4k,8k (default 2k,4k,8k,12k,…,32k)")
+		fs.DurationVar(&f.step, "step", 0, "sustained: measured length of each step (default 5s)")
+		fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
+		fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
+		fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
+		fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+	})
+	if err != nil {
+		return err
+	}
+	scenarios, err := bench.ParseScenarios(f.scenarios)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	params, err := f.params()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	idleWait := f.idleWait
+	if idleWait == 0 {
+		idleWait = 10 * time.Minute
+		if f.quick {
+			idleWait = 2 * time.Minute
+		}
+	}
+
+	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
+	if f.url == "" {
+		if startForBench == nil {
+			return fmt.Errorf("%w: --url of a running gateway is required (this build cannot start the app in-process)", errUsage)
+		}
+		stop, err := startForBench(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench: start the app: %w", err)
+		}
+		defer stop()
+		sut.URL = "http://" + cfg.HTTPAddr
+		sut.GatewayPID, sut.InProcess = os.Getpid(), true
+	}
+	targets := []bench.Target{sut}
+	if f.baselineURL != "" {
+		targets = append(targets, bench.Target{Label: "sync", URL: f.baselineURL, GatewayPID: f.baselinePID})
+	}
+
+	store, err := persistence.Open(ctx, cfg.MySQLDSN)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	rdb := newRedis(cfg)
+	defer rdb.Close()
+	var script string
+	if f.ceiling {
+		if b, err := os.ReadFile(f.reserveScript); err == nil {
+			script = string(b)
+		} else {
+			fmt.Fprintf(stdout, "bench: no redis-benchmark ceiling: %v\n", err)
+		}
+	}
+	env := bench.Env{
+		Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret),
+		RedisAddr: cfg.RedisAddr, ReserveScript: script, Log: stdout, IdleWait: idleWait,
+	}
+	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling})
+	if rep != nil && len(rep.Results) > 0 {
+		jsonPath, mdPath, err := rep.WriteFiles(f.out)
+		if err != nil {
+			return fmt.Errorf("bench: write report: %w", err)
+		}
+		fmt.Fprintf(stdout, "\n%s\nreport: %s, %s\n", rep.SummaryMarkdown(), mdPath, jsonPath)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if !rep.Pass {
+		return errors.New("bench: a scenario FAILED its audit or could not run (see the report)")
+	}
+	return nil
+}
+
+// params is the default (or quick) parameter set with the flags' overrides.
+func (f *benchFlags) params() (bench.Params, error) {
+	p := bench.DefaultParams()
+	if f.quick {
+		p = bench.QuickParams()
+	}
+	setInt := func(dst *int, v int) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setFloat := func(dst *float64, v float64) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setDur := func(dst *time.Duration, v time.Duration) {
+		if v > 0 {
+			*dst = v
+		}
+	}
+	setInt(&p.Users, f.users)
+	setInt(&p.Shards, f.shards)
+	setInt(&p.SpikeBuyers, f.spikeBuyers)
+	if f.spikeStock > 0 {
+		p.SpikeStock = f.spikeStock
+	}
+	setFloat(&p.SpikeRate, f.spikeRate)
+	setDur(&p.SustainedStep, f.step)
+	setFloat(&p.SoldOutRate, f.soldOutRate)
+	setFloat(&p.DuplicateRate, f.duplicateRate)
+	setFloat(&p.E2ERate, f.e2eRate)
+	setDur(&p.E2EDuration, f.e2eDuration)
+	if f.sustainedRates != "" {
+		rates, err := parseRates(f.sustainedRates)
+		if err != nil {
+			return p, err
+		}
+		p.SustainedRates = rates
+	}
+	return p, p.Validate()
+}
+
+// parseRates reads "2000,4k,1.5k".
+func parseRates(s string) ([]float64, error) {
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(strings.ToLower(part))
+		if part == "" {
+			continue
+		}
+		mult := 1.0
+		if v, ok := strings.CutSuffix(part, "k"); ok {
+			part, mult = v, 1000
+		}
+		v, err := strconv.ParseFloat(part, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("bad rate %q in --sustained-rates", part)
+		}
+		out = append(out, v*mult)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--sustained-rates lists no rate")
+	}
+	return out, nil
+}

@@ -1,0 +1,116 @@
+// Command stampede is the flash-sale order system: one binary, every role.
+//
+//	stampede serve [--roles gateway,writer,relay,consumer,sweeper,push] [--migrate]
+//	stampede migrate
+//	stampede demo [--once]
+//	stampede token --user 42 [--admin]
+//	stampede reconcile
+//
+// Settings come from STAMPEDE_* environment variables, overridden by flags;
+// `stampede <command> -h` lists them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout io.Writer) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"serve", "run the selected roles (all by default) until SIGINT/SIGTERM", runServe},
+		{"migrate", "apply the embedded schema migrations (idempotent)", runMigrate},
+		{"demo", "start every role, run a 1,000-buyer flash sale, print the audit (--once: exit after it)", runDemo},
+		{"reconcile", "print the Redis ⇄ MySQL reconciliation of every product (exit 1 on drift)", runReconcile},
+		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
+	}
+}
+
+// errUsage marks errors that should print the usage text.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "stampede:", err)
+		}
+		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return fmt.Errorf("%w: no command", errUsage)
+		}
+		return nil
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout)
+		}
+	}
+	usage(os.Stderr)
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "stampede — flash-sale order system\n\nUsage: stampede <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun `stampede <command> -h` for its flags; every flag also has a STAMPEDE_* environment variable.")
+}
+
+// parse binds the common config plus extra flags, parses args and validates.
+func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, error) {
+	fs := flag.NewFlagSet("stampede "+name, flag.ContinueOnError)
+	var cfg Config
+	var envErrs []error
+	cfg.bind(fs, &envErrs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: unexpected arguments %s", errUsage, strings.Join(fs.Args(), " "))
+	}
+	if len(envErrs) > 0 {
+		return nil, fmt.Errorf("invalid config: %w", errors.Join(envErrs...))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/stampede-sh/stampede/lua/luatest"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*workerPool).getCh"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
+		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
+	)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// serviceArgs points the binary at this package's own MySQL database, Redis
+// database and RabbitMQ vhost.
+func serviceArgs(t *testing.T) []string {
+	t.Helper()
+	persistencetest.New(t, "cmd") // created, migrated and emptied
+	luatest.New(t, luatest.DBCmd)
+	return []string{
+		"--mysql-dsn", persistencetest.DSN("stampede_test_cmd") + "?parseTime=true",
+		"--redis-addr", luatest.Addr(), "--redis-db", "5",
+		"--amqp-url", pipelinetest.Vhost(t, "cmd"),
+		"--http-addr", freeAddr(t),
+	}
+}
+
+// TestDemoOnce runs the main job end to end through the HTTP API against the
+// real services: 1,000 buyers and repeated clicks for 100 units, pays,
+// cancels and timeouts, and the SPEC §5 audit. It fails if any invariant does.
+func TestDemoOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	args := append([]string{"demo", "--once", "--demo-pay-timeout", "2s", "--sweep-interval", "200ms"}, serviceArgs(t)...)
+	err := run(ctx, args, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	for _, want := range []string{"DEMO PASS", "202 ", "409 SOLD_OUT", "200 "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "[FAIL]") {
+		t.Errorf("demo output has a FAIL line")
+	}
+}
+
+func TestMigrateIdempotent(t *testing.T) {
+	args := serviceArgs(t)
+	for i := range 2 {
+		var out bytes.Buffer
+		if err := run(context.Background(), append([]string{"migrate"}, args[:2]...), &out); err != nil {
+			t.Fatalf("migrate #%d: %v", i, err)
+		}
+		if !strings.Contains(out.String(), "up to date") {
+			t.Fatalf("migrate #%d on a migrated database: %q", i, out.String())
+		}
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--pay-timeout", "1ms"},
+		{"serve", "--roles", "gateway,bogus"},
+		{"serve", "--node-id", "5000"},
+		{"serve", "--admin-users", "x"},
+	} {
+		err := run(context.Background(), args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "invalid config") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	t.Setenv("STAMPEDE_PAY_TIMEOUT", "soon")
+	if err := run(context.Background(), []string{"migrate"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "STAMPEDE_PAY_TIMEOUT") {
+		t.Errorf("bad env: %v", err)
+	}
+}
+
+func TestToken(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"token", "--user", "42", "--admin"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(strings.TrimSpace(out.String()), ".") != 2 {
+		t.Fatalf("not a JWT: %q", out.String())
+	}
+	if err := run(context.Background(), []string{"token"}, &bytes.Buffer{}); err == nil {
+		t.Fatal("token without --user accepted")
+	}
+}

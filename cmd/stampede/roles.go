@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/stampede-sh/stampede/gateway"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+// startRoles builds every selected role and starts it in g. Components are
+// all built before any starts, so a configuration error starts nothing.
+func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[string]bool) error {
+	cfg, log := a.cfg, a.logger
+	var runs []func(context.Context) error
+	var closers []func() error
+
+	newConn := func(name string) (*pipeline.Conn, error) {
+		c, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: name, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, c.Close)
+		return c, nil
+	}
+	fail := func(err error) error {
+		for _, c := range closers {
+			c()
+		}
+		return err
+	}
+
+	if roles["gateway"] {
+		admins, _ := cfg.adminIDs()
+		var ready func(ctx context.Context) error
+		if probe, err := newConn("stampede-gateway-ready"); err == nil {
+			ready = func(ctx context.Context) error {
+				ch, err := probe.Channel(ctx)
+				if err != nil {
+					return fmt.Errorf("rabbitmq: %w", err)
+				}
+				return ch.Close()
+			}
+		} else {
+			return fail(err)
+		}
+		gw, err := gateway.New(gateway.Config{
+			Addr:             cfg.HTTPAddr,
+			JWTSecret:        []byte(cfg.JWTSecret),
+			PaymentSecret:    []byte(cfg.PaymentSecret),
+			DisableDemoLogin: !cfg.DemoLogin,
+			AdminUsers:       admins,
+			PayTimeout:       cfg.PayTimeout,
+			NodeID:           int(cfg.NodeID),
+			StaticDir:        cfg.StaticDir,
+			ShutdownTimeout:  cfg.ShutdownTimeout,
+			ReadyCheck:       ready,
+		}, a.rdb, a.store, log.With("role", "gateway"))
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, gw.Run)
+	}
+	if roles["writer"] {
+		w, err := pipeline.NewWriter(a.store, a.rdb, pipeline.WriterConfig{
+			BatchSize: cfg.WriterBatch, BatchWait: cfg.WriterWait, Logger: log.With("role", "writer"),
+		})
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, w.Run)
+	}
+	if roles["relay"] {
+		conn, err := newConn("stampede-relay")
+		if err != nil {
+			return fail(err)
+		}
+		r, err := pipeline.NewRelay(a.store, conn, pipeline.RelayConfig{BatchSize: cfg.RelayBatch, Logger: log.With("role", "relay")})
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, r.Run)
+	}
+	if roles["consumer"] {
+		conn, err := newConn("stampede-consumer")
+		if err != nil {
+			return fail(err)
+		}
+		c, err := pipeline.NewConsumer(a.store, a.rdb, conn, pipeline.ConsumerConfig{
+			Prefetch: cfg.ConsumerPrefetch, Workers: cfg.ConsumerWorkers, PayTimeout: cfg.PayTimeout,
+			Logger: log.With("role", "consumer"),
+		})
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, c.Run)
+	}
+	if roles["sweeper"] {
+		s, err := pipeline.NewSweeper(a.store, pipeline.SweeperConfig{Interval: cfg.SweepInterval, Logger: log.With("role", "sweeper")})
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, s.Run)
+	}
+	if roles["push"] {
+		return fail(errors.New("role push is not available in this build"))
+	}
+	for _, run := range runs {
+		g.Go(func() error { return run(ctx) })
+	}
+	a.closers = closers
+	return nil
+}

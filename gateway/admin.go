@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// Limits of admin product fields.
+const (
+	maxShards          = 64  // stock shards per product (orderNos have room for 100)
+	maxNameChars       = 200 // product.name is VARCHAR(200)
+	defaultMaxPerOrder = 10
+)
+
+// createProduct is POST /api/admin/products
+//
+//	{"name", "price", "stock", "saleStart", "saleEnd", "perUserLimit",
+//	 "shards" (optional, 1…64, default 1), "maxPerOrder" (optional, default
+//	 min(perUserLimit or 10, 10))}
+//
+// It stores the product and its stock row in MySQL, then loads each stock
+// shard into Redis with its share of the stock (split evenly, the remainder
+// to the first shards) and registers the shard's intake stream for the
+// writers. 201 product; 400; 401; 403. If Redis fails after MySQL stored the
+// product the answer is 503 and the product exists unloaded: the sweeper's
+// reconcile reports it, and a retry of the load is safe (load.lua never
+// overwrites available).
+func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	var (
+		p                    persistence.Product
+		stock, limit, shards int64
+		maxPer               int64
+		hasShards, hasMax    bool
+	)
+	fields := [...]field{
+		stringField("name", &p.Name),
+		intField("price", &p.Price),
+		intField("stock", &stock),
+		timeField("saleStart", &p.SaleStart),
+		timeField("saleEnd", &p.SaleEnd),
+		intField("perUserLimit", &limit),
+		optional(intField("shards", &shards), &hasShards),
+		optional(intField("maxPerOrder", &maxPer), &hasMax),
+	}
+	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if !hasShards {
+		shards = 1
+	}
+	if !hasMax {
+		maxPer = defaultMaxPerOrder
+		if limit > 0 {
+			maxPer = min(limit, defaultMaxPerOrder)
+		}
+	}
+	p.SaleStart = p.SaleStart.UTC().Truncate(time.Millisecond) // DATETIME(3) and unix ms in Redis
+	p.SaleEnd = p.SaleEnd.UTC().Truncate(time.Millisecond)
+	if err := validateProduct(p, stock, limit, shards, maxPer); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
+
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	p, err := s.store.CreateProduct(sctx, p)
+	cancel()
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.products.invalidate()
+	if err := s.loadProduct(p); err != nil {
+		s.log.Error("product stored in MySQL but not loaded into Redis", "productId", p.ID, "err", err)
+		s.fail(ctx, err)
+		return
+	}
+	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards)
+	s.writeJSON(ctx, fasthttp.StatusCreated, toProductJSON(p, p.Total))
+}
+
+func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) error {
+	switch n := utf8.RuneCountInString(p.Name); {
+	case n == 0:
+		return invalidArg("name must not be empty")
+	case n > maxNameChars:
+		return invalidArg("name must be at most %d characters", maxNameChars)
+	}
+	switch {
+	case p.Price < 0:
+		return invalidArg("price must not be negative")
+	case stock < 0:
+		return invalidArg("stock must not be negative")
+	case limit < 0 || limit > math.MaxInt32:
+		return invalidArg("perUserLimit must be from 0 (no limit) to %d", math.MaxInt32)
+	case shards < 1 || shards > maxShards:
+		return invalidArg("shards must be from 1 to %d", maxShards)
+	case maxPer < 1 || maxPer > math.MaxInt32:
+		return invalidArg("maxPerOrder must be from 1 to %d", math.MaxInt32)
+	case p.SaleStart.Year() < 1970 || p.SaleEnd.Year() > 9999:
+		return invalidArg("saleStart and saleEnd must lie between 1970 and 9999")
+	case !p.SaleEnd.After(p.SaleStart):
+		return invalidArg("saleEnd must be after saleStart")
+	}
+	return nil
+}
+
+// loadProduct creates the Redis stock hash of every shard of p and registers
+// the shards' intake streams and the product. Idempotent.
+func (s *Server) loadProduct(p persistence.Product) error {
+	for sh := range p.Shards {
+		k := lua.ShardKeys(p.ID, sh)
+		share := shardShare(p.Total, p.Shards, sh)
+		err := s.redisCall(func(ctx context.Context) error {
+			if _, _, err := lua.Load(ctx, s.rdb, k, lua.ShardStock{
+				Available: share, Total: share, Price: p.Price, PerUserLimit: p.PerUserLimit,
+				MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd,
+			}); err != nil {
+				return err
+			}
+			return s.rdb.SAdd(ctx, lua.StreamsKey, k.Intake()).Err()
+		})
+		if err != nil {
+			return fmt.Errorf("gateway: load product %d shard %d: %w", p.ID, sh, err)
+		}
+	}
+	return s.redisCall(func(ctx context.Context) error {
+		return s.rdb.SAdd(ctx, lua.ProductsKey, strconv.FormatInt(p.ID, 10)).Err()
+	})
+}
+
+// shardShare is shard sh's part of total units split over n shards: even
+// shares, the remainder going one unit each to the first shards.
+func shardShare(total int64, n, sh int) int64 {
+	share := total / int64(n)
+	if int64(sh) < total%int64(n) {
+		share++
+	}
+	return share
+}

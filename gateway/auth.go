@@ -1,0 +1,46 @@
+package gateway
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+)
+
+// authedHandler is a handler that needs a verified caller.
+type authedHandler func(ctx *fasthttp.RequestCtx, c auth.Claims)
+
+var bearerPrefix = []byte("bearer ")
+
+// authed verifies "Authorization: Bearer <jwt>" and calls next with the
+// claims; a missing or invalid token answers 401 UNAUTHENTICATED.
+func (s *Server) authed(next authedHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		c, err := s.authenticate(ctx)
+		if err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		next(ctx, c)
+	}
+}
+
+// adminOnly is authed plus role admin (403 FORBIDDEN otherwise).
+func (s *Server) adminOnly(next authedHandler) fasthttp.RequestHandler {
+	return s.authed(func(ctx *fasthttp.RequestCtx, c auth.Claims) {
+		if !c.Admin {
+			s.fail(ctx, errForbidden)
+			return
+		}
+		next(ctx, c)
+	})
+}
+
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx) (auth.Claims, error) {
+	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	if len(h) <= len(bearerPrefix) || !bytes.EqualFold(h[:len(bearerPrefix)], bearerPrefix) {
+		return auth.Claims{}, auth.ErrUnauthenticated
+	}
+	return s.verifier.Verify(string(bytes.TrimSpace(h[len(bearerPrefix):])))
+}

@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures a gateway Server. The zero value of every field except
+// the two secrets means "use the default"; New calls setDefaults and Validate.
+type Config struct {
+	// Addr is the TCP address Run listens on. Default "127.0.0.1:8080".
+	Addr string
+
+	// JWTSecret signs and verifies bearer tokens (HS256). Required; push and
+	// the load generator must use the same secret.
+	JWTSecret []byte
+	// PaymentSecret is the HMAC-SHA256 key of payment callbacks (the
+	// X-Signature header) and of the demo checkout. Required.
+	PaymentSecret []byte
+
+	// DisableDemoLogin turns off POST /api/auth/login, the demo identity
+	// provider that issues a token for any positive userId (it then answers
+	// 404). Default false: the demo login is on, as SPEC §3 wants
+	// (STAMPEDE_DEMO_LOGIN=false sets this). A field named DemoLogin could not
+	// default to true, since false is also its zero value.
+	DisableDemoLogin bool
+	// AdminUsers are the user ids that the demo login gives role admin.
+	// Default none.
+	AdminUsers []int64
+	// TokenTTL is the life of a token issued by the demo login. Default 24h.
+	TokenTTL time.Duration
+
+	// PayTimeout is how long an order may wait for payment (SPEC §7,
+	// STAMPEDE_PAY_TIMEOUT). The gateway uses it only to check RequestTTL.
+	// Default 15m.
+	PayTimeout time.Duration
+	// RequestTTL is the life of the idempotency record of (user, requestId)
+	// and of the pending order record in Redis, whole seconds. It must be at
+	// least PayTimeout. Default 24h.
+	RequestTTL time.Duration
+
+	// NodeID is the orderNo node id, 0…1023; two live gateways must not share
+	// one. -1 picks a random node when New runs. Default 0.
+	NodeID int
+
+	// MaxBodyBytes is the largest request body accepted, in bytes; larger
+	// bodies answer 400 INVALID_ARGUMENT. Default 4096.
+	MaxBodyBytes int
+
+	// RedisTimeout bounds every Redis call made for one request. Default 1s.
+	RedisTimeout time.Duration
+	// StoreTimeout bounds every MySQL call made for one request. Default 3s.
+	StoreTimeout time.Duration
+	// BreakerFailures is the number of consecutive failed Redis calls that
+	// opens the circuit breaker; while it is open Redis-backed endpoints
+	// answer 503 UNAVAILABLE at once. Default 5.
+	BreakerFailures int
+	// BreakerOpen is how long the breaker stays open before it lets one probe
+	// call through; it is also the Retry-After of those 503s (rounded up to
+	// whole seconds). Default 1s.
+	BreakerOpen time.Duration
+
+	// ProductCacheTTL is how long product rows read from MySQL are reused by
+	// the product endpoints. Default 1s.
+	ProductCacheTTL time.Duration
+
+	// ReadTimeout, WriteTimeout and IdleTimeout are the server's connection
+	// timeouts. Defaults 10s, 10s and 60s.
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+	// ShutdownTimeout bounds the graceful shutdown of Run. Default 10s.
+	ShutdownTimeout time.Duration
+	// ReadyTimeout bounds one /readyz check. Default 2s.
+	ReadyTimeout time.Duration
+
+	// ReadyCheck, if set, is run by Ready after the Redis and MySQL checks
+	// (for example a RabbitMQ check wired by the main package). Its error
+	// message should name the dependency.
+	ReadyCheck func(ctx context.Context) error
+
+	// StaticDir is an optional folder of built client files served at /; a
+	// path without a file extension that matches no file gets index.html
+	// (single-page app fallback). Empty: nothing is served outside /api.
+	StaticDir string
+}
+
+// Defaults (see the field docs of Config).
+const (
+	DefaultAddr         = "127.0.0.1:8080"
+	DefaultMaxBodyBytes = 4096
+)
+
+func (c *Config) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	setDur(&c.TokenTTL, 24*time.Hour)
+	setDur(&c.PayTimeout, 15*time.Minute)
+	setDur(&c.RequestTTL, 24*time.Hour)
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	setDur(&c.RedisTimeout, time.Second)
+	setDur(&c.StoreTimeout, 3*time.Second)
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
+	setDur(&c.BreakerOpen, time.Second)
+	setDur(&c.ProductCacheTTL, time.Second)
+	setDur(&c.ReadTimeout, 10*time.Second)
+	setDur(&c.WriteTimeout, 10*time.Second)
+	setDur(&c.IdleTimeout, time.Minute)
+	setDur(&c.ShutdownTimeout, 10*time.Second)
+	setDur(&c.ReadyTimeout, 2*time.Second)
+}
+
+func setDur(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+// Validate reports the first problem of c as "invalid config: ...". It
+// expects defaults to have been applied (New does both).
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return errors.New("invalid config: " + fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(c.JWTSecret) == 0:
+		return bad("JWTSecret is empty")
+	case len(c.PaymentSecret) == 0:
+		return bad("PaymentSecret is empty")
+	case c.TokenTTL < time.Second:
+		return bad("TokenTTL %v is below 1s", c.TokenTTL)
+	case c.PayTimeout < time.Second:
+		return bad("PayTimeout %v is below 1s", c.PayTimeout)
+	case c.RequestTTL < c.PayTimeout:
+		return bad("RequestTTL %v is shorter than PayTimeout %v", c.RequestTTL, c.PayTimeout)
+	case c.NodeID < -1 || c.NodeID > 1023:
+		return bad("NodeID %d is outside 0..1023 (or -1 for random)", c.NodeID)
+	case c.MaxBodyBytes < 256:
+		return bad("MaxBodyBytes %d is below 256", c.MaxBodyBytes)
+	case c.RedisTimeout < 0, c.StoreTimeout < 0, c.BreakerOpen < 0, c.ProductCacheTTL < 0, c.ReadTimeout < 0,
+		c.WriteTimeout < 0, c.IdleTimeout < 0, c.ShutdownTimeout < 0, c.ReadyTimeout < 0:
+		return bad("negative duration")
+	case c.BreakerFailures < 1:
+		return bad("BreakerFailures %d is below 1", c.BreakerFailures)
+	}
+	for _, id := range c.AdminUsers {
+		if id <= 0 {
+			return bad("AdminUsers contains non-positive user id %d", id)
+		}
+	}
+	return nil
+}

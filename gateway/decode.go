@@ -1,0 +1,416 @@
+package gateway
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Every request body goes through decodeBody: a strict decoder for the flat
+// JSON objects of Stampede's API (SPEC §3). Compared with encoding/json it
+//
+//   - rejects unknown fields and duplicate fields, also ones that differ
+//     only in case (encoding/json would silently merge them);
+//   - decodes integers as int64 without float64: 1.0, 1e3, "1" and anything
+//     outside int64 are errors, so ids above 2^53 keep every digit;
+//   - rejects missing required fields, wrong types, invalid UTF-8, trailing
+//     data after the object and bodies over the size limit;
+//   - names the offending field in every message;
+//   - allocates nothing but the strings it returns.
+//
+// A field value that is not of its field's kind is an error before anything
+// else is looked at, so the decoder never has to skip nested values.
+
+// kind is the JSON type a field accepts.
+type kind uint8
+
+const (
+	kindInt    kind = iota + 1 // a JSON integer in int64 range
+	kindString                 // a JSON string
+	kindTime                   // a JSON string holding an RFC 3339 time
+)
+
+// field is one member of a body: its name, its kind, where to store it and
+// whether it must be present.
+type field struct {
+	name     string
+	kind     kind
+	optional bool
+	i        *int64
+	s        *string
+	t        *time.Time
+	set      *bool // optional fields: true when present and not null
+}
+
+// maxFields is the most fields one body may declare (the seen set is a uint32).
+const maxFields = 32
+
+func intField(name string, p *int64) field      { return field{name: name, kind: kindInt, i: p} }
+func stringField(name string, p *string) field  { return field{name: name, kind: kindString, s: p} }
+func timeField(name string, p *time.Time) field { return field{name: name, kind: kindTime, t: p} }
+
+// label is f.name for an error message. It is a copy so that, for escape
+// analysis, messages do not leak the field table: the variables the fields
+// point into can then live on the caller's stack.
+func (f *field) label() string { return strings.Clone(f.name) }
+
+func optional(f field, set *bool) field { f.optional, f.set = true, set; return f }
+func (k kind) describe() string {
+	return [...]string{"", "an integer", "a string", "an RFC 3339 time string"}[k]
+}
+func fieldNames(fields []field) (names []string) { // for messages only
+	for _, f := range fields {
+		names = append(names, f.label())
+	}
+	return names
+}
+
+// decodeBody decodes body, which must be one JSON object, into fields. It
+// returns a 400 INVALID_ARGUMENT *apiError or nil.
+func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
+	if len(fields) > maxFields { // a programming error, caught by the tests
+		return &apiError{status: 500, code: CodeInternal, message: "internal error"}
+	}
+	if len(body) > maxBytes {
+		return invalidArg("request body exceeds %d bytes", maxBytes)
+	}
+	d := decoder{b: body}
+	d.skipSpace()
+	if d.peek() != '{' {
+		return invalidArg("request body must be a JSON object with fields %v", fieldNames(fields))
+	}
+	d.pos++
+	var seen uint32
+	d.skipSpace()
+	if d.peek() == '}' {
+		d.pos++
+	} else {
+		for {
+			d.skipSpace()
+			if d.peek() != '"' {
+				return d.syntax("expected a field name")
+			}
+			keyAt := d.pos
+			key, ok := d.str()
+			if !ok {
+				return d.syntaxAt(keyAt, "malformed field name")
+			}
+			idx := lookup(fields, key)
+			if idx < 0 {
+				return invalidArg("unknown field %s", quoteField(key))
+			}
+			f := &fields[idx]
+			if seen&(1<<idx) != 0 {
+				return invalidArg("duplicate field %s (field %q is already set)", quoteField(key), f.label())
+			}
+			if string(key) != f.name {
+				return invalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), f.label())
+			}
+			seen |= 1 << idx
+			d.skipSpace()
+			if d.peek() != ':' {
+				return d.syntax("expected ':' after field " + strconv.Quote(f.name))
+			}
+			d.pos++
+			d.skipSpace()
+			if err := d.value(f); err != nil {
+				return err
+			}
+			d.skipSpace()
+			if c := d.peek(); c == ',' {
+				d.pos++
+				continue
+			} else if c == '}' {
+				d.pos++
+				break
+			}
+			return d.syntax("expected ',' or '}' after field " + strconv.Quote(f.name))
+		}
+	}
+	d.skipSpace()
+	if d.pos != len(d.b) {
+		return invalidArg("request body has unexpected data after the JSON object (offset %d)", d.pos)
+	}
+	for i := range fields {
+		if !fields[i].optional && seen&(1<<i) == 0 {
+			return invalidArg("missing required field %q", fields[i].label())
+		}
+	}
+	return nil
+}
+
+// lookup finds the field whose name equals key ignoring case, or -1.
+func lookup(fields []field, key []byte) int {
+	for i := range fields {
+		if string(key) == fields[i].name {
+			return i
+		}
+	}
+	for i := range fields {
+		if bytes.EqualFold(key, []byte(fields[i].name)) {
+			return i
+		}
+	}
+	return -1
+}
+
+// quoteField quotes a client-sent field name for a message, cut to 64 bytes.
+func quoteField(key []byte) string {
+	if len(key) > 64 {
+		return strconv.Quote(string(key[:64])) + "…"
+	}
+	return strconv.Quote(string(key))
+}
+
+// decoder is a cursor over one body.
+type decoder struct {
+	b       []byte
+	pos     int
+	scratch []byte // unescaped strings
+}
+
+func (d *decoder) peek() byte {
+	if d.pos < len(d.b) {
+		return d.b[d.pos]
+	}
+	return 0
+}
+
+func (d *decoder) skipSpace() {
+	for d.pos < len(d.b) {
+		switch d.b[d.pos] {
+		case ' ', '\t', '\n', '\r':
+			d.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) syntax(what string) *apiError { return d.syntaxAt(d.pos, what) }
+
+func (d *decoder) syntaxAt(at int, what string) *apiError {
+	if at >= len(d.b) {
+		return invalidArg("request body is not valid JSON: %s, found end of body", what)
+	}
+	return invalidArg("request body is not valid JSON at offset %d: %s", at, what)
+}
+
+// value decodes the value at the cursor into f.
+func (d *decoder) value(f *field) *apiError {
+	c := d.peek()
+	if c == 'n' && bytes.HasPrefix(d.b[d.pos:], []byte("null")) {
+		if !f.optional {
+			return invalidArg("%s must be %s, not null", f.label(), f.kind.describe())
+		}
+		d.pos += 4
+		return nil
+	}
+	switch f.kind {
+	case kindInt:
+		if c != '-' && (c < '0' || c > '9') {
+			return d.wrongType(f)
+		}
+		n, err := d.integer(f)
+		if err != nil {
+			return err
+		}
+		*f.i = n
+	case kindString, kindTime:
+		if c != '"' {
+			return d.wrongType(f)
+		}
+		at := d.pos
+		raw, ok := d.str()
+		if !ok {
+			return d.syntaxAt(at, "malformed string in field "+strconv.Quote(f.name))
+		}
+		if !utf8.Valid(raw) {
+			return invalidArg("%s is not valid UTF-8", f.label())
+		}
+		if f.kind == kindString {
+			*f.s = string(raw)
+			break
+		}
+		t, err := time.Parse(time.RFC3339, string(raw))
+		if err != nil {
+			return invalidArg("%s must be an RFC 3339 time such as \"2026-01-02T15:04:05Z\"", f.label())
+		}
+		*f.t = t
+	}
+	if f.set != nil {
+		*f.set = true
+	}
+	return nil
+}
+
+// wrongType reports the JSON type found where f's kind was expected.
+func (d *decoder) wrongType(f *field) *apiError {
+	found := "malformed"
+	switch c := d.peek(); {
+	case c == '"':
+		found = "a string"
+	case c == '{':
+		found = "an object"
+	case c == '[':
+		found = "an array"
+	case c == 't' || c == 'f':
+		found = "a boolean"
+	case c == '-' || c >= '0' && c <= '9':
+		found = "a number"
+	case c == 0:
+		found = "nothing"
+	}
+	return invalidArg("%s must be %s, not %s", f.label(), f.kind.describe(), found)
+}
+
+// integer reads -?(0|[1-9][0-9]*) as an int64. A fraction or exponent makes
+// it a non-integer even when its value is whole (1.0, 1e3).
+func (d *decoder) integer(f *field) (int64, *apiError) {
+	neg := false
+	if d.peek() == '-' {
+		neg = true
+		d.pos++
+	}
+	start := d.pos
+	var u uint64
+	overflow := false
+	for d.pos < len(d.b) && d.b[d.pos] >= '0' && d.b[d.pos] <= '9' {
+		digit := uint64(d.b[d.pos] - '0')
+		if u > (1<<64-1-digit)/10 {
+			overflow = true
+		} else {
+			u = u*10 + digit
+		}
+		d.pos++
+	}
+	digits := d.pos - start
+	switch {
+	case digits == 0:
+		return 0, invalidArg("%s must be an integer, not a malformed number", f.label())
+	case digits > 1 && d.b[start] == '0':
+		return 0, invalidArg("%s must be an integer without leading zeros", f.label())
+	}
+	if c := d.peek(); c == '.' || c == 'e' || c == 'E' {
+		return 0, invalidArg("%s must be an integer, without a fraction or exponent", f.label())
+	}
+	if neg {
+		if overflow || u > 1<<63 {
+			return 0, invalidArg("%s is out of range for a 64-bit integer", f.label())
+		}
+		return int64(-u), nil //nolint:gosec // u <= 1<<63: -u fits
+	}
+	if overflow || u > 1<<63-1 {
+		return 0, invalidArg("%s is out of range for a 64-bit integer", f.label())
+	}
+	return int64(u), nil
+}
+
+// str reads the JSON string at the cursor (which is at its opening quote)
+// and returns its unescaped bytes: a slice of the body when it has no
+// escapes, else of d.scratch. Either is valid only until the next call.
+func (d *decoder) str() ([]byte, bool) {
+	d.pos++ // opening quote
+	start := d.pos
+	for d.pos < len(d.b) {
+		switch c := d.b[d.pos]; {
+		case c == '"':
+			d.pos++
+			return d.b[start : d.pos-1], true
+		case c == '\\':
+			return d.strEscaped(start)
+		case c < 0x20:
+			return nil, false
+		}
+		d.pos++
+	}
+	return nil, false
+}
+
+// strEscaped continues str after the first backslash.
+func (d *decoder) strEscaped(start int) ([]byte, bool) {
+	out := append(d.scratch[:0], d.b[start:d.pos]...)
+	defer func() { d.scratch = out[:0] }()
+	for d.pos < len(d.b) {
+		c := d.b[d.pos]
+		switch {
+		case c == '"':
+			d.pos++
+			return out, true
+		case c < 0x20:
+			return nil, false
+		case c != '\\':
+			out = append(out, c)
+			d.pos++
+			continue
+		}
+		d.pos++ // backslash
+		if d.pos >= len(d.b) {
+			return nil, false
+		}
+		e := d.b[d.pos]
+		d.pos++
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := d.hex4()
+			if !ok {
+				return nil, false
+			}
+			if utf16.IsSurrogate(r) {
+				// A surrogate must be the first half of a pair.
+				if d.pos+1 >= len(d.b) || d.b[d.pos] != '\\' || d.b[d.pos+1] != 'u' {
+					return nil, false
+				}
+				d.pos += 2
+				r2, ok := d.hex4()
+				if !ok {
+					return nil, false
+				}
+				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+					return nil, false
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+func (d *decoder) hex4() (rune, bool) {
+	if d.pos+4 > len(d.b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d.b[d.pos : d.pos+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	d.pos += 4
+	return r, true
+}

@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// orderBody decodes body with the order request's fields.
+func orderBody(body string) (pid, qty int64, rid string, err *apiError) {
+	fields := [...]field{intField("productId", &pid), intField("quantity", &qty), stringField("requestId", &rid)}
+	err = decodeBody([]byte(body), DefaultMaxBodyBytes, fields[:])
+	return pid, qty, rid, err
+}
+
+func TestDecodeBodyAccepts(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		pid  int64
+		qty  int64
+		rid  string
+	}{
+		{`{"productId":7,"quantity":1,"requestId":"b2f1"}`, 7, 1, "b2f1"},
+		{" \r\n\t{ \"requestId\" : \"x\" ,\n\"quantity\":0, \"productId\" : -3 } \n", -3, 0, "x"},
+		{`{"productId":9223372036854775807,"quantity":-9223372036854775808,"requestId":""}`, math.MaxInt64, math.MinInt64, ""},
+		{`{"productId":1,"quantity":2,"requestId":"a\"b\\c\/d\n\u00e9\ud83d\ude00"}`, 1, 2, "a\"b\\c/d\né😀"},
+		{`{"\u0070roductId":1,"quantity":2,"requestId":"r"}`, 1, 2, "r"}, // escaped key
+	} {
+		pid, qty, rid, err := orderBody(tc.body)
+		if err != nil || pid != tc.pid || qty != tc.qty || rid != tc.rid {
+			t.Errorf("%s: got %d %d %q %v", tc.body, pid, qty, rid, err)
+		}
+	}
+}
+
+func TestDecodeBodyRejects(t *testing.T) {
+	long := `{"productId":1,"quantity":1,"requestId":"` + strings.Repeat("a", DefaultMaxBodyBytes) + `"}`
+	for _, tc := range []struct {
+		body string
+		want string // in the message
+	}{
+		{``, "productId"},
+		{`   `, "JSON object"},
+		{`[]`, "JSON object"},
+		{`null`, "JSON object"},
+		{`{}`, `"productId"`},
+		{`{"productId":1,"quantity":1}`, `missing required field "requestId"`},
+		{`{"productId":1,"quantity":1,"requestId":"a","x":1}`, `unknown field "x"`},
+		{`{"productId":1,"productId":2,"quantity":1,"requestId":"a"}`, `duplicate field "productId"`},
+		{`{"quantity":1,"Quantity":2,"productId":1,"requestId":"a"}`, `duplicate field "Quantity"`},
+		{`{"Quantity":2,"productId":1,"requestId":"a"}`, `unknown field "Quantity"`},
+		{`{"productId":1,"quantity":1.5,"requestId":"a"}`, "quantity must be an integer"},
+		{`{"productId":1,"quantity":1.0,"requestId":"a"}`, "quantity must be an integer"},
+		{`{"productId":1,"quantity":1e2,"requestId":"a"}`, "quantity must be an integer"},
+		{`{"productId":1,"quantity":1E2,"requestId":"a"}`, "quantity must be an integer"},
+		{`{"productId":1,"quantity":"7","requestId":"a"}`, "quantity must be an integer, not a string"},
+		{`{"productId":1,"quantity":true,"requestId":"a"}`, "quantity must be an integer, not a boolean"},
+		{`{"productId":1,"quantity":null,"requestId":"a"}`, "quantity must be an integer, not null"},
+		{`{"productId":1,"quantity":[1],"requestId":"a"}`, "quantity must be an integer, not an array"},
+		{`{"productId":1,"quantity":{},"requestId":"a"}`, "quantity must be an integer, not an object"},
+		{`{"productId":1,"quantity":01,"requestId":"a"}`, "quantity must be an integer without leading zeros"},
+		{`{"productId":1,"quantity":-,"requestId":"a"}`, "quantity must be an integer"},
+		{`{"productId":9223372036854775808,"quantity":1,"requestId":"a"}`, "productId is out of range"},
+		{`{"productId":-9223372036854775809,"quantity":1,"requestId":"a"}`, "productId is out of range"},
+		{`{"productId":99999999999999999999999,"quantity":1,"requestId":"a"}`, "productId is out of range"},
+		{`{"productId":1,"quantity":1,"requestId":7}`, "requestId must be a string"},
+		{`{"productId":1,"quantity":1,"requestId":"a` + "\x01" + `"}`, "requestId"},
+		{`{"productId":1,"quantity":1,"requestId":"\x"}`, "requestId"},
+		{`{"productId":1,"quantity":1,"requestId":"\ud800"}`, "requestId"},
+		{`{"productId":1,"quantity":1,"requestId":"` + "\xff" + `"}`, "requestId is not valid UTF-8"},
+		{`{"productId":1,"quantity":1,"requestId":"a"}x`, "unexpected data after the JSON object"},
+		{`{"productId":1,"quantity":1,"requestId":"a"}{}`, "unexpected data after the JSON object"},
+		{`{"productId":1,"quantity":1,"requestId":"a"`, "end of body"},
+		{`{"productId":1 "quantity":1}`, `after field "productId"`},
+		{`{"productId" 1}`, `after field "productId"`},
+		{`{"productId":1,}`, "field name"},
+		{`{productId:1}`, "field name"},
+		{long, "request body exceeds 4096 bytes"},
+	} {
+		_, _, _, err := orderBody(tc.body)
+		if err == nil {
+			t.Errorf("%.80q: accepted", tc.body)
+			continue
+		}
+		if err.status != 400 || err.code != CodeInvalidArgument || !strings.Contains(err.message, tc.want) {
+			t.Errorf("%.80q: got %d %s %q, want message containing %q", tc.body, err.status, err.code, err.message, tc.want)
+		}
+	}
+}
+
+func TestDecodeBodyOptionalAndTime(t *testing.T) {
+	var (
+		n      int64
+		at     time.Time
+		has    bool
+		fields = func() []field {
+			return []field{timeField("at", &at), optional(intField("n", &n), &has)}
+		}
+	)
+	if err := decodeBody([]byte(`{"at":"2026-01-02T03:04:05.678+01:00"}`), 4096, fields()); err != nil || has {
+		t.Fatalf("optional absent: %v %v", err, has)
+	}
+	if !at.Equal(time.Date(2026, 1, 2, 2, 4, 5, 678e6, time.UTC)) {
+		t.Fatalf("time %v", at)
+	}
+	if err := decodeBody([]byte(`{"at":"2026-01-02T03:04:05Z","n":null}`), 4096, fields()); err != nil || has {
+		t.Fatalf("optional null: %v %v", err, has)
+	}
+	if err := decodeBody([]byte(`{"at":"2026-01-02T03:04:05Z","n":3}`), 4096, fields()); err != nil || !has || n != 3 {
+		t.Fatalf("optional set: %v %v %d", err, has, n)
+	}
+	for _, bad := range []string{`{"at":"2026-01-02"}`, `{"at":"yesterday"}`, `{"at":1}`} {
+		if err := decodeBody([]byte(bad), 4096, fields()); err == nil || !strings.Contains(err.message, "at must be") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+// The order body costs one allocation: the requestId string.
+func TestDecodeBodyAllocations(t *testing.T) {
+	body := []byte(`{"productId":7,"quantity":1,"requestId":"b2f1-aaaa"}`)
+	allocs := testing.AllocsPerRun(200, func() {
+		var pid, qty int64
+		var rid string
+		fields := [...]field{intField("productId", &pid), intField("quantity", &qty), stringField("requestId", &rid)}
+		if err := decodeBody(body, DefaultMaxBodyBytes, fields[:]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 1 {
+		t.Fatalf("%v allocations per decode, want <= 1", allocs)
+	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"b\s`, "ctl\x00\x1f\n\r\t", "<a>&", "é😀", "bad\xffutf8", "\u2028"} {
+		b := appendJSONString(nil, s)
+		var back string
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Errorf("%q → %s: %v", s, b, err)
+			continue
+		}
+		want := strings.ToValidUTF8(s, "\uFFFD")
+		if back != want {
+			t.Errorf("%q → %s → %q", s, b, back)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	c := Config{JWTSecret: []byte("j"), PaymentSecret: []byte("p")}
+	c.setDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != DefaultAddr || c.MaxBodyBytes != 4096 || c.RequestTTL != 24*time.Hour || c.PayTimeout != 15*time.Minute ||
+		c.TokenTTL != 24*time.Hour || c.DisableDemoLogin || c.ProductCacheTTL != time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+	for name, mod := range map[string]func(*Config){
+		"JWTSecret":     func(c *Config) { c.JWTSecret = nil },
+		"PaymentSecret": func(c *Config) { c.PaymentSecret = nil },
+		"RequestTTL":    func(c *Config) { c.RequestTTL = time.Minute },
+		"NodeID":        func(c *Config) { c.NodeID = 1024 },
+		"MaxBodyBytes":  func(c *Config) { c.MaxBodyBytes = 10 },
+		"AdminUsers":    func(c *Config) { c.AdminUsers = []int64{0} },
+		"negative":      func(c *Config) { c.RedisTimeout = -time.Second },
+	} {
+		c := Config{JWTSecret: []byte("j"), PaymentSecret: []byte("p")}
+		mod(&c)
+		c.setDefaults()
+		err := c.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), "invalid config: ") {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := New(c, nil, nil, nil); err == nil {
+			t.Errorf("%s: New accepted", name)
+		}
+	}
+}

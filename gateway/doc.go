@@ -1,0 +1,29 @@
+// Package gateway is Stampede's HTTP front door (SPEC §3): a fasthttp server
+// that authenticates buyers, validates every request body strictly, accepts
+// purchase intents with one atomic Lua call and answers order, product,
+// payment, admin and health requests.
+//
+// It owns:
+//   - the routes, the JSON shapes and the one table that maps sentinel errors
+//     to HTTP status codes and API error codes (errors.go);
+//   - the strict request body decoder shared by every endpoint (decode.go);
+//   - bearer-token authentication and the demo login (auth.go, login.go);
+//   - POST /api/orders: orderNo generation, shard routing and lua.Reserve
+//     behind a circuit breaker (orders.go, breaker.go);
+//   - order reads, cancel, demo checkout and the signed payment callback;
+//   - the product listing with a short in-memory cache of product rows and
+//     available counts read from Redis;
+//   - admin product creation, which loads the stock shards into Redis;
+//   - /healthz, /readyz and serving the built client (StaticDir).
+//
+// It must never touch MySQL on the POST /api/orders path (the only exception
+// is looking up the current status of a replayed request, which the reserve
+// script has already answered), and it must never block on RabbitMQ: accepted
+// reservations reach the writers through the intake stream appended inside
+// the reserve script, and status events reach RabbitMQ through the outbox.
+// It never releases stock: cancels write a status change whose event makes
+// the pipeline's release consumer give the Redis reservation back.
+//
+// fasthttp pools its RequestCtx: no handler keeps ctx, its body or any slice
+// of them after it returns.
+package gateway

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// API error codes (SPEC §3). The body of every error is
+// {"error": {"code": "...", "message": "..."}}.
+const (
+	CodeInvalidArgument       = "INVALID_ARGUMENT"
+	CodeUnauthenticated       = "UNAUTHENTICATED"
+	CodeBadSignature          = "BAD_SIGNATURE"
+	CodeForbidden             = "FORBIDDEN"
+	CodeNotFound              = "NOT_FOUND"
+	CodeProductNotFound       = "PRODUCT_NOT_FOUND"
+	CodeMethodNotAllowed      = "METHOD_NOT_ALLOWED"
+	CodeSaleNotActive         = "SALE_NOT_ACTIVE"
+	CodeSoldOut               = "SOLD_OUT"
+	CodeInsufficientStock     = "INSUFFICIENT_STOCK"
+	CodePurchaseLimitExceeded = "PURCHASE_LIMIT_EXCEEDED"
+	CodeInvalidState          = "INVALID_STATE"
+	CodeAmountMismatch        = "AMOUNT_MISMATCH"
+	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
+	CodeUnavailable           = "UNAVAILABLE"
+	CodeInternal              = "INTERNAL"
+)
+
+// apiError is an answer other than success. Handlers return one directly when
+// the message depends on the request; everything else goes through errorTable.
+type apiError struct {
+	status     int
+	code       string
+	message    string
+	retryAfter bool // send Retry-After (503s)
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+// invalidArg is a 400 INVALID_ARGUMENT; the message names the field.
+func invalidArg(format string, args ...any) *apiError {
+	return &apiError{status: fasthttp.StatusBadRequest, code: CodeInvalidArgument, message: fmt.Sprintf(format, args...)}
+}
+
+// invalidState is a 409 INVALID_STATE.
+func invalidState(format string, args ...any) *apiError {
+	return &apiError{status: fasthttp.StatusConflict, code: CodeInvalidState, message: fmt.Sprintf(format, args...)}
+}
+
+// Gateway sentinels, for outcomes that have no sentinel in lua or persistence.
+var (
+	errProductNotFound = errors.New("gateway: product not found")
+	errForbidden       = errors.New("gateway: admin role required")
+	errBadSignature    = errors.New("gateway: bad payment signature")
+	errLoginDisabled   = errors.New("gateway: demo login disabled")
+	errNoRoute         = errors.New("gateway: no route")
+	errNoMethod        = errors.New("gateway: method not allowed")
+)
+
+// errorTable maps sentinel errors to status and API code: the one place where
+// errors become HTTP answers. The first entry that errors.Is matches wins.
+var errorTable = []struct {
+	err     error
+	status  int
+	code    string
+	message string
+}{
+	{lua.ErrKeyReused, 422, CodeIdempotencyKeyReused, "requestId was already used with a different payload"},
+	{lua.ErrNotFound, 404, CodeProductNotFound, "product not found"},
+	{errProductNotFound, 404, CodeProductNotFound, "product not found"},
+	{lua.ErrNotActive, 409, CodeSaleNotActive, "the sale is not open"},
+	{lua.ErrSoldOut, 409, CodeSoldOut, "sold out"},
+	{lua.ErrInsufficient, 409, CodeInsufficientStock, "not enough stock left for this quantity"},
+	{lua.ErrLimitExceeded, 409, CodePurchaseLimitExceeded, "this purchase would exceed the per-user limit"},
+	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order"},
+	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
+	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},
+	{persistence.ErrAmount, 409, CodeAmountMismatch, "amount differs from the order's amount"},
+	{auth.ErrUnauthenticated, 401, CodeUnauthenticated, "missing or invalid bearer token"},
+	{errBadSignature, 401, CodeBadSignature, "missing or invalid X-Signature"},
+	{errForbidden, 403, CodeForbidden, "admin role required"},
+	{errLoginDisabled, 404, CodeNotFound, "demo login is disabled"},
+	{errNoRoute, 404, CodeNotFound, "no such endpoint"},
+	{errNoMethod, 405, CodeMethodNotAllowed, "method not allowed on this endpoint"},
+	{gobreaker.ErrOpenState, 503, CodeUnavailable, "Redis is unavailable; retry shortly"},
+	{gobreaker.ErrTooManyRequests, 503, CodeUnavailable, "Redis is unavailable; retry shortly"},
+}
+
+// toAPIError turns any error into the answer to send. Errors that are not in
+// the table come from a dependency: a MySQL server error that is not
+// transient is a bug (500 INTERNAL); anything else — a lost connection, a
+// timeout, a Redis error — is 503 UNAVAILABLE with Retry-After.
+func toAPIError(err error) (e *apiError, known bool) {
+	if errors.As(err, &e) {
+		return e, true
+	}
+	for _, t := range errorTable {
+		if errors.Is(err, t.err) {
+			return &apiError{status: t.status, code: t.code, message: t.message, retryAfter: t.status == 503}, true
+		}
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && !persistence.IsRetryable(err) {
+		return &apiError{status: 500, code: CodeInternal, message: "internal error"}, false
+	}
+	return &apiError{status: 503, code: CodeUnavailable, message: "a dependency is unavailable; retry shortly", retryAfter: true}, false
+}
+
+// fail answers err. Errors outside the table are logged (without the request
+// body); breaker rejections are not, so an outage does not flood the log.
+func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
+	e, known := toAPIError(err)
+	if !known {
+		lvl := s.log.Warn
+		if e.status == 500 {
+			lvl = s.log.Error
+		}
+		lvl("request failed", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", e.status, "err", err)
+	}
+	if e.retryAfter {
+		ctx.Response.Header.Set("Retry-After", s.retryAfter)
+	}
+	if e.status == fasthttp.StatusUnauthorized && e.code == CodeUnauthenticated {
+		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
+	}
+	writeError(ctx, e.status, e.code, e.message)
+}
+
+// writeError writes the error body.
+func writeError(ctx *fasthttp.RequestCtx, status int, code, message string) {
+	var a [256]byte
+	b := append(a[:0], `{"error":{"code":`...)
+	b = appendJSONString(b, code)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, message)
+	b = append(b, "}}"...)
+	writeBody(ctx, status, b)
+}
+
+// retryAfterSeconds renders d as whole seconds, at least 1.
+func retryAfterSeconds(d float64) string {
+	n := int64(d)
+	if float64(n) < d {
+		n++
+	}
+	return strconv.FormatInt(max(n, 1), 10)
+}

@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/lua"
+)
+
+// readyProbe is a shard of product 0, which never exists (ids start at 1):
+// running reserve against it executes the script and writes nothing.
+var readyProbe = lua.ShardKeys(0, 0)
+
+// Ready reports whether the gateway can serve orders: Redis answers and runs
+// the reserve script (loading it if its cache was flushed), MySQL answers a
+// ping and Config.ReadyCheck, if set, passes. The error names every
+// dependency that failed, e.g. "redis: ...; mysql: ...". It bypasses the
+// circuit breaker, so it also tells when Redis is back.
+func (s *Server) Ready(ctx context.Context) error {
+	var errs []error
+	_, err := lua.Reserve(ctx, s.rdb, readyProbe, lua.ReserveArgs{
+		OrderNo: "readyz", UserID: 0, RequestID: "readyz", Quantity: 1, TTL: time.Second,
+	})
+	if !errors.Is(err, lua.ErrNotFound) {
+		if err == nil {
+			err = errors.New("reserve script accepted a probe for a missing product")
+		}
+		errs = append(errs, fmt.Errorf("redis: %w", err))
+	}
+	if err := s.store.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("mysql: %w", err))
+	}
+	if s.cfg.ReadyCheck != nil {
+		if err := s.cfg.ReadyCheck(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msg := errs[0].Error()
+	for _, e := range errs[1:] {
+		msg += "; " + e.Error()
+	}
+	return errors.New(msg)
+}
+
+// readyz is GET /readyz: 200 {"status":"ready"}, or 503 UNAVAILABLE whose
+// message names the failed dependencies.
+func (s *Server) readyz(ctx *fasthttp.RequestCtx) {
+	rctx, cancel := s.callCtx(s.cfg.ReadyTimeout)
+	err := s.Ready(rctx)
+	cancel()
+	if err != nil {
+		ctx.Response.Header.Set("Retry-After", s.retryAfter)
+		writeError(ctx, fasthttp.StatusServiceUnavailable, CodeUnavailable, "not ready: "+err.Error())
+		return
+	}
+	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ready"}`))
+}

@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+)
+
+func TestHealthAndReady(t *testing.T) {
+	var rabbitDown bool
+	e := newEnv(t, func(c *Config) {
+		c.ReadyCheck = func(context.Context) error {
+			if rabbitDown {
+				return errors.New("rabbitmq: connection refused")
+			}
+			return nil
+		}
+	})
+	if r := e.do("GET", "/healthz", "", nil); r.status != 200 || string(r.body) != `{"status":"ok"}` {
+		t.Fatalf("healthz: %s", r)
+	}
+	if r := e.do("GET", "/readyz", "", nil); r.status != 200 {
+		t.Fatalf("readyz: %s", r)
+	}
+	// Flushed script cache: the probe reloads the script and stays ready.
+	if err := e.rdb.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/readyz", "", nil); r.status != 200 {
+		t.Fatalf("readyz after SCRIPT FLUSH: %s", r)
+	}
+	// The probe wrote nothing.
+	if keys, _ := e.rdb.Keys(context.Background(), lua.Prefix+"*").Result(); len(keys) != 0 {
+		t.Fatalf("probe left keys %v", keys)
+	}
+	rabbitDown = true
+	msg := e.do("GET", "/readyz", "", nil).wantError(t, 503, CodeUnavailable)
+	if !strings.Contains(msg, "rabbitmq") || strings.Contains(msg, "redis") || strings.Contains(msg, "mysql") {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+// With Redis unreachable the gateway answers 503 UNAVAILABLE with
+// Retry-After; once the breaker is open it answers without trying Redis.
+func TestRedisUnavailable(t *testing.T) {
+	e := newEnv(t)
+	pid := e.product(openSale(10))
+
+	dead := redis.NewClient(&redis.Options{Addr: closedAddr(t), DB: 2, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { dead.Close() })
+	srv, err := New(baseConfig(), dead, e.store, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, _ := serveInMemory(t, srv)
+	tok := token(t, 1)
+	body := fmt.Sprintf(`{"productId":%d,"quantity":1,"requestId":"down"}`, pid)
+	for i := range 20 {
+		start := time.Now()
+		r := doHTTP(t, hc, "POST", "/api/orders", tok, body)
+		r.wantError(t, 503, CodeUnavailable)
+		if r.header.Get("Retry-After") != "1" {
+			t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
+		}
+		if i >= 5 { // assert correctness only; the time is for the log
+			t.Logf("request %d with the breaker open: %v", i, time.Since(start))
+		}
+	}
+	if st := srv.breaker.State().String(); st != "open" {
+		t.Fatalf("breaker %s, want open", st)
+	}
+	doHTTP(t, hc, "GET", "/api/products", "", nil).wantError(t, 503, CodeUnavailable)
+	msg := doHTTP(t, hc, "GET", "/readyz", "", nil).wantError(t, 503, CodeUnavailable)
+	if !strings.Contains(msg, "redis:") || strings.Contains(msg, "mysql:") {
+		t.Fatalf("readyz message %q", msg)
+	}
+	if err := srv.Ready(context.Background()); err == nil || !strings.HasPrefix(err.Error(), "redis: ") {
+		t.Fatalf("Ready: %v", err)
+	}
+	// The healthy gateway on the real Redis is unaffected and nothing was reserved.
+	if a, n := e.available(pid, 0), e.intake(pid); a != 10 || n != 0 {
+		t.Fatalf("available %d, intake %d", a, n)
+	}
+	if r := e.buy(1, pid, 1, "down"); r.status != 202 {
+		t.Fatalf("healthy gateway: %s", r)
+	}
+}
+
+// The breaker closes again once Redis answers.
+func TestBreakerRecovers(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.BreakerOpen = 100 * time.Millisecond })
+	pid := e.product(openSale(10))
+	// Open the breaker with failures of the real client: a cancelled
+	// RedisTimeout is simulated by calls that fail.
+	for range 5 {
+		_ = e.srv.redisCall(func(context.Context) error { return errors.New("simulated network error") })
+	}
+	if st := e.srv.breaker.State().String(); st != "open" {
+		t.Fatalf("breaker %s", st)
+	}
+	e.buy(1, pid, 1, "r").wantError(t, 503, CodeUnavailable)
+	time.Sleep(150 * time.Millisecond)
+	if r := e.buy(1, pid, 1, "r"); r.status != 202 {
+		t.Fatalf("after recovery: %s", r)
+	}
+	// Script outcomes are successes, not failures.
+	for i := range 10 {
+		e.buy(int64(100+i), 999999, 1, "r").wantError(t, 404, CodeProductNotFound)
+	}
+	if st := e.srv.breaker.State().String(); st != "closed" {
+		t.Fatalf("breaker %s after script outcomes", st)
+	}
+}

@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"errors"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// cancelFrom are the statuses a buyer may cancel from (SPEC §2).
+var cancelFrom = []order.Status{order.Processing, order.WaitingPay}
+
+// cancelOrder is POST /api/orders/{orderNo}/cancel: the caller cancels their
+// order, PROCESSING or WAITING_PAY → CANCELLED, with store.CloseOrder. The
+// Redis reservation is given back by the pipeline's release consumer when
+// the status event arrives; the gateway never releases stock itself.
+//
+// 200 order; 404 (no such order, or another user's); 409 INVALID_STATE (the
+// order is past cancelling, or is accepted but not yet stored in MySQL).
+func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	no := orderNoParam(ctx)
+	if no == "" {
+		s.fail(ctx, persistence.ErrNotFound)
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	o, err := s.store.CloseOrder(sctx, persistence.CloseRequest{
+		OrderNo: no, UserID: c.UserID, Reason: order.ReasonUser, From: cancelFrom,
+	})
+	cancel()
+	switch {
+	case err == nil:
+		s.writeJSON(ctx, fasthttp.StatusOK, toOrderJSON(o))
+	case errors.Is(err, persistence.ErrInvalidState):
+		s.fail(ctx, invalidState("order is %s and can no longer be cancelled", o.Status))
+	case errors.Is(err, persistence.ErrNotFound):
+		s.failNotStored(ctx, no, c.UserID)
+	default:
+		s.fail(ctx, err)
+	}
+}
+
+// failNotStored answers a change asked for an order MySQL does not have: 409
+// if it is the caller's order still on its way from Redis to MySQL, else 404.
+func (s *Server) failNotStored(ctx *fasthttp.RequestCtx, no string, userID int64) {
+	_, owner, err := s.pendingOrder(no)
+	switch {
+	case err != nil:
+		s.fail(ctx, err)
+	case owner == userID:
+		s.fail(ctx, invalidState("order is still being recorded (PROCESSING); retry shortly"))
+	default:
+		s.fail(ctx, persistence.ErrNotFound)
+	}
+}

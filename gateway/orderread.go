@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// orderJSON is the API shape of an order (SPEC §3). Times are RFC 3339 UTC;
+// payDeadline is null until the order waits for payment.
+type orderJSON struct {
+	OrderNo     string       `json:"orderNo"`
+	RequestID   string       `json:"requestId"`
+	ProductID   int64        `json:"productId"`
+	Quantity    int64        `json:"quantity"`
+	Amount      int64        `json:"amount"`
+	Status      order.Status `json:"status"`
+	Version     int64        `json:"version"`
+	CreatedAt   time.Time    `json:"createdAt"`
+	UpdatedAt   time.Time    `json:"updatedAt"`
+	PayDeadline *time.Time   `json:"payDeadline"`
+}
+
+func toOrderJSON(o persistence.Order) orderJSON {
+	j := orderJSON{
+		OrderNo: o.OrderNo, RequestID: o.RequestID, ProductID: o.ProductID, Quantity: o.Quantity,
+		Amount: o.Amount, Status: o.Status, Version: o.Version,
+		CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
+	}
+	if o.PayDeadline != nil {
+		t := o.PayDeadline.UTC()
+		j.PayDeadline = &t
+	}
+	return j
+}
+
+// listResponse is the body of GET /api/orders.
+type listResponse struct {
+	Orders     []orderJSON `json:"orders"`
+	NextCursor *string     `json:"nextCursor"` // null on the last page
+}
+
+// orderNoParam returns the {orderNo} of the path, or "" when it is not a
+// well-formed orderNo (which answers 404: no such order can exist).
+func orderNoParam(ctx *fasthttp.RequestCtx) string {
+	no, _ := ctx.UserValue("orderNo").(string)
+	if _, _, _, err := order.ParseNo(no); err != nil {
+		return ""
+	}
+	return no
+}
+
+// getOrder is GET /api/orders/{orderNo}: the caller's order from MySQL, or,
+// while the writers have not stored it yet, from its pending record in Redis
+// (status PROCESSING, version 1). Another user's order is 404.
+func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	no := orderNoParam(ctx)
+	if no == "" {
+		s.fail(ctx, persistence.ErrNotFound)
+		return
+	}
+	o, err := s.findOrder(no, c.UserID)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, o)
+}
+
+// findOrder looks no up in MySQL, then in Redis. It returns
+// persistence.ErrNotFound for an order that does not exist or is not userID's.
+func (s *Server) findOrder(no string, userID int64) (orderJSON, error) {
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	o, err := s.store.GetOrder(sctx, no)
+	cancel()
+	switch {
+	case err == nil && o.UserID == userID:
+		return toOrderJSON(o), nil
+	case err == nil:
+		return orderJSON{}, persistence.ErrNotFound
+	case !errors.Is(err, persistence.ErrNotFound):
+		return orderJSON{}, err
+	}
+	p, owner, err := s.pendingOrder(no)
+	if err != nil {
+		return orderJSON{}, err
+	}
+	if owner != userID {
+		return orderJSON{}, persistence.ErrNotFound
+	}
+	return p, nil
+}
+
+// pendingOrder reads the record reserve.lua keeps for an accepted order
+// (hash u, r, q, pr, t) until the writers have stored it. owner is 0 when
+// there is no record.
+func (s *Server) pendingOrder(no string) (o orderJSON, owner int64, err error) {
+	_, shard, productID, err := order.ParseNo(no)
+	if err != nil {
+		return orderJSON{}, 0, nil
+	}
+	var vals []any
+	err = s.redisCall(func(ctx context.Context) (err error) {
+		vals, err = s.rdb.HMGet(ctx, lua.ShardKeys(productID, shard).Order(no),
+			order.FieldUser, order.FieldRequest, order.FieldQuantity, order.FieldUnitPrice, order.FieldAccepted).Result()
+		return err
+	})
+	if err != nil {
+		return orderJSON{}, 0, err
+	}
+	var n [5]int64
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			return orderJSON{}, 0, nil // no record (or a partial one): not found
+		}
+		if i != 1 {
+			if n[i], err = strconv.ParseInt(str, 10, 64); err != nil {
+				s.log.Warn("malformed pending order record", "orderNo", no, "field", i, "err", err)
+				return orderJSON{}, 0, nil
+			}
+		}
+	}
+	rid := vals[1].(string)
+	at := time.UnixMilli(n[4]).UTC()
+	return orderJSON{
+		OrderNo: no, RequestID: rid, ProductID: productID, Quantity: n[2], Amount: n[2] * n[3],
+		Status: order.Processing, Version: 1, CreatedAt: at, UpdatedAt: at,
+	}, n[0], nil
+}
+
+// listOrders is GET /api/orders?limit=20&cursor=: the caller's orders stored
+// in MySQL, newest first. limit is 1…100 (default 20); cursor is the
+// nextCursor of the previous page.
+func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	args := ctx.QueryArgs()
+	limit := 20
+	if v := args.Peek("limit"); v != nil {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > 100 {
+			s.fail(ctx, invalidArg("limit must be an integer from 1 to 100"))
+			return
+		}
+		limit = n
+	}
+	cursor := string(args.Peek("cursor"))
+	if cursor != "" {
+		if n, err := strconv.ParseInt(cursor, 10, 64); err != nil || n <= 0 {
+			s.fail(ctx, invalidArg("cursor is not a cursor returned by this endpoint"))
+			return
+		}
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	orders, next, err := s.store.ListOrders(sctx, c.UserID, limit, cursor)
+	cancel()
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	resp := listResponse{Orders: make([]orderJSON, 0, len(orders))}
+	for _, o := range orders {
+		resp.Orders = append(resp.Orders, toOrderJSON(o))
+	}
+	if next != "" {
+		resp.NextCursor = &next
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, resp)
+}

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// productJSON is the API shape of a product (SPEC §3). available is the sum
+// of the Redis counts of the product's stock shards.
+type productJSON struct {
+	ID           int64     `json:"id"`
+	Name         string    `json:"name"`
+	Price        int64     `json:"price"`
+	Total        int64     `json:"total"`
+	Available    int64     `json:"available"`
+	SaleStart    time.Time `json:"saleStart"`
+	SaleEnd      time.Time `json:"saleEnd"`
+	PerUserLimit int64     `json:"perUserLimit"`
+	SoldOut      bool      `json:"soldOut"`
+}
+
+func toProductJSON(p persistence.Product, available int64) productJSON {
+	return productJSON{
+		ID: p.ID, Name: p.Name, Price: p.Price, Total: p.Total, Available: available,
+		SaleStart: p.SaleStart.UTC(), SaleEnd: p.SaleEnd.UTC(), PerUserLimit: p.PerUserLimit,
+		SoldOut: available <= 0,
+	}
+}
+
+// listProducts is GET /api/products: every product, oldest first.
+func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
+	snap, err := s.products.get(s.cfg.StoreTimeout)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	avail, err := s.available(snap.list)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	out := make([]productJSON, len(snap.list))
+	for i, p := range snap.list {
+		out[i] = toProductJSON(p, avail[i])
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// getProduct is GET /api/products/{id}; 404 PRODUCT_NOT_FOUND.
+func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
+	raw, _ := ctx.UserValue("id").(string)
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		s.fail(ctx, errProductNotFound)
+		return
+	}
+	snap, err := s.products.get(s.cfg.StoreTimeout)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	i, ok := snap.byID[id]
+	if !ok {
+		s.fail(ctx, errProductNotFound)
+		return
+	}
+	avail, err := s.available(snap.list[i : i+1])
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, toProductJSON(snap.list[i], avail[0]))
+}
+
+// available reads, in one pipelined round trip, the Redis available count of
+// every shard of ps and returns the sum per product. A shard whose stock hash
+// is missing counts 0.
+func (s *Server) available(ps []persistence.Product) ([]int64, error) {
+	out := make([]int64, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	var cmds []*redis.StringCmd
+	err := s.redisCall(func(ctx context.Context) error {
+		pipe := s.rdb.Pipeline()
+		for _, p := range ps {
+			for sh := range max(p.Shards, 1) {
+				cmds = append(cmds, pipe.HGet(ctx, lua.ShardKeys(p.ID, sh).Stock(), "available"))
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	next := 0
+	for i, p := range ps {
+		for range max(p.Shards, 1) {
+			n, err := cmds[next].Int64()
+			next++
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, err
+			}
+			out[i] += n
+		}
+	}
+	return out, nil
+}
+
+// productCache keeps the product rows for ttl so that a sale's product page,
+// the most requested read, costs MySQL one query per second per gateway.
+type productCache struct {
+	store *persistence.Store
+	ttl   time.Duration
+	log   *slog.Logger
+	snap  atomic.Pointer[productSnapshot]
+	mu    sync.Mutex // one refresh at a time
+}
+
+// productSnapshot is one immutable read of the product table.
+type productSnapshot struct {
+	at   time.Time
+	list []persistence.Product // oldest first
+	byID map[int64]int         // id → index in list
+}
+
+// staleLimit is how long a snapshot may be served when MySQL cannot be read.
+const staleLimit = time.Minute
+
+func newProductCache(store *persistence.Store, ttl time.Duration, log *slog.Logger) *productCache {
+	return &productCache{store: store, ttl: ttl, log: log}
+}
+
+// get returns a snapshot at most ttl old, reading MySQL when needed. If MySQL
+// fails it serves the previous snapshot for up to staleLimit.
+func (c *productCache) get(timeout time.Duration) (*productSnapshot, error) {
+	if sn := c.snap.Load(); sn != nil && time.Since(sn.at) < c.ttl {
+		return sn, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.snap.Load()
+	if old != nil && time.Since(old.at) < c.ttl { // refreshed while we waited
+		return old, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	list, err := c.store.ListProducts(ctx)
+	if err != nil {
+		if old != nil && time.Since(old.at) < staleLimit {
+			c.log.Warn("product cache: serving stale products", "age", time.Since(old.at).String(), "err", err)
+			return old, nil
+		}
+		return nil, err
+	}
+	sn := &productSnapshot{at: time.Now(), list: list, byID: make(map[int64]int, len(list))}
+	for i, p := range list {
+		sn.byID[p.ID] = i
+	}
+	c.snap.Store(sn)
+	return sn, nil
+}
+
+// invalidate makes the next get read MySQL (after a product was created here).
+// It waits for a refresh in flight, whose read may predate the new product.
+func (c *productCache) invalidate() {
+	c.mu.Lock()
+	c.snap.Store(nil)
+	c.mu.Unlock()
+}

@@ -1,0 +1,246 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"github.com/fasthttp/router"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// Server is the gateway. Create it with New; it is safe for concurrent use.
+type Server struct {
+	cfg        Config
+	rdb        redis.UniversalClient
+	store      *persistence.Store
+	log        *slog.Logger
+	verifier   *auth.Verifier
+	gen        *order.NoGenerator
+	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	products   *productCache
+	admins     map[int64]bool
+	retryAfter string // Retry-After of 503s, whole seconds
+	router     *router.Router
+	static     fasthttp.RequestHandler // nil without StaticDir
+	handler    fasthttp.RequestHandler
+	// base is the parent of every context a handler passes to Redis or
+	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
+	// Done channel would make context.WithTimeout start a goroutine.
+	base context.Context
+}
+
+// New returns a gateway serving cfg with the given Redis client and MySQL
+// store. It does no I/O: dependencies are checked by Ready. logger may be nil.
+func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger *slog.Logger) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rdb == nil || store == nil {
+		return nil, errors.New("invalid config: gateway needs a Redis client and a store")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "gateway")
+	node := int64(cfg.NodeID)
+	if node < 0 {
+		node = rand.Int64N(1024)
+	}
+	gen, err := order.NewNoGenerator(node)
+	if err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	s := &Server{
+		cfg:        cfg,
+		rdb:        rdb,
+		store:      store,
+		log:        logger,
+		verifier:   auth.NewVerifier(cfg.JWTSecret),
+		gen:        gen,
+		admins:     make(map[int64]bool, len(cfg.AdminUsers)),
+		retryAfter: retryAfterSeconds(cfg.BreakerOpen.Seconds()),
+		base:       context.Background(),
+	}
+	for _, id := range cfg.AdminUsers {
+		s.admins[id] = true
+	}
+	s.breaker = newRedisBreaker(cfg, logger)
+	s.products = newProductCache(store, cfg.ProductCacheTTL, logger)
+	if cfg.StaticDir != "" {
+		if s.static, err = newStaticHandler(cfg.StaticDir, s.notFoundJSON); err != nil {
+			return nil, err
+		}
+	}
+	s.router = s.routes()
+	s.handler = s.recoverPanics(s.router.Handler)
+	logger.Debug("gateway configured", "node", node, "demoLogin", !cfg.DisableDemoLogin, "static", cfg.StaticDir)
+	return s, nil
+}
+
+func (s *Server) routes() *router.Router {
+	r := router.New()
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	r.NotFound = s.notFound
+	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoMethod) }
+
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+	r.POST("/api/auth/login", s.login)
+
+	r.POST("/api/orders", s.authed(s.createOrder))
+	r.GET("/api/orders", s.authed(s.listOrders))
+	r.GET("/api/orders/{orderNo}", s.authed(s.getOrder))
+	r.POST("/api/orders/{orderNo}/cancel", s.authed(s.cancelOrder))
+	r.POST("/api/orders/{orderNo}/pay", s.authed(s.demoPay))
+	r.POST("/api/payments/callback", s.paymentCallback)
+
+	r.GET("/api/products", s.listProducts)
+	r.GET("/api/products/{id}", s.getProduct)
+	r.POST("/api/admin/products", s.adminOnly(s.createProduct))
+	return r
+}
+
+// Handler returns the gateway's request handler: routing, authentication,
+// the API and, with StaticDir, the client. Use it to serve the gateway from
+// another fasthttp.Server or to call it in tests.
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handler }
+
+// Handle adds a route served next to the API (for example /metrics or the
+// push WebSocket on the same port). Call it before the server starts
+// serving; like fasthttp/router it panics on a path that conflicts with an
+// existing route.
+func (s *Server) Handle(method, path string, h fasthttp.RequestHandler) {
+	s.router.Handle(method, path, h)
+}
+
+// Run listens on Config.Addr and serves until ctx is cancelled, then shuts
+// down gracefully: it stops accepting, lets requests in flight finish (at
+// most ShutdownTimeout) and returns nil.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen %s: %w", s.cfg.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve is Run on a listener the caller opened; it closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := s.httpServer()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("gateway listening", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.ShutdownWithContext(sctx)
+	<-errc
+	if err != nil {
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	s.log.Info("gateway stopped")
+	return nil
+}
+
+// httpServer is the fasthttp.Server that Serve runs.
+func (s *Server) httpServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      s.handler,
+		ErrorHandler: s.requestError,
+		Name:         "stampede",
+		ReadTimeout:  s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout,
+		IdleTimeout:  s.cfg.IdleTimeout,
+		// Bodies up to this size are read and then refused by decodeBody
+		// with a JSON 400 on an intact connection; larger ones are refused
+		// while reading (requestError).
+		MaxRequestBodySize: max(16*s.cfg.MaxBodyBytes, 64<<10),
+		CloseOnShutdown:    true,
+		Logger:             fasthttpLogger{s.log},
+	}
+}
+
+// requestError answers requests fasthttp could not read.
+func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
+	var netErr net.Error
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, fasthttp.StatusBadRequest, CodeInvalidArgument,
+			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
+	case errors.As(err, &small):
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidArgument, "request headers are too large")
+	case errors.As(err, &netErr) && netErr.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, CodeInvalidArgument, "request not received in time")
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, CodeInvalidArgument, "malformed HTTP request")
+	}
+}
+
+// recoverPanics turns a panic in next into 500 INTERNAL and logs it. No
+// handler is meant to panic; this keeps one bug from killing the process.
+func (s *Server) recoverPanics(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("panic in handler", "method", string(ctx.Method()), "path", string(ctx.Path()),
+					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				ctx.Response.Reset()
+				writeError(ctx, fasthttp.StatusInternalServerError, CodeInternal, "internal error")
+			}
+		}()
+		next(ctx)
+	}
+}
+
+var apiPrefix = []byte("/api/")
+
+// notFound serves the client for GET and HEAD outside /api/ (when StaticDir
+// is set) and a JSON 404 for everything else.
+func (s *Server) notFound(ctx *fasthttp.RequestCtx) {
+	if s.static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) {
+		s.static(ctx)
+		return
+	}
+	s.notFoundJSON(ctx)
+}
+
+func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute) }
+
+// healthz answers 200 while the process serves HTTP.
+func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
+	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// fasthttpLogger sends fasthttp's own messages (mostly broken connections)
+// to slog at debug level.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug("fasthttp: " + fmt.Sprintf(format, args...))
+}
+
+// callCtx returns the context for one dependency call of a handler.
+func (s *Server) callCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.base, d)
+}

@@ -1,0 +1,351 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// Handler names. ConsumerOrderLock is also the consumer_name of the consume
+// log rows LockStock writes, so it must never change.
+const (
+	ConsumerOrderLock    = "order-lock"
+	ConsumerStockRelease = "stock-release"
+	ConsumerOrderClose   = "order-close"
+)
+
+// ConsumerConfig configures a Consumer. Zero fields take the documented default.
+type ConsumerConfig struct {
+	// Name prefixes the AMQP consumer tags ("<Name>.<handler>.<random>").
+	// Default "<hostname>-<pid>-<random>".
+	Name string
+	// Prefetch is the most unacknowledged messages per handler (basic.qos on
+	// its channel). Default 64.
+	Prefetch int
+	// Workers is the number of goroutines handling messages, per handler.
+	// Default 8.
+	Workers int
+	// PayTimeout is how long a locked order waits for payment: its
+	// pay_deadline is the database's now + PayTimeout (SPEC §7,
+	// STAMPEDE_PAY_TIMEOUT). Default 15m.
+	PayTimeout time.Duration
+	// ReleaseMarkerTTL is the life of the Redis marker that makes a release
+	// happen once; it must outlive every redelivery of a release. Default
+	// 7 days (168h).
+	ReleaseMarkerTTL time.Duration
+	// HandleTimeout bounds the handling of one message (its MySQL
+	// transaction or Redis script). Default 30s.
+	HandleTimeout time.Duration
+	// RetryBackoff and MaxRetryBackoff bound how long a worker waits before
+	// it requeues a message that failed with a transient error (MySQL or
+	// Redis down); the wait doubles with each consecutive failure of that
+	// worker. Defaults 500ms and 10s.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// Logger receives warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *ConsumerConfig) setDefaults() {
+	if c.Name == "" {
+		c.Name = instanceName()
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 64
+	}
+	if c.Workers == 0 {
+		c.Workers = 8
+	}
+	setDur(&c.PayTimeout, 15*time.Minute)
+	setDur(&c.ReleaseMarkerTTL, 7*24*time.Hour)
+	setDur(&c.HandleTimeout, 30*time.Second)
+	setDur(&c.RetryBackoff, 500*time.Millisecond)
+	setDur(&c.MaxRetryBackoff, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *ConsumerConfig) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("invalid config: consumer name must be set")
+	case c.Prefetch < 1 || c.Prefetch > 65535:
+		return fmt.Errorf("invalid config: consumer prefetch %d not in 1…65535", c.Prefetch)
+	case c.Workers < 1:
+		return fmt.Errorf("invalid config: consumer workers %d", c.Workers)
+	case c.PayTimeout <= 0 || c.HandleTimeout <= 0:
+		return errors.New("invalid config: consumer pay and handle timeouts must be positive")
+	case c.ReleaseMarkerTTL < time.Second:
+		return fmt.Errorf("invalid config: consumer release marker TTL %v below 1s", c.ReleaseMarkerTTL)
+	case c.RetryBackoff <= 0 || c.MaxRetryBackoff < c.RetryBackoff:
+		return fmt.Errorf("invalid config: consumer retry backoff %v…%v", c.RetryBackoff, c.MaxRetryBackoff)
+	}
+	return nil
+}
+
+// ConsumerStats counts, over every handler, what a Consumer did.
+type ConsumerStats struct {
+	Acked    int64 // messages handled and acknowledged
+	Requeued int64 // messages requeued after a transient error
+	Rejected int64 // poison messages rejected without requeue
+}
+
+// Consumer runs the order-lock, stock-release and order-close handlers
+// (SPEC §1 "consumer"), each on its own channel with manual acknowledgement:
+// a message is acked only after the MySQL commit or the Redis script that
+// applied it returned, so a consumer killed mid-way gets its messages
+// redelivered and the consume log / release marker / conditional update
+// makes the second application a no-op.
+//
+// A message that cannot be decoded or does not fit its queue is logged and
+// rejected without requeue (a later issue routes it to a dead-letter queue).
+// A transient error (persistence.IsRetryable, Redis unreachable) makes the
+// worker wait with exponential backoff, then requeue the message, so an
+// outage never becomes a hot loop.
+type Consumer struct {
+	cfg   ConsumerConfig
+	store *persistence.Store
+	rdb   redis.UniversalClient
+	conn  *Conn
+	log   *slog.Logger
+
+	acked, requeued, rejected atomic.Int64
+}
+
+// NewConsumer returns a Consumer; cfg is completed with defaults and
+// validated. conn should not be shared with the relay.
+func NewConsumer(store *persistence.Store, rdb redis.UniversalClient, conn *Conn, cfg ConsumerConfig) (*Consumer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: cfg.Logger.With("component", "consumer")}, nil
+}
+
+// Stats returns the counters so far.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{Acked: c.acked.Load(), Requeued: c.requeued.Load(), Rejected: c.rejected.Load()}
+}
+
+// verdict is what a handler decided about one message.
+type verdict int
+
+const (
+	ack     verdict = iota // applied, or nothing to apply: acknowledge
+	retry                  // transient failure: wait, then requeue
+	discard                // poison: reject without requeue
+)
+
+type handler struct {
+	name  string
+	queue string
+	fn    func(ctx context.Context, ev order.Event) (verdict, error)
+}
+
+// Run consumes until ctx is cancelled, reconnecting whenever a channel or
+// the connection closes. On return every handler has stopped, messages in
+// hand were finished and acked, and prefetched ones are back in their queue.
+// It returns nil after a cancelled ctx, or ErrConnClosed (wrapped) if its
+// Conn was closed while it ran.
+func (c *Consumer) Run(ctx context.Context) error {
+	handlers := []handler{
+		{ConsumerOrderLock, QueueOrderCreated, c.lock},
+		{ConsumerStockRelease, QueueStockRelease, c.release},
+		{ConsumerOrderClose, QueueOrderClose, c.close},
+	}
+	errs := make([]error, len(handlers))
+	var wg sync.WaitGroup
+	for i, h := range handlers {
+		wg.Go(func() { errs[i] = c.consume(ctx, h) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// consume runs one handler, reopening its channel with backoff. It returns
+// nil once ctx is cancelled, or an error if the Conn was closed.
+func (c *Consumer) consume(ctx context.Context, h handler) error {
+	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := c.consumeOnce(ctx, h)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrConnClosed) {
+			return fmt.Errorf("consumer %s: %w", h.name, err)
+		}
+		if time.Since(start) > time.Minute {
+			bo.reset() // it ran fine for a while: reconnect quickly
+		}
+		c.log.Warn("consumer: channel closed, reconnecting", "handler", h.name, "err", err)
+		sleep(ctx, bo.next())
+	}
+	return nil
+}
+
+// consumeOnce consumes h's queue on a fresh channel until the channel closes
+// or ctx is cancelled.
+func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
+	ch, err := c.conn.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close() // unacked prefetched messages go back to the queue
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("consumer %s: qos: %w", h.name, err)
+	}
+	tag := c.cfg.Name + "." + h.name + "." + strconv.FormatUint(rand.Uint64()&0xffffff, 16)
+	deliveries, err := ch.Consume(h.queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consumer %s: consume %s: %w", h.name, h.queue, err)
+	}
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() { c.work(ctx, h, deliveries) })
+	}
+	wg.Wait()
+	select {
+	case e, ok := <-closes:
+		if ok && e != nil {
+			return e
+		}
+		return errors.New("channel closed")
+	default:
+		return nil
+	}
+}
+
+// work handles deliveries until the channel closes or ctx is cancelled.
+func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.Delivery) {
+	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
+	failing := 0
+	for {
+		var d amqp.Delivery
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok = <-deliveries:
+			if !ok {
+				return
+			}
+		}
+		v, err := c.handle(ctx, h, d.Body)
+		switch v {
+		case ack:
+			failing = 0
+			bo.reset()
+			if err := d.Ack(false); err != nil {
+				// The channel is gone: the message is redelivered and its
+				// second application changes nothing.
+				c.log.Debug("consumer: ack failed", "handler", h.name, "err", err)
+				continue
+			}
+			c.acked.Add(1)
+		case discard:
+			c.log.Error("consumer: rejecting poison message", "handler", h.name, "messageId", d.MessageId, "err", err)
+			_ = d.Nack(false, false)
+			c.rejected.Add(1)
+		case retry:
+			failing++
+			if failing == 1 || failing%20 == 0 {
+				c.log.Warn("consumer: transient failure, requeueing after backoff", "handler", h.name,
+					"messageId", d.MessageId, "consecutive", failing, "err", err)
+			}
+			sleep(ctx, bo.next()) // cut short on shutdown: requeue at once
+			_ = d.Nack(false, true)
+			c.requeued.Add(1)
+		}
+	}
+}
+
+// handle decodes a body and runs the handler with a context that survives
+// shutdown for up to HandleTimeout, so a message in hand is finished.
+func (c *Consumer) handle(ctx context.Context, h handler, body []byte) (verdict, error) {
+	ev, err := order.DecodeEvent(body)
+	if err != nil {
+		return discard, err
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
+	defer cancel()
+	return h.fn(hctx, ev)
+}
+
+// lock applies ORDER_CREATED: lock MySQL stock, PROCESSING → WAITING_PAY (or
+// FAILED when MySQL stock is short; the FAILED status event then reaches the
+// release queue through the outbox).
+func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
+	if ev.Type != order.EventCreated {
+		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderCreated)
+	}
+	_, _, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
+	return classify(err)
+}
+
+// release gives a CANCELLED or FAILED order's Redis reservation back, once.
+func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error) {
+	if ev.Type != order.EventStatusChanged || !ev.Status.ReleasesStock() {
+		return discard, fmt.Errorf("consumer: %s %s event on %s", ev.Type, ev.Status, QueueStockRelease)
+	}
+	_, shard, pid, err := order.ParseNo(ev.OrderNo)
+	if err != nil || pid != ev.ProductID || ev.Quantity <= 0 || ev.UserID <= 0 {
+		return discard, fmt.Errorf("consumer: release event %s does not match its orderNo or lacks user/quantity", ev.EventID)
+	}
+	_, _, err = lua.Release(ctx, c.rdb, lua.ShardKeys(pid, shard), ev.OrderNo, ev.UserID, ev.Quantity, c.cfg.ReleaseMarkerTTL)
+	if err != nil {
+		// ErrNotFound (the shard's stock hash is missing, e.g. Redis lost
+		// its data) is retried too: releasing into nothing would lose the
+		// units, and the product is reloaded by the gateway or an operator.
+		return retry, err
+	}
+	return ack, nil
+}
+
+// close applies an expired pay-timeout message: WAITING_PAY → CANCELLED if
+// the deadline has passed on the database clock.
+func (c *Consumer) close(ctx context.Context, ev order.Event) (verdict, error) {
+	if ev.Type != order.EventPayTimeout {
+		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderClose)
+	}
+	_, err := c.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: ev.OrderNo, Reason: order.ReasonTimeout,
+		From: []order.Status{order.WaitingPay}, Due: true})
+	switch {
+	case errors.Is(err, persistence.ErrInvalidState):
+		return ack, nil // paid or closed meanwhile
+	case errors.Is(err, persistence.ErrNotDue):
+		return ack, nil // early by a clock skew: the sweeper closes it when due
+	}
+	return classify(err)
+}
+
+// classify maps a store error to a verdict. It checks the sentinels first:
+// persistence.IsRetryable counts every non-MySQL error as transient.
+func classify(err error) (verdict, error) {
+	switch {
+	case err == nil:
+		return ack, nil
+	case errors.Is(err, persistence.ErrNotFound), errors.Is(err, persistence.ErrInvalidState),
+		errors.Is(err, persistence.ErrConflict), errors.Is(err, persistence.ErrAmount):
+		return discard, err
+	case persistence.IsRetryable(err):
+		return retry, err
+	}
+	return discard, err
+}

@@ -1,0 +1,196 @@
+package pipeline_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/lua/luatest"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
+	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+)
+
+func TestMain(m *testing.M) {
+	// No ignores needed: every store, client and connection is closed in
+	// t.Cleanup and every component's Run has returned by then.
+	goleak.VerifyTestMain(m)
+}
+
+// env is one test's services: its own MySQL database, Redis DB and vhost.
+// Tests of this package share them by name and so do not run in parallel.
+type env struct {
+	t       *testing.T
+	store   *persistence.Store
+	rdb     *redis.Client
+	amqpURL string
+	gen     *order.NoGenerator
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	gen, err := order.NewNoGenerator(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{
+		t:       t,
+		store:   persistencetest.New(t, "pipeline"),
+		rdb:     luatest.New(t, luatest.DBPipeline),
+		amqpURL: pipelinetest.Vhost(t, "pipeline"),
+		gen:     gen,
+	}
+}
+
+// product creates a product with mysqlTotal units in MySQL and loads one
+// Redis shard with redisAvailable units, registering its intake stream the
+// way the gateway does.
+func (e *env) product(mysqlTotal, redisAvailable int64) (persistence.Product, lua.Keys) {
+	e.t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	p, err := e.store.CreateProduct(ctx, persistence.Product{Name: fmt.Sprintf("phone-%d", now.UnixNano()), Price: 1999,
+		Total: mysqlTotal, MaxPerOrder: 5, SaleStart: now.Add(-time.Hour), SaleEnd: now.Add(time.Hour)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	k := lua.ShardKeys(p.ID, 0)
+	if _, _, err := lua.Load(ctx, e.rdb, k, lua.ShardStock{Available: redisAvailable, Total: redisAvailable, Price: p.Price,
+		MaxPerOrder: 5, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rdb.SAdd(ctx, lua.StreamsKey, k.Intake()).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return p, k
+}
+
+// reserve makes n reservations of quantity q each (users firstUser…), as the
+// gateway would, and returns their orderNos.
+func (e *env) reserve(p persistence.Product, k lua.Keys, firstUser int64, n int, q int64) []string {
+	e.t.Helper()
+	nos := make([]string, 0, n)
+	for i := range n {
+		user := firstUser + int64(i)
+		res, err := lua.Reserve(context.Background(), e.rdb, k, lua.ReserveArgs{OrderNo: e.gen.Next(p.ID, 0), UserID: user,
+			RequestID: fmt.Sprintf("req-%d", user), Quantity: q, TTL: time.Hour})
+		if err != nil {
+			e.t.Fatalf("reserve %d: %v", i, err)
+		}
+		nos = append(nos, res.OrderNo)
+	}
+	return nos
+}
+
+func (e *env) conn() *pipeline.Conn {
+	e.t.Helper()
+	c, err := pipeline.NewConn(pipeline.ConnConfig{URL: e.amqpURL, MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (e *env) writer(cfg pipeline.WriterConfig) *pipeline.Writer {
+	e.t.Helper()
+	w, err := pipeline.NewWriter(e.store, e.rdb, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return w
+}
+
+func (e *env) relay(cfg pipeline.RelayConfig) *pipeline.Relay {
+	e.t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	r, err := pipeline.NewRelay(e.store, e.conn(), cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) consumer(cfg pipeline.ConsumerConfig) *pipeline.Consumer {
+	e.t.Helper()
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff = 20 * time.Millisecond
+	}
+	c, err := pipeline.NewConsumer(e.store, e.rdb, e.conn(), cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// run starts a component's Run and returns a function that stops it and
+// checks it returned nil; the stop also runs at cleanup.
+func run(t *testing.T, name string, fn func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: Run returned %v", name, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("%s: Run did not return after cancel", name)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// count runs a COUNT(*)-like query.
+func (e *env) count(query string, args ...any) int64 {
+	e.t.Helper()
+	var n sql.NullInt64
+	if err := e.store.DB.QueryRow(query, args...).Scan(&n); err != nil {
+		e.t.Fatalf("%s: %v", query, err)
+	}
+	return n.Int64
+}
+
+// waitCount waits until query returns want.
+func (e *env) waitCount(timeout time.Duration, want int64, query string, args ...any) {
+	e.t.Helper()
+	pipelinetest.WaitFor(e.t, timeout, query, func() (bool, string) {
+		n := e.count(query, args...)
+		return n == want, fmt.Sprintf("have %d, want %d", n, want)
+	})
+}
+
+func (e *env) stock(pid int64) persistence.Stock {
+	e.t.Helper()
+	st, err := e.store.GetStock(context.Background(), pid)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+func (e *env) redisAvailable(k lua.Keys) int64 {
+	e.t.Helper()
+	n, err := e.rdb.HGet(context.Background(), k.Stock(), "available").Int64()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,127 @@
+// Package pipelinetest gives tests an isolated RabbitMQ vhost and small
+// polling helpers. Use it only from _test.go files.
+package pipelinetest
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+// BaseURL is the test broker with the default vhost, from
+// STAMPEDE_TEST_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/.
+func BaseURL() string {
+	if u := os.Getenv("STAMPEDE_TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// Vhost returns the AMQP URL of vhost "stampede_test_<name>" on the test
+// broker. The vhost is created with `rabbitmqctl add_vhost` and opened to the
+// URL's user (`set_permissions … ".*" ".*" ".*"`) if the broker refuses a
+// connection to it; then every queue of pipeline.Topology and the events
+// exchange are deleted in it, so the test starts from an empty topology.
+// Tests that share a name must not run in parallel.
+func Vhost(t testing.TB, name string) string {
+	t.Helper()
+	vhost := "stampede_test_" + name
+	u, err := url.Parse(BaseURL())
+	if err != nil {
+		t.Fatalf("pipelinetest: parse %s: %v", BaseURL(), err)
+	}
+	u.Path = "/" + vhost
+	u.RawPath = "/" + url.PathEscape(vhost)
+	vurl := u.String()
+
+	conn, err := amqp.Dial(vurl)
+	if err != nil {
+		user := "guest"
+		if u.User != nil {
+			user = u.User.Username()
+		}
+		rabbitmqctl(t, "add_vhost", vhost)
+		rabbitmqctl(t, "set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+		if conn, err = amqp.Dial(vurl); err != nil {
+			t.Fatalf("pipelinetest: dial vhost %s: %v (is RabbitMQ running? try `make services`)", vhost, err)
+		}
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("pipelinetest: channel on %s: %v", vhost, err)
+	}
+	defer ch.Close()
+	for _, q := range pipeline.Topology() {
+		if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
+			t.Fatalf("pipelinetest: delete queue %s in %s: %v", q.Name, vhost, err)
+		}
+	}
+	if err := ch.ExchangeDelete(order.EventsExchange, false, false); err != nil {
+		t.Fatalf("pipelinetest: delete exchange in %s: %v", vhost, err)
+	}
+	return vurl
+}
+
+func rabbitmqctl(t testing.TB, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "already exists") {
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			t.Fatalf("pipelinetest: rabbitmqctl not found (%v); it is needed to create test vhosts", err)
+		}
+		t.Fatalf("pipelinetest: rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// WaitFor polls cond every 10ms until it returns true, failing the test
+// with msg (and the last value of cond's detail) after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var detail string
+	for {
+		var ok bool
+		if ok, detail = cond(); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pipelinetest: timed out after %v waiting for %s: %s", timeout, msg, detail)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// QueueDepth returns the number of ready messages in queue on the broker at
+// amqpURL.
+func QueueDepth(t testing.TB, amqpURL, queue string) int {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL)
+	if err != nil {
+		t.Fatalf("pipelinetest: dial: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("pipelinetest: channel: %v", err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("pipelinetest: inspect %s: %v", queue, err)
+	}
+	return q.Messages
+}

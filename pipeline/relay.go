@@ -1,0 +1,400 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// RelayConfig configures a Relay. Zero fields take the documented default.
+type RelayConfig struct {
+	// Owner is written to mq_outbox.lease_owner for the rows this relay
+	// claims (at most 64 bytes). Default "<hostname>-<pid>-<random>".
+	Owner string
+	// BatchSize is the most rows claimed and published at once. Default 500.
+	BatchSize int
+	// PollInterval is the pause after a claim that found fewer than
+	// BatchSize rows. Default 50ms.
+	PollInterval time.Duration
+	// Lease is how long claimed rows stay SENDING before any relay may claim
+	// them again (the claimer is then presumed dead). It must exceed
+	// ConfirmTimeout comfortably. Default 30s.
+	Lease time.Duration
+	// ConfirmTimeout bounds publishing one batch and waiting for all its
+	// publisher confirms; unconfirmed rows go RETRY. Default 5s.
+	ConfirmTimeout time.Duration
+	// MaxRetries is the retry budget of a row: the failed publish that makes
+	// retry_count reach it marks the row DEAD. Default 20.
+	MaxRetries int
+	// RetryBackoff is the delay before a failed row is due again; it doubles
+	// with each failure of that row, up to MaxRetryBackoff. Defaults 1s and 1m.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// ErrorBackoff bounds the pause after a failed claim (MySQL down); it
+	// doubles from PollInterval up to this. Default 5s.
+	ErrorBackoff time.Duration
+	// Logger receives warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+
+	// AfterConfirm, if set, is called after the broker confirmed a batch and
+	// before the acked rows are marked SENT, with their ids. It exists for
+	// fault injection: a non-nil error makes the relay behave as if its
+	// process died right there — it marks nothing (the rows stay SENDING
+	// until their lease ends and are then published again) and Run returns
+	// that error. Leave it nil in production.
+	AfterConfirm func(acked []int64) error
+}
+
+func (c *RelayConfig) setDefaults() {
+	if c.Owner == "" {
+		c.Owner = instanceName()
+	}
+	if len(c.Owner) > 64 {
+		c.Owner = c.Owner[:64]
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	setDur(&c.PollInterval, 50*time.Millisecond)
+	setDur(&c.Lease, 30*time.Second)
+	setDur(&c.ConfirmTimeout, 5*time.Second)
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 20
+	}
+	setDur(&c.RetryBackoff, time.Second)
+	setDur(&c.MaxRetryBackoff, time.Minute)
+	setDur(&c.ErrorBackoff, 5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *RelayConfig) Validate() error {
+	switch {
+	case c.Owner == "":
+		return errors.New("invalid config: relay owner must be set")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("invalid config: relay batch size %d not in 1…10000", c.BatchSize)
+	case c.PollInterval <= 0 || c.ConfirmTimeout <= 0 || c.ErrorBackoff <= 0:
+		return errors.New("invalid config: relay durations must be positive")
+	case c.Lease < 2*c.ConfirmTimeout:
+		return fmt.Errorf("invalid config: relay lease %v must be at least twice the confirm timeout %v", c.Lease, c.ConfirmTimeout)
+	case c.MaxRetries < 1:
+		return fmt.Errorf("invalid config: relay max retries %d", c.MaxRetries)
+	case c.RetryBackoff <= 0 || c.MaxRetryBackoff < c.RetryBackoff:
+		return fmt.Errorf("invalid config: relay retry backoff %v…%v", c.RetryBackoff, c.MaxRetryBackoff)
+	}
+	return nil
+}
+
+// RelayStats counts what a Relay did since it was made.
+type RelayStats struct {
+	Claimed   int64 // rows claimed
+	Sent      int64 // rows confirmed by the broker and marked SENT
+	Failed    int64 // rows marked RETRY (or DEAD): nacked, returned, timed out, channel closed
+	Returned  int64 // of Failed: returned as unroutable
+	Reconnect int64 // channels opened after the first
+}
+
+// Relay publishes the transactional outbox to RabbitMQ (SPEC §1 "relay").
+//
+// Each round it claims due rows with persistence.Store.ClaimOutbox (FOR
+// UPDATE SKIP LOCKED plus a lease, so any number of relays share the work),
+// publishes all of them on a confirm-mode channel without waiting in between,
+// then waits for every confirm of the batch. Rows the broker acked are marked
+// SENT in one statement; rows that were nacked, returned (mandatory publish
+// with no queue bound), unconfirmed within ConfirmTimeout or lost with the
+// channel are marked RETRY with a per-row exponential backoff, and DEAD once
+// their retry budget is spent. Nothing is marked SENT before its confirm.
+//
+// Messages are persistent, carry MessageId = event_id (consumers deduplicate
+// on it), Type = event_type and, for delayed rows, Expiration = the
+// milliseconds left until the row's delay ends. Delivery is at least once: a
+// relay that dies after the confirm and before SENT leaves its rows SENDING,
+// and they are published again when the lease ends.
+type Relay struct {
+	cfg   RelayConfig
+	store *persistence.Store
+	conn  *Conn
+	log   *slog.Logger
+
+	claimed, sent, failed, returned, reconnects atomic.Int64
+}
+
+// NewRelay returns a Relay publishing through conn; cfg is completed with
+// defaults and validated. conn should not be shared with consumers.
+func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: cfg, store: store, conn: conn, log: cfg.Logger.With("component", "relay", "owner", cfg.Owner)}, nil
+}
+
+// Stats returns the counters so far.
+func (r *Relay) Stats() RelayStats {
+	return RelayStats{Claimed: r.claimed.Load(), Sent: r.sent.Load(), Failed: r.failed.Load(),
+		Returned: r.returned.Load(), Reconnect: r.reconnects.Load()}
+}
+
+// pubChannel is a confirm-mode channel with its return and close listeners.
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	closes  chan *amqp.Error
+}
+
+func (p *pubChannel) broken() bool {
+	if p.ch.IsClosed() {
+		return true
+	}
+	select {
+	case <-p.closes:
+		return true
+	default:
+		return false
+	}
+}
+
+// Run relays until ctx is cancelled. A batch already claimed is always
+// finished (published, confirmed, marked) before Run returns, so a graceful
+// stop leaves no row SENDING. It returns nil after a cancelled ctx, the
+// error of AfterConfirm, or ErrConnClosed (wrapped) if its Conn was closed.
+func (r *Relay) Run(ctx context.Context) error {
+	var pc *pubChannel
+	defer func() {
+		if pc != nil {
+			pc.ch.Close()
+		}
+	}()
+	errBo := newBackoff(r.cfg.PollInterval, r.cfg.ErrorBackoff)
+	opened := 0
+	for ctx.Err() == nil {
+		if pc == nil || pc.broken() {
+			if pc != nil {
+				pc.ch.Close()
+				pc = nil
+			}
+			var err error
+			if pc, err = r.open(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if errors.Is(err, ErrConnClosed) {
+					return fmt.Errorf("relay: %w", err)
+				}
+				r.log.Warn("relay: open channel failed", "err", err)
+				sleep(ctx, errBo.next())
+				continue
+			}
+			if opened++; opened > 1 {
+				r.reconnects.Add(1)
+			}
+		}
+		// Claim only with a working channel: while the broker is away, rows
+		// stay NEW instead of burning their retry budget.
+		rows, err := r.store.ClaimOutbox(ctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.Lease)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.log.Warn("relay: claim outbox failed", "err", err)
+			sleep(ctx, errBo.next())
+			continue
+		}
+		errBo.reset()
+		if len(rows) == 0 {
+			sleep(ctx, r.cfg.PollInterval)
+			continue
+		}
+		r.claimed.Add(int64(len(rows)))
+		if err := r.relay(ctx, pc, rows); err != nil {
+			return err
+		}
+		if len(rows) < r.cfg.BatchSize {
+			sleep(ctx, r.cfg.PollInterval)
+		}
+	}
+	return nil
+}
+
+func (r *Relay) open(ctx context.Context) (*pubChannel, error) {
+	ch, err := r.conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("relay: confirm mode: %w", err)
+	}
+	// Buffered for a whole batch: the library delivers returns synchronously
+	// before the matching ack, and never blocks on a listener with room, so
+	// every return of a batch is in the buffer once its confirms are in.
+	return &pubChannel{
+		ch:      ch,
+		returns: ch.NotifyReturn(make(chan amqp.Return, r.cfg.BatchSize)),
+		closes:  ch.NotifyClose(make(chan *amqp.Error, 1)),
+	}, nil
+}
+
+// relay publishes a claimed batch and records the outcome of every row. It
+// runs to the end even if ctx is cancelled meanwhile (bounded by
+// ConfirmTimeout and the marking timeouts).
+func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.OutboxRow) error {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout)
+	defer cancel()
+
+	failed := make(map[int]string, 0) // row index → cause
+	confirms := make([]*amqp.DeferredConfirmation, len(rows))
+	for i, row := range rows {
+		msg := amqp.Publishing{
+			DeliveryMode: amqp.Persistent,
+			ContentType:  "application/json",
+			MessageId:    row.EventID,
+			Type:         string(row.EventType),
+			AppId:        "stampede",
+			Timestamp:    time.Now(),
+			Body:         row.Payload,
+		}
+		if row.DelayMS > 0 {
+			msg.Expiration = strconv.FormatInt(row.RemainingMS, 10)
+		}
+		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(bctx, row.Exchange, row.RoutingKey, mustRoute(row.Exchange, row.RoutingKey), false, msg)
+		if err != nil {
+			for j := i; j < len(rows); j++ {
+				failed[j] = "publish: " + err.Error()
+			}
+			break
+		}
+		confirms[i] = dc
+	}
+	timedOut := false
+	for i, dc := range confirms {
+		if dc == nil {
+			continue
+		}
+		if timedOut {
+			if !dc.Acked() {
+				failed[i] = "confirm timeout"
+			}
+			continue
+		}
+		select {
+		case <-dc.Done():
+			if !dc.Acked() {
+				if pc.ch.IsClosed() {
+					failed[i] = "channel closed before confirm"
+				} else {
+					failed[i] = "nacked by broker"
+				}
+			}
+		case <-bctx.Done():
+			timedOut = true
+			if !dc.Acked() {
+				failed[i] = "confirm timeout"
+			}
+		}
+	}
+	if timedOut {
+		// Late confirms of this batch must not be mistaken for anything:
+		// drop the channel; the next round opens a fresh one.
+		pc.ch.Close()
+	}
+	// Every return of the batch arrived before its ack (see open).
+	index := make(map[string]int, len(rows))
+	for i, row := range rows {
+		index[row.EventID] = i
+	}
+drain:
+	for {
+		select {
+		case ret, ok := <-pc.returns:
+			if !ok {
+				break drain
+			}
+			if i, found := index[ret.MessageId]; found {
+				failed[i] = fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText)
+				r.returned.Add(1)
+			}
+		default:
+			break drain
+		}
+	}
+
+	acked := make([]int64, 0, len(rows))
+	for i, row := range rows {
+		if _, bad := failed[i]; !bad {
+			acked = append(acked, row.ID)
+		}
+	}
+	if r.cfg.AfterConfirm != nil {
+		if err := r.cfg.AfterConfirm(acked); err != nil {
+			return fmt.Errorf("relay: after confirm: %w", err)
+		}
+	}
+	if len(acked) > 0 {
+		err := r.mark(ctx, func(mctx context.Context) error { return r.store.MarkSent(mctx, acked) })
+		if err != nil {
+			// The rows stay SENDING and are published again after the lease.
+			r.log.Error("relay: mark sent failed; rows will be sent again", "rows", len(acked), "err", err)
+		} else {
+			r.sent.Add(int64(len(acked)))
+		}
+	}
+	if len(failed) > 0 {
+		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", firstCause(failed))
+	}
+	for i, cause := range failed {
+		row := rows[i]
+		delay := r.cfg.RetryBackoff << min(row.RetryCount, 30)
+		if delay > r.cfg.MaxRetryBackoff || delay <= 0 {
+			delay = r.cfg.MaxRetryBackoff
+		}
+		err := r.mark(ctx, func(mctx context.Context) error {
+			return r.store.MarkRetry(mctx, row.ID, cause, delay, r.cfg.MaxRetries)
+		})
+		if err != nil {
+			r.log.Error("relay: mark retry failed; row is retried after its lease", "id", row.ID, "err", err)
+			continue
+		}
+		r.failed.Add(1)
+		if row.RetryCount+1 >= r.cfg.MaxRetries {
+			r.log.Error("relay: outbox row is DEAD", "id", row.ID, "event", row.EventID, "retries", row.RetryCount+1, "cause", cause)
+		}
+	}
+	return nil
+}
+
+// mark runs a MarkSent/MarkRetry with a context detached from Run's, retrying
+// with backoff for up to half the lease (after that the row's lease may be
+// taken over anyway).
+func (r *Relay) mark(ctx context.Context, fn func(context.Context) error) error {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+	defer cancel()
+	bo := newBackoff(50*time.Millisecond, 2*time.Second)
+	for {
+		err := fn(mctx)
+		if err == nil || !persistence.IsRetryable(err) || mctx.Err() != nil {
+			return err
+		}
+		if !sleep(mctx, bo.next()) {
+			return err
+		}
+	}
+}
+
+func firstCause(failed map[int]string) string {
+	for _, c := range failed {
+		return c
+	}
+	return ""
+}

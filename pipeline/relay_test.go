@@ -1,0 +1,177 @@
+package pipeline_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+)
+
+// appendOutbox commits n ORDER_CREATED-like outbox rows with event ids
+// "<prefix>:<i>".
+func (e *env) appendOutbox(prefix string, n int, exchange, key string) []string {
+	e.t.Helper()
+	ids := make([]string, n)
+	msgs := make([]persistence.OutboxMessage, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s:%d", prefix, i)
+		msgs[i] = persistence.OutboxMessage{EventID: ids[i], EventType: order.EventCreated, OrderNo: "1",
+			Exchange: exchange, RoutingKey: key, Payload: []byte(`{"eventId":"` + ids[i] + `"}`)}
+	}
+	err := e.store.WithTx(context.Background(), func(tx *sql.Tx) error {
+		_, err := persistence.AppendOutbox(context.Background(), tx, msgs...)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+// drain takes every ready message off queue and counts them by MessageId.
+func drain(t *testing.T, url, queue string) map[string]int {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	got := map[string]int{}
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return got
+		}
+		if d.ContentType != "application/json" || d.DeliveryMode != amqp.Persistent || d.Type != string(order.EventCreated) {
+			t.Fatalf("message properties %+v", d)
+		}
+		got[d.MessageId]++
+	}
+}
+
+func TestRelaysPublishEveryRowConcurrently(t *testing.T) {
+	e := newEnv(t)
+	ids := e.appendOutbox("ev", 1000, order.EventsExchange, order.RouteCreated)
+	var relays []*pipeline.Relay
+	for i := range 3 {
+		r := e.relay(pipeline.RelayConfig{Owner: fmt.Sprintf("relay-%d", i), BatchSize: 50})
+		relays = append(relays, r)
+		run(t, fmt.Sprintf("relay %d", i), r.Run)
+	}
+	e.waitCount(20*time.Second, 1000, `SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENT'`)
+	var sent int64
+	working := 0
+	for _, r := range relays {
+		st := r.Stats()
+		sent += st.Sent
+		if st.Sent > 0 {
+			working++
+		}
+		if st.Failed != 0 {
+			t.Errorf("relay stats %+v", st)
+		}
+	}
+	if sent != 1000 {
+		t.Errorf("relays marked %d rows SENT, want 1000", sent)
+	}
+	if working < 2 {
+		t.Logf("only %d of 3 relays got work", working)
+	}
+	got := drain(t, e.amqpURL, pipeline.QueueOrderCreated)
+	for _, id := range ids {
+		if got[id] < 1 {
+			t.Fatalf("event %s never published", id)
+		}
+	}
+	if len(got) != 1000 {
+		t.Errorf("%d distinct events in the queue, want 1000", len(got))
+	}
+}
+
+func TestRelayRetriesReturnedAndKeepsBroadcasts(t *testing.T) {
+	e := newEnv(t)
+	// No queue by that name: the default exchange returns the mandatory
+	// publish, so the row must not be SENT.
+	e.appendOutbox("lost", 1, "", "stampede.no.such.queue")
+	// A WAITING_PAY status change is a broadcast: nobody listening is fine.
+	e.appendOutbox("bcast", 1, order.EventsExchange, order.RouteStatus(order.WaitingPay))
+	r := e.relay(pipeline.RelayConfig{MaxRetries: 3, RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
+	run(t, "relay", r.Run)
+	e.waitCount(10*time.Second, 1, `SELECT COUNT(*) FROM mq_outbox WHERE event_id = 'lost:0' AND status = 'DEAD' AND retry_count = 3 AND last_error LIKE 'returned%'`)
+	e.waitCount(10*time.Second, 1, `SELECT COUNT(*) FROM mq_outbox WHERE event_id = 'bcast:0' AND status = 'SENT'`)
+	if st := r.Stats(); st.Returned != 3 || st.Failed != 3 || st.Sent != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A relay that dies after the broker confirmed but before marking SENT: the
+// rows stay SENDING until the lease ends, then another relay sends them again.
+func TestRelayDeathAfterConfirmResendsAfterLease(t *testing.T) {
+	e := newEnv(t)
+	ids := e.appendOutbox("twice", 10, order.EventsExchange, order.RouteCreated)
+	errDied := errors.New("killed after confirm")
+	var confirmed atomic.Int64
+	dying := e.relay(pipeline.RelayConfig{Lease: time.Second, ConfirmTimeout: 400 * time.Millisecond,
+		AfterConfirm: func(acked []int64) error { confirmed.Add(int64(len(acked))); return errDied }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := dying.Run(ctx); !errors.Is(err, errDied) {
+		t.Fatalf("Run returned %v, want the AfterConfirm error", err)
+	}
+	if confirmed.Load() != 10 {
+		t.Fatalf("%d confirmed before the death, want 10", confirmed.Load())
+	}
+	if n := e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'`); n != 10 {
+		t.Fatalf("%d rows SENDING after the death, want 10", n)
+	}
+	start := time.Now()
+	r := e.relay(pipeline.RelayConfig{Lease: time.Second, ConfirmTimeout: 400 * time.Millisecond})
+	run(t, "relay", r.Run)
+	e.waitCount(10*time.Second, 10, `SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENT'`)
+	if time.Since(start) < 500*time.Millisecond {
+		t.Errorf("rows re-sent after %v, before their lease ended", time.Since(start))
+	}
+	got := drain(t, e.amqpURL, pipeline.QueueOrderCreated)
+	for _, id := range ids {
+		if got[id] != 2 {
+			t.Errorf("event %s published %d times, want 2 (at least once, resent after the lease)", id, got[id])
+		}
+	}
+}
+
+func TestTopologyQueues(t *testing.T) {
+	e := newEnv(t)
+	c := e.conn()
+	ch, err := c.Channel(context.Background()) // dials and declares
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	for _, q := range pipeline.Topology() {
+		if n := pipelinetest.QueueDepth(t, e.amqpURL, q.Name); n != 0 {
+			t.Errorf("queue %s has %d messages", q.Name, n)
+		}
+	}
+	if !strings.HasPrefix(pipeline.QueuePayTimeoutDelay, "stampede.") {
+		t.Errorf("delay queue %q", pipeline.QueuePayTimeoutDelay)
+	}
+}

@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// SweeperConfig configures a Sweeper. Zero fields take the documented default.
+type SweeperConfig struct {
+	// Interval is the pause between two sweeps that found nothing more to
+	// do. Default 1s.
+	Interval time.Duration
+	// BatchSize is the most due orders read per query; a full batch is
+	// followed by the next one at once. Default 500.
+	BatchSize int
+	// ErrorBackoff bounds the pause after a failed query (MySQL down); it
+	// doubles from Interval up to this. Default 30s.
+	ErrorBackoff time.Duration
+	// Logger receives warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *SweeperConfig) setDefaults() {
+	setDur(&c.Interval, time.Second)
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	setDur(&c.ErrorBackoff, 30*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *SweeperConfig) Validate() error {
+	switch {
+	case c.Interval <= 0:
+		return fmt.Errorf("invalid config: sweeper interval %v", c.Interval)
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("invalid config: sweeper batch size %d not in 1…10000", c.BatchSize)
+	case c.ErrorBackoff < c.Interval:
+		return fmt.Errorf("invalid config: sweeper error backoff %v below interval %v", c.ErrorBackoff, c.Interval)
+	}
+	return nil
+}
+
+// SweeperStats counts what a Sweeper did since it was made.
+type SweeperStats struct {
+	Closed int64 // orders this sweeper moved WAITING_PAY → CANCELLED
+	Lost   int64 // due orders another closer (sweeper, close message, payment) got first
+	Errors int64 // failed queries or closes
+}
+
+// Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
+// database clock (SPEC §1 "sweeper"): the safety net under the delayed close
+// message, which can be late (a per-message TTL expires only at the head of
+// its queue) or lost with a broker. It uses the same
+// persistence.Store.CloseOrder as every other closer, with Due set, so the
+// conditional update decides the one winner: several sweepers, the close
+// consumer and a racing payment can never both win, and a paid order is never
+// cancelled. Its release of MySQL stock happens in the same transaction; the
+// Redis release follows through the CANCELLED status event.
+type Sweeper struct {
+	cfg   SweeperConfig
+	store *persistence.Store
+	log   *slog.Logger
+
+	closed, lost, errs atomic.Int64
+}
+
+// NewSweeper returns a Sweeper; cfg is completed with defaults and validated.
+func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sweeper{cfg: cfg, store: store, log: cfg.Logger.With("component", "sweeper")}, nil
+}
+
+// Stats returns the counters so far.
+func (s *Sweeper) Stats() SweeperStats {
+	return SweeperStats{Closed: s.closed.Load(), Lost: s.lost.Load(), Errors: s.errs.Load()}
+}
+
+// Run sweeps every Interval until ctx is cancelled; it returns nil then.
+func (s *Sweeper) Run(ctx context.Context) error {
+	bo := newBackoff(s.cfg.Interval, s.cfg.ErrorBackoff)
+	for ctx.Err() == nil {
+		more, err := s.Sweep(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			s.log.Warn("sweeper: sweep failed", "err", err)
+			sleep(ctx, bo.next())
+		case more:
+			bo.reset()
+		default:
+			bo.reset()
+			sleep(ctx, s.cfg.Interval)
+		}
+	}
+	return nil
+}
+
+// Sweep closes one batch of due orders. more reports that the batch was full
+// and at least one order was closed, so another batch may be due at once.
+// A close lost to another closer is normal and not an error.
+func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
+	due, err := s.store.DueOrders(ctx, s.cfg.BatchSize)
+	if err != nil {
+		s.errs.Add(1)
+		return false, fmt.Errorf("sweeper: %w", err)
+	}
+	// Several sweepers read the same oldest-first list; starting at
+	// different places makes them contend less on the same rows.
+	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
+	closed := 0
+	var firstErr error
+	for _, no := range due {
+		_, err := s.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, Reason: order.ReasonTimeout,
+			From: []order.Status{order.WaitingPay}, Due: true})
+		switch {
+		case err == nil:
+			closed++
+			s.closed.Add(1)
+		case errors.Is(err, persistence.ErrInvalidState), errors.Is(err, persistence.ErrNotDue), errors.Is(err, persistence.ErrNotFound):
+			s.lost.Add(1)
+		case ctx.Err() != nil:
+			return false, nil
+		default:
+			s.errs.Add(1)
+			if firstErr == nil {
+				firstErr = err
+			}
+			s.log.Error("sweeper: close failed", "order", no, "err", err)
+		}
+	}
+	if firstErr != nil && closed == 0 {
+		return false, fmt.Errorf("sweeper: %w", firstErr)
+	}
+	return len(due) == s.cfg.BatchSize && closed > 0, nil
+}

@@ -1,0 +1,628 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// WriterConfig configures a Writer. Zero fields take the documented default.
+type WriterConfig struct {
+	// Group is the consumer group every writer of the deployment shares.
+	// Default "writers".
+	Group string
+	// Consumer is this writer's name in the group; it must be unique among
+	// live writers. Give a stable name (e.g. the pod name) to have a
+	// restarted writer pick up its own pending entries at once; with the
+	// default, "<hostname>-<pid>-<random>", another writer reclaims them
+	// after ClaimIdle.
+	Consumer string
+	// BatchSize is the most entries written in one MySQL transaction (N).
+	// Default 500.
+	BatchSize int
+	// BatchWait is how long the first entry of a batch waits for the batch
+	// to fill before it is written anyway (T). Default 20ms.
+	BatchWait time.Duration
+	// ClaimIdle is how long an entry must have been pending (delivered, not
+	// acknowledged) before this writer takes it over with XAUTOCLAIM: the
+	// time after which a silent writer is presumed dead. Default 30s.
+	ClaimIdle time.Duration
+	// ClaimInterval is how often the writer runs XAUTOCLAIM over every
+	// stream. Default ClaimIdle / 2.
+	ClaimInterval time.Duration
+	// StreamRefresh is how often the set lua.StreamsKey is re-read to find
+	// new intake streams. Default 1s.
+	StreamRefresh time.Duration
+	// IdlePoll is the longest pause between two reads of a stream that had
+	// nothing new. The pause starts at 5ms and doubles while the stream stays
+	// empty, so a busy stream is read back to back and an idle one costs at
+	// most one XREADGROUP per IdlePoll. Default 200ms.
+	IdlePoll time.Duration
+	// RetryMin and RetryMax bound the backoff between attempts to write a
+	// batch that failed (MySQL down, deadlock) or to reach Redis. Defaults
+	// 100ms and 5s.
+	RetryMin time.Duration
+	RetryMax time.Duration
+	// FlushTimeout bounds the final write of the in-flight batch after the
+	// Run context is cancelled. Default 5s.
+	FlushTimeout time.Duration
+	// DeadMaxLen caps each dead stream (see Writer) at about this many
+	// entries (XADD MAXLEN ~). Default 100000.
+	DeadMaxLen int64
+	// Logger receives warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *WriterConfig) setDefaults() {
+	if c.Group == "" {
+		c.Group = "writers"
+	}
+	if c.Consumer == "" {
+		c.Consumer = instanceName()
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 500
+	}
+	setDur(&c.BatchWait, 20*time.Millisecond)
+	setDur(&c.ClaimIdle, 30*time.Second)
+	setDur(&c.ClaimInterval, c.ClaimIdle/2)
+	setDur(&c.StreamRefresh, time.Second)
+	setDur(&c.IdlePoll, 200*time.Millisecond)
+	setDur(&c.RetryMin, 100*time.Millisecond)
+	setDur(&c.RetryMax, 5*time.Second)
+	setDur(&c.FlushTimeout, 5*time.Second)
+	if c.DeadMaxLen == 0 {
+		c.DeadMaxLen = 100000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *WriterConfig) Validate() error {
+	switch {
+	case c.Group == "" || c.Consumer == "":
+		return errors.New("invalid config: writer group and consumer must be set")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("invalid config: writer batch size %d not in 1…10000", c.BatchSize)
+	case c.BatchWait <= 0 || c.ClaimIdle <= 0 || c.ClaimInterval <= 0 || c.StreamRefresh <= 0 || c.IdlePoll <= 0 || c.FlushTimeout <= 0:
+		return errors.New("invalid config: writer durations must be positive")
+	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("invalid config: writer retry backoff %v…%v", c.RetryMin, c.RetryMax)
+	case c.DeadMaxLen < 1:
+		return fmt.Errorf("invalid config: writer dead stream max length %d", c.DeadMaxLen)
+	}
+	return nil
+}
+
+// WriterStats counts what a Writer did since it was made.
+type WriterStats struct {
+	Batches    int64 // committed batches
+	Written    int64 // new orders written
+	Duplicates int64 // entries whose order was already stored (redelivered)
+	Reused     int64 // entries stored FAILED because their requestId was taken
+	Dead       int64 // unparseable entries moved to the dead stream
+	Claimed    int64 // entries taken over from other consumers with XAUTOCLAIM
+	Failures   int64 // failed batch attempts (each retried)
+}
+
+// Writer turns intake stream entries into order rows (SPEC §1 "writer").
+//
+// It finds the streams in the Redis set lua.StreamsKey (the gateway adds
+// every shard's intake stream when a product is created) and joins each
+// one's consumer group, created at id 0 so that entries added before the
+// group existed are read too. Every stream is read on its own (one key per
+// command, so it works unchanged on Redis Cluster): first this consumer's own
+// pending entries (id 0, left by an earlier run under the same Consumer
+// name), then new entries (id >). Reads are non-blocking XREADGROUPs sent as
+// one pipeline per round over the streams that are due, with a per-stream
+// idle backoff (see WriterConfig.IdlePoll); a blocking read per stream would
+// hold one pooled connection per stream for as long as it blocks.
+//
+// Entries are batched, N or T whichever first (river's jobcompleter), and
+// written with persistence.Store.InsertReservations, which is idempotent per
+// orderNo: a redelivered or reclaimed entry changes nothing. Only after the
+// commit are the entries acknowledged and deleted (XACK then XDEL of exactly
+// those ids, in one MULTI per stream), which keeps streams short and never
+// drops an unacknowledged entry. A batch that fails is retried with backoff
+// and never acknowledged, so MySQL being down loses nothing; entries left
+// pending by a writer that stopped are reclaimed by the others with
+// XAUTOCLAIM after ClaimIdle.
+//
+// An entry that order.ParseReservation rejects can never become an order; it
+// is copied to the dead stream "<stream>:dead" (same hash tag, fields "id",
+// "error" and the original fields), then acknowledged and deleted. Its stock
+// stays reserved in Redis: the reconciler reports the drift and the dead
+// stream keeps what an operator needs to repair it.
+type Writer struct {
+	cfg   WriterConfig
+	store *persistence.Store
+	rdb   redis.UniversalClient
+	log   *slog.Logger
+
+	names map[int64]string // product names, flusher goroutine only
+
+	batches, written, duplicates, reused, dead, claimed, failures atomic.Int64
+}
+
+// NewWriter returns a Writer; cfg is completed with defaults and validated.
+func NewWriter(store *persistence.Store, rdb redis.UniversalClient, cfg WriterConfig) (*Writer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Writer{cfg: cfg, store: store, rdb: rdb, log: cfg.Logger.With("component", "writer", "consumer", cfg.Consumer),
+		names: map[int64]string{}}, nil
+}
+
+// Stats returns the counters so far.
+func (w *Writer) Stats() WriterStats {
+	return WriterStats{Batches: w.batches.Load(), Written: w.written.Load(), Duplicates: w.duplicates.Load(),
+		Reused: w.reused.Load(), Dead: w.dead.Load(), Claimed: w.claimed.Load(), Failures: w.failures.Load()}
+}
+
+// entry is one stream entry on its way to MySQL.
+type entry struct {
+	stream string
+	msg    redis.XMessage
+}
+
+// Run reads and writes until ctx is cancelled, then writes the batch it
+// holds with a fresh context bounded by FlushTimeout and returns. Entries it
+// read but could not write stay pending and are reclaimed later. It returns
+// nil after a cancelled ctx.
+func (w *Writer) Run(ctx context.Context) error {
+	in := make(chan entry, w.cfg.BatchSize)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(in)
+		w.read(ctx, in)
+	})
+	w.flushLoop(ctx, in)
+	wg.Wait()
+	return nil
+}
+
+// ---- reading ----
+
+type streamState struct {
+	name     string
+	ready    bool          // group exists and own pending entries were read
+	next     time.Time     // earliest next read (or join attempt while not ready)
+	idle     time.Duration // current idle backoff
+	failures int           // consecutive Redis errors on this stream alone
+}
+
+const minIdlePoll = 5 * time.Millisecond
+
+func (w *Writer) read(ctx context.Context, in chan<- entry) {
+	streams := map[string]*streamState{}
+	var lastRefresh, lastClaim time.Time
+	bo := newBackoff(w.cfg.RetryMin, w.cfg.RetryMax)
+	failing := 0
+	for ctx.Err() == nil {
+		now := time.Now()
+		var err error
+		if now.Sub(lastRefresh) >= w.cfg.StreamRefresh {
+			if err = w.refresh(ctx, streams, in); err == nil {
+				lastRefresh = now
+			}
+		}
+		if err == nil && now.Sub(lastClaim) >= w.cfg.ClaimInterval {
+			if err = w.claim(ctx, streams, in); err == nil {
+				lastClaim = now
+			}
+		}
+		if err == nil {
+			err = w.poll(ctx, streams, in)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failing++
+			if failing == 1 || failing%50 == 0 {
+				w.log.Warn("writer: redis read failed, retrying", "failures", failing, "err", err)
+			}
+			sleep(ctx, bo.next())
+			continue
+		}
+		if failing > 0 {
+			w.log.Info("writer: redis reads recovered", "failures", failing)
+			failing = 0
+			bo.reset()
+		}
+		// Sleep until the next stream is due, or the next refresh or claim.
+		wake := lastRefresh.Add(w.cfg.StreamRefresh)
+		if c := lastClaim.Add(w.cfg.ClaimInterval); c.Before(wake) {
+			wake = c
+		}
+		for _, s := range streams {
+			if s.ready && s.next.Before(wake) {
+				wake = s.next
+			}
+		}
+		sleep(ctx, time.Until(wake))
+	}
+}
+
+// refresh adds the streams named in lua.StreamsKey, creating the consumer
+// group at id 0 and reading this consumer's own pending entries first.
+func (w *Writer) refresh(ctx context.Context, streams map[string]*streamState, in chan<- entry) error {
+	names, err := w.rdb.SMembers(ctx, lua.StreamsKey).Result()
+	if err != nil {
+		return fmt.Errorf("writer: list streams: %w", err)
+	}
+	for _, name := range names {
+		s := streams[name]
+		if s == nil {
+			s = &streamState{name: name}
+			streams[name] = s
+		}
+		if s.ready || time.Now().Before(s.next) {
+			continue
+		}
+		if err := w.join(ctx, s, in); err != nil {
+			if !isServerError(err) {
+				return err // connection trouble: the reader backs off as a whole
+			}
+			w.streamFailed(s, "join", err)
+		}
+	}
+	return nil
+}
+
+// streamFailed parks a stream that Redis refuses (e.g. a key of the wrong
+// type in lua.StreamsKey) for RetryMax, so it cannot stall the others.
+func (w *Writer) streamFailed(s *streamState, op string, err error) {
+	s.failures++
+	s.next = time.Now().Add(w.cfg.RetryMax)
+	if s.failures == 1 || s.failures%100 == 0 {
+		w.log.Error("writer: stream refused by redis, skipping it for now", "stream", s.name, "op", op, "failures", s.failures, "err", err)
+	}
+}
+
+// isServerError reports whether err is an error reply from Redis (as opposed
+// to a network or context error).
+func isServerError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+// join creates the group (if missing) and drains this consumer's pending
+// entries of s into in.
+func (w *Writer) join(ctx context.Context, s *streamState, in chan<- entry) error {
+	// Id "0", not "$": entries added before the group existed must be read.
+	err := w.rdb.XGroupCreateMkStream(ctx, s.name, w.cfg.Group, "0").Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return fmt.Errorf("writer: create group on %s: %w", s.name, err)
+	}
+	start := "0"
+	for {
+		res, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: w.cfg.Group, Consumer: w.cfg.Consumer,
+			Streams: []string{s.name, start}, Count: int64(w.cfg.BatchSize), Block: -1}).Result()
+		if errors.Is(err, redis.Nil) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("writer: read own pending of %s: %w", s.name, err)
+		}
+		if len(res) == 0 || len(res[0].Messages) == 0 {
+			break
+		}
+		for _, m := range res[0].Messages {
+			if !send(ctx, in, entry{stream: s.name, msg: m}) {
+				return ctx.Err()
+			}
+		}
+		start = res[0].Messages[len(res[0].Messages)-1].ID
+	}
+	s.ready, s.next, s.failures = true, time.Time{}, 0
+	return nil
+}
+
+// poll reads new entries of every stream that is due, in one pipeline of
+// single-stream XREADGROUPs.
+func (w *Writer) poll(ctx context.Context, streams map[string]*streamState, in chan<- entry) error {
+	now := time.Now()
+	var due []*streamState
+	for _, s := range streams {
+		if s.ready && !s.next.After(now) {
+			due = append(due, s)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.XStreamSliceCmd, len(due))
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, s := range due {
+			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{Group: w.cfg.Group, Consumer: w.cfg.Consumer,
+				Streams: []string{s.name, ">"}, Count: int64(w.cfg.BatchSize), Block: -1})
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) {
+		return fmt.Errorf("writer: read streams: %w", err)
+	}
+	for i, s := range due {
+		res, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil) || (err == nil && (len(res) == 0 || len(res[0].Messages) == 0)):
+			s.idle = min(max(s.idle*2, minIdlePoll), w.cfg.IdlePoll)
+			s.next = now.Add(s.idle)
+		case isNoGroup(err):
+			// The stream or its group was deleted: join again on the next refresh.
+			s.ready, s.next = false, time.Time{}
+		case isServerError(err):
+			w.streamFailed(s, "read", err)
+		case err != nil:
+			return fmt.Errorf("writer: read %s: %w", s.name, err)
+		default:
+			s.idle, s.next, s.failures = 0, time.Time{}, 0
+			for _, m := range res[0].Messages {
+				if !send(ctx, in, entry{stream: s.name, msg: m}) {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// claim takes over entries pending longer than ClaimIdle, on every stream.
+func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in chan<- entry) error {
+	for _, s := range streams {
+		if !s.ready {
+			continue
+		}
+		start := "0-0"
+		for page := 0; page < 20; page++ { // bounded work per round; the rest next round
+			msgs, next, err := w.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: s.name, Group: w.cfg.Group,
+				Consumer: w.cfg.Consumer, MinIdle: w.cfg.ClaimIdle, Start: start, Count: int64(w.cfg.BatchSize)}).Result()
+			if isNoGroup(err) {
+				s.ready, s.next = false, time.Time{}
+				break
+			}
+			if isServerError(err) {
+				w.streamFailed(s, "autoclaim", err)
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("writer: autoclaim %s: %w", s.name, err)
+			}
+			if len(msgs) > 0 {
+				w.claimed.Add(int64(len(msgs)))
+				w.log.Warn("writer: reclaimed pending entries", "stream", s.name, "entries", len(msgs))
+			}
+			for _, m := range msgs {
+				if !send(ctx, in, entry{stream: s.name, msg: m}) {
+					return ctx.Err()
+				}
+			}
+			if next == "0-0" || next == "" {
+				break
+			}
+			start = next
+		}
+	}
+	return nil
+}
+
+func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
+
+func send(ctx context.Context, in chan<- entry, e entry) bool {
+	select {
+	case in <- e:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ---- writing ----
+
+func (w *Writer) flushLoop(ctx context.Context, in <-chan entry) {
+	batch := make([]entry, 0, w.cfg.BatchSize)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case e, ok := <-in:
+			if !ok { // the reader stopped: ctx is cancelled
+				w.finalFlush(batch)
+				return
+			}
+			if len(batch) == 0 {
+				timer.Reset(w.cfg.BatchWait)
+			}
+			batch = append(batch, e)
+			if len(batch) >= w.cfg.BatchSize && w.flush(ctx, batch) {
+				batch = batch[:0]
+				timer.Stop()
+			}
+		case <-timer.C:
+			if len(batch) > 0 && w.flush(ctx, batch) {
+				batch = batch[:0]
+			}
+		}
+	}
+}
+
+// finalFlush writes what is left after ctx was cancelled, with a fresh
+// context. What it cannot write stays pending for another writer.
+func (w *Writer) finalFlush(batch []entry) {
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.FlushTimeout)
+	defer cancel()
+	if err := w.write(ctx, batch); err != nil {
+		w.log.Warn("writer: final flush failed; entries stay pending for another writer", "entries", len(batch), "err", err)
+	}
+}
+
+// flush writes batch, retrying with backoff until it succeeds (true) or ctx
+// is cancelled (false: the batch is still unwritten).
+func (w *Writer) flush(ctx context.Context, batch []entry) bool {
+	bo := newBackoff(w.cfg.RetryMin, w.cfg.RetryMax)
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		err := w.write(ctx, batch)
+		if err == nil {
+			if attempt > 1 {
+				w.log.Info("writer: batch written after retries", "attempts", attempt, "entries", len(batch))
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.failures.Add(1)
+		if attempt == 1 || attempt%20 == 0 {
+			w.log.Warn("writer: flush batch failed, retrying", "attempt", attempt, "entries", len(batch), "err", err)
+		}
+		sleep(ctx, bo.next())
+	}
+	return false
+}
+
+// write stores one batch and acknowledges it: parse, move unparseable
+// entries to their dead stream, InsertReservations, then XACK+XDEL.
+func (w *Writer) write(ctx context.Context, batch []entry) error {
+	seen := make(map[string]bool, len(batch))
+	res := make([]order.Reservation, 0, len(batch))
+	done := make([]entry, 0, len(batch)) // to acknowledge after the commit
+	var dead []entry
+	var deadErr []error
+	for _, e := range batch {
+		key := e.stream + "\x00" + e.msg.ID
+		if seen[key] { // the same entry read twice (e.g. read, then reclaimed)
+			continue
+		}
+		seen[key] = true
+		r, err := order.ParseReservation(e.msg.Values)
+		if err != nil {
+			dead = append(dead, e)
+			deadErr = append(deadErr, err)
+			continue
+		}
+		res = append(res, r)
+		done = append(done, e)
+	}
+	if len(res) > 0 {
+		names, err := w.productNames(ctx, res)
+		if err != nil {
+			return fmt.Errorf("writer: flush batch: %w", err)
+		}
+		out, err := w.store.InsertReservations(ctx, res, names)
+		if err != nil {
+			return fmt.Errorf("writer: flush batch: %w", err)
+		}
+		w.batches.Add(1)
+		w.written.Add(int64(out.Inserted))
+		w.duplicates.Add(int64(out.Duplicates))
+		w.reused.Add(int64(out.Reused))
+	}
+	// After the commit, so a retried batch does not bury its dead entries twice.
+	if len(dead) > 0 {
+		if err := w.bury(ctx, dead, deadErr); err != nil {
+			return err
+		}
+	}
+	if err := w.ack(ctx, done); err != nil {
+		// Committed but not acknowledged: the entries are reclaimed after
+		// ClaimIdle and their second write changes nothing.
+		w.log.Warn("writer: ack after commit failed; entries will be reclaimed", "entries", len(done), "err", err)
+	}
+	return nil
+}
+
+// productNames returns the names of the batch's products for the item
+// snapshot, reading unknown products from MySQL once.
+func (w *Writer) productNames(ctx context.Context, batch []order.Reservation) (map[int64]string, error) {
+	for _, r := range batch {
+		if _, ok := w.names[r.ProductID]; ok {
+			continue
+		}
+		p, err := w.store.GetProduct(ctx, r.ProductID)
+		switch {
+		case errors.Is(err, persistence.ErrNotFound):
+			// An accepted order is never dropped: store it with no name;
+			// locking it fails in MySQL and its stock is released.
+			w.log.Error("writer: reservation for a product missing in MySQL", "product", r.ProductID, "order", r.OrderNo)
+			w.names[r.ProductID] = ""
+		case err != nil:
+			return nil, err
+		default:
+			w.names[r.ProductID] = p.Name
+		}
+	}
+	return w.names, nil
+}
+
+// ack acknowledges and deletes exactly the given entries: XACK then XDEL in
+// one MULTI per stream (a transaction cannot span hash slots on a cluster).
+func (w *Writer) ack(ctx context.Context, es []entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	byStream := map[string][]string{}
+	for _, e := range es {
+		byStream[e.stream] = append(byStream[e.stream], e.msg.ID)
+	}
+	for stream, ids := range byStream {
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			if attempt > 0 && !sleep(ctx, w.cfg.RetryMin) {
+				break
+			}
+			_, err = w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.XAck(ctx, stream, w.cfg.Group, ids...)
+				p.XDel(ctx, stream, ids...)
+				return nil
+			})
+			if err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("writer: ack %s: %w", stream, err)
+		}
+	}
+	return nil
+}
+
+// bury copies unparseable entries to their dead stream, then acknowledges
+// and deletes them.
+func (w *Writer) bury(ctx context.Context, es []entry, errs []error) error {
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range es {
+			vals := []any{"id", e.msg.ID, "error", errs[i].Error()}
+			for k, v := range e.msg.Values {
+				vals = append(vals, "f:"+k, v)
+			}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: e.stream + ":dead", MaxLen: w.cfg.DeadMaxLen, Approx: true, Values: vals})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("writer: move to dead stream: %w", err)
+	}
+	for i, e := range es {
+		w.log.Error("writer: unparseable intake entry moved to dead stream", "stream", e.stream, "id", e.msg.ID, "err", errs[i])
+	}
+	w.dead.Add(int64(len(es)))
+	return w.ack(ctx, es)
+}

@@ -1,0 +1,144 @@
+package push
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stampede-sh/stampede/order"
+)
+
+// Config configures a Hub. The zero value of every field means "use the
+// default"; New calls setDefaults and Validate.
+type Config struct {
+	// Addr is the TCP address Run listens on. Default "127.0.0.1:8081".
+	Addr string
+
+	// Exchange is the topic exchange the status events are published to; the
+	// hub declares it (durable, idempotently) and binds its queue to it with
+	// RoutingKey. Default order.EventsExchange.
+	Exchange string
+	// RoutingKey selects the status events. Default "order.status.*".
+	RoutingKey string
+
+	// SendBuffer is the number of messages queued per socket; a socket whose
+	// buffer is full is disconnected with 1008 as a slow consumer. Default 64.
+	SendBuffer int
+	// PingInterval is the period of WebSocket pings; a socket that does not
+	// answer one within WriteTimeout is closed. Default 20s.
+	PingInterval time.Duration
+	// WriteTimeout bounds one write (and one ping round trip) on a socket.
+	// Default 5s.
+	WriteTimeout time.Duration
+	// ProductThrottle is the shortest interval between two product messages
+	// for one product; updates in between are merged, the latest value wins.
+	// Default 250ms.
+	ProductThrottle time.Duration
+
+	// SnapshotOrders is how many of the user's most recent orders are sent as
+	// snapshots on connect. Default 20.
+	SnapshotOrders int
+	// SnapshotTimeout bounds one Snapshotter call. Default 5s.
+	SnapshotTimeout time.Duration
+	// MaxSubscriptions is how many subscribed orders a socket remembers for
+	// re-sending snapshots after a RabbitMQ reconnection; older ones are
+	// forgotten (their events still arrive). Default 64.
+	MaxSubscriptions int
+	// ResyncConcurrency bounds the parallel snapshot loads after a RabbitMQ
+	// reconnection. Default 8.
+	ResyncConcurrency int
+
+	// AllowedOrigins are the Origin host patterns (path.Match syntax, e.g.
+	// "shop.example.com" or "*.example.com:8080") allowed to open sockets.
+	// Empty (the default) allows every origin: sockets are authenticated with
+	// an explicit bearer token, never with an ambient cookie, so a foreign page
+	// gains nothing from opening one (no cross-site WebSocket hijacking). The
+	// gateway serves the client on another port than push, so the same-origin
+	// rule of coder/websocket would otherwise refuse the demo.
+	AllowedOrigins []string
+
+	// ReconnectMin and ReconnectMax bound the exponential backoff (with
+	// jitter) between attempts to reconnect to RabbitMQ. Defaults 100ms, 10s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// ShutdownTimeout bounds the graceful shutdown of Run and Serve. Default 10s.
+	ShutdownTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:8081"
+	}
+	if c.Exchange == "" {
+		c.Exchange = order.EventsExchange
+	}
+	if c.RoutingKey == "" {
+		c.RoutingKey = "order.status.*"
+	}
+	if c.SendBuffer == 0 {
+		c.SendBuffer = 64
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 20 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 5 * time.Second
+	}
+	if c.ProductThrottle == 0 {
+		c.ProductThrottle = 250 * time.Millisecond
+	}
+	if c.SnapshotOrders == 0 {
+		c.SnapshotOrders = 20
+	}
+	if c.SnapshotTimeout == 0 {
+		c.SnapshotTimeout = 5 * time.Second
+	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = 64
+	}
+	if c.ResyncConcurrency == 0 {
+		c.ResyncConcurrency = 8
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = 100 * time.Millisecond
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 10 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+}
+
+// Validate reports the first invalid setting as "invalid config: ...".
+func (c *Config) Validate() error {
+	var errs []error
+	if c.SendBuffer < 1 {
+		errs = append(errs, fmt.Errorf("SendBuffer %d < 1", c.SendBuffer))
+	}
+	for name, d := range map[string]time.Duration{
+		"PingInterval": c.PingInterval, "WriteTimeout": c.WriteTimeout, "ProductThrottle": c.ProductThrottle,
+		"SnapshotTimeout": c.SnapshotTimeout, "ReconnectMin": c.ReconnectMin, "ReconnectMax": c.ReconnectMax,
+		"ShutdownTimeout": c.ShutdownTimeout,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v < 0", name, d))
+		}
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		errs = append(errs, fmt.Errorf("ReconnectMax %v < ReconnectMin %v", c.ReconnectMax, c.ReconnectMin))
+	}
+	if c.SnapshotOrders < 0 || c.SnapshotOrders > 1000 {
+		errs = append(errs, fmt.Errorf("SnapshotOrders %d not in 0..1000", c.SnapshotOrders))
+	}
+	if c.MaxSubscriptions < 0 {
+		errs = append(errs, fmt.Errorf("MaxSubscriptions %d < 0", c.MaxSubscriptions))
+	}
+	if c.ResyncConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("ResyncConcurrency %d < 1", c.ResyncConcurrency))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid config: push: %w", errors.Join(errs...))
+	}
+	return nil
+}

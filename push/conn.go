@@ -1,0 +1,312 @@
+package push
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/stampede-sh/stampede/order"
+)
+
+// conn is one open socket of an authenticated user. Messages go through send,
+// a bounded buffer drained by writeLoop; whoever fills it up evicts the socket
+// instead of waiting. Order messages pass the version check under mu in the
+// same step as they are queued, so the queue holds every order's versions in
+// increasing order.
+type conn struct {
+	hub    *Hub
+	ws     *websocket.Conn
+	nc     net.Conn // the hijacked connection, if the hub's own server accepted it
+	userID int64
+	send   chan []byte
+
+	ctx    context.Context // cancelled by kill; bounds snapshot loads
+	cancel context.CancelFunc
+
+	mu          sync.Mutex
+	closed      bool
+	closeCode   websocket.StatusCode
+	closeReason string
+	done        chan struct{}    // closed by kill
+	versions    map[string]int64 // orderNo → highest version queued
+	holdAll     int              // > 0: a load of the recent orders is in flight
+	holdOrders  map[string]int   // orderNo → loads of that order in flight
+	pending     []outgoing       // order messages held back by a load
+	subs        []string         // subscribed orderNos, oldest first, at most MaxSubscriptions
+}
+
+func newConn(h *Hub, ws *websocket.Conn, userID int64) *conn {
+	ctx, cancel := context.WithCancel(h.ctx)
+	return &conn{
+		hub: h, ws: ws, userID: userID,
+		send:     make(chan []byte, h.cfg.SendBuffer),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		versions: make(map[string]int64), holdOrders: make(map[string]int),
+	}
+}
+
+// maxPending bounds the order messages held back while a snapshot loads; a
+// socket that exceeds it is closed with 1013 and reconnects for a fresh
+// snapshot.
+func (c *conn) maxPending() int { return 4 * cap(c.send) }
+
+// kill marks the socket closed with code and reason; writeLoop sends the close
+// frame. Only the first call counts.
+func (c *conn) kill(code websocket.StatusCode, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.killLocked(code, reason)
+}
+
+func (c *conn) killLocked(code websocket.StatusCode, reason string) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.closeCode, c.closeReason = code, reason
+	c.pending = nil
+	close(c.done)
+	c.cancel()
+}
+
+// deliver queues m unless a snapshot load holds it back. Never blocks.
+func (c *conn) deliver(m outgoing) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if m.orderNo != "" && (c.holdAll > 0 || c.holdOrders[m.orderNo] > 0) {
+		if len(c.pending) >= c.maxPending() {
+			c.killLocked(websocket.StatusTryAgainLater, "too many events while loading snapshot")
+			return
+		}
+		c.pending = append(c.pending, m)
+		return
+	}
+	c.offerLocked(m)
+}
+
+// offerLocked applies the version check to an order message and queues it,
+// evicting the socket if its buffer is full.
+func (c *conn) offerLocked(m outgoing) {
+	if c.closed {
+		return
+	}
+	if m.orderNo != "" && m.version <= c.versions[m.orderNo] {
+		c.hub.stats.stale.Add(1)
+		return
+	}
+	select {
+	case c.send <- m.data:
+		c.hub.stats.sent.Add(1)
+		if m.orderNo != "" {
+			c.versions[m.orderNo] = m.version
+		}
+	default:
+		c.hub.stats.evicted.Add(1)
+		c.hub.log.Info("evicting slow socket", "user", c.userID, "buffer", cap(c.send))
+		c.killLocked(websocket.StatusPolicyViolation, "slow consumer: send buffer full")
+	}
+}
+
+// hold holds back events of orderNo ("" = of every order) until release.
+func (c *conn) hold(orderNos ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(orderNos) == 0 {
+		c.holdAll++
+	}
+	for _, no := range orderNos {
+		c.holdOrders[no]++
+	}
+}
+
+// release queues the loaded snapshots, ends the hold taken with the same
+// arguments and queues the held-back events that no load holds any more (the
+// version check drops those the snapshots made stale).
+func (c *conn) release(snaps []Snapshot, orderNos ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range snaps {
+		if s.UserID != c.userID || s.OrderNo == "" { // never show someone else's order
+			continue
+		}
+		c.offerLocked(encodeSnapshot(s))
+	}
+	if len(orderNos) == 0 {
+		c.holdAll--
+	}
+	for _, no := range orderNos {
+		if c.holdOrders[no]--; c.holdOrders[no] <= 0 {
+			delete(c.holdOrders, no)
+		}
+	}
+	if c.holdAll > 0 || c.closed {
+		return
+	}
+	kept := c.pending[:0]
+	for _, m := range c.pending {
+		if c.holdOrders[m.orderNo] > 0 {
+			kept = append(kept, m)
+			continue
+		}
+		c.offerLocked(m)
+	}
+	clear(c.pending[len(kept):])
+	c.pending = kept
+}
+
+// sendRecent queues the snapshots of the user's recent orders and of the
+// orders it subscribed to, then ends the hold on all events. The caller has
+// taken the hold (holdAll) before the socket could receive events.
+func (c *conn) sendRecent() {
+	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
+	defer cancel()
+	snaps, err := c.hub.snap.RecentOrders(ctx, c.userID, c.hub.cfg.SnapshotOrders)
+	if err != nil && c.ctx.Err() == nil {
+		c.hub.log.Warn("load recent orders", "user", c.userID, "err", err)
+		c.deliver(outgoing{data: encodeError(codeUnavailable, "", "order snapshots are unavailable; poll the orders API")})
+	}
+	c.mu.Lock()
+	subs := slices.Clone(c.subs)
+	c.mu.Unlock()
+	for _, no := range subs {
+		if slices.ContainsFunc(snaps, func(s Snapshot) bool { return s.OrderNo == no }) {
+			continue
+		}
+		s, err := c.hub.snap.OrderSnapshot(ctx, c.userID, no)
+		if err == nil {
+			snaps = append(snaps, s)
+		}
+	}
+	c.release(snaps)
+}
+
+// resync re-sends snapshots after the hub (re)bound its RabbitMQ queue:
+// events published while it had no queue are lost, the snapshots read now
+// are not.
+func (c *conn) resync() {
+	c.hold()
+	c.sendRecent()
+}
+
+// subscribe queues the snapshot of orderNo if it is the user's, or an error.
+func (c *conn) subscribe(no string) {
+	if _, _, _, err := order.ParseNo(no); err != nil {
+		c.deliver(outgoing{data: encodeError(codeBadMessage, no, "malformed orderNo")})
+		return
+	}
+	c.hold(no)
+	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
+	s, err := c.hub.snap.OrderSnapshot(ctx, c.userID, no)
+	cancel()
+	var snaps []Snapshot
+	switch {
+	case err == nil && s.UserID == c.userID && s.OrderNo == no:
+		snaps = []Snapshot{s}
+		c.remember(no)
+	case err == nil || errors.Is(err, ErrNotFound):
+		// Not (yet) in the database, or someone else's: the same answer.
+		c.deliver(outgoing{data: encodeError(codeNotFound, no, "no such order (it may still be processing)")})
+		c.remember(no) // its events will still come; resync should find it once written
+	default:
+		if c.ctx.Err() == nil {
+			c.hub.log.Warn("load order snapshot", "user", c.userID, "orderNo", no, "err", err)
+			c.deliver(outgoing{data: encodeError(codeUnavailable, no, "order snapshot unavailable; poll the orders API")})
+		}
+	}
+	c.release(snaps, no)
+}
+
+func (c *conn) remember(no string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.subs, no); i >= 0 {
+		c.subs = slices.Delete(c.subs, i, i+1)
+	}
+	c.subs = append(c.subs, no)
+	if n := c.hub.cfg.MaxSubscriptions; len(c.subs) > n {
+		c.subs = slices.Delete(c.subs, 0, len(c.subs)-n)
+	}
+}
+
+// readLoop handles client messages until the socket closes. It reads with a
+// background context: the socket ends when the close handshake started by
+// writeLoop completes (or times out), not the moment kill is called.
+func (c *conn) readLoop() {
+	for {
+		typ, data, err := c.ws.Read(context.Background())
+		if err != nil {
+			return
+		}
+		var m clientMessage
+		if typ != websocket.MessageText || json.Unmarshal(data, &m) != nil {
+			c.deliver(outgoing{data: encodeError(codeBadMessage, "", "expected a JSON text message")})
+			continue
+		}
+		switch m.Type {
+		case "subscribe":
+			c.subscribe(m.OrderNo)
+		case "ping":
+			c.deliver(outgoing{data: pongMessage})
+		default:
+			c.deliver(outgoing{data: encodeError(codeBadMessage, "", "unknown message type")})
+		}
+	}
+}
+
+// writeLoop is the socket's only writer: it sends queued messages and pings,
+// and the close frame once the socket is killed.
+func (c *conn) writeLoop() {
+	ping := time.NewTicker(c.hub.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-c.done:
+			c.hub.unregister(c) // no more messages: leave the registry now, not after the handshake
+			c.mu.Lock()
+			code, reason := c.closeCode, c.closeReason
+			c.mu.Unlock()
+			if code == websocket.StatusNormalClosure && reason == "" {
+				c.ws.CloseNow() // the peer went away first
+				return
+			}
+			if c.nc != nil {
+				// A client that stopped reading cannot take the close frame:
+				// bound the handshake by WriteTimeout instead of the
+				// library's 2 × 5s.
+				c.nc.SetDeadline(time.Now().Add(c.hub.cfg.WriteTimeout))
+			}
+			c.ws.Close(code, reason)
+			return
+		case data := <-c.send:
+			ctx, cancel := context.WithTimeout(context.Background(), c.hub.cfg.WriteTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, data)
+			cancel()
+			if err != nil {
+				c.kill(websocket.StatusNormalClosure, "")
+				c.ws.CloseNow()
+				return
+			}
+		case <-ping.C:
+			ctx, cancel := context.WithTimeout(context.Background(), c.hub.cfg.WriteTimeout)
+			err := c.ws.Ping(ctx)
+			cancel()
+			if err != nil {
+				c.hub.log.Debug("ping failed", "user", c.userID, "err", err)
+				c.kill(websocket.StatusNormalClosure, "")
+				c.ws.CloseNow()
+				return
+			}
+		}
+	}
+}

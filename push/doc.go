@@ -1,0 +1,29 @@
+// Package push is Stampede's WebSocket hub: it holds the sockets of signed-in
+// buyers (GET /ws) and sends each order status change to the sockets of the
+// order's owner, plus throttled product stock updates to everyone (SPEC §3).
+//
+// Status events come from RabbitMQ: every push instance declares its own
+// exclusive, auto-delete, server-named queue bound to order.EventsExchange with
+// "order.status.*", so any number of instances each deliver to the sockets they
+// hold. Delivery is best effort; correctness comes from snapshots and versions:
+//
+//   - on connect, on {"type":"subscribe","orderNo"} and after every
+//     (re)connection to RabbitMQ, the hub first sends the current snapshot of
+//     the orders from the database (through Snapshotter), holding back events
+//     for those orders until it is queued, so a client never misses the last
+//     state;
+//   - every order message carries the order's version and a socket never gets
+//     a version lower than or equal to one it already got for that order, so a
+//     client's state never goes backwards even when RabbitMQ reorders events.
+//
+// Each socket has a bounded send buffer drained by its own writer goroutine;
+// a client that cannot keep up is disconnected (close 1008) instead of slowing
+// the hub or other clients. Heartbeats are WebSocket pings; shutdown closes
+// every socket with 1001 and a reason; an unauthenticated socket is closed with
+// 4401.
+//
+// push must never show a user someone else's order, never let a socket's
+// order version go backwards, never block on a slow socket and never touch the
+// database except through Snapshotter. It imports only order and auth of
+// Stampede.
+package push
