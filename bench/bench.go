@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -120,6 +121,23 @@ type Params struct {
 
 	CeilingRequests int `json:"ceilingRequests"` // redis-benchmark -n
 	CeilingClients  int `json:"ceilingClients"`  // redis-benchmark -c
+}
+
+// MarshalJSON writes the durations as Go duration strings ("5s").
+func (p Params) MarshalJSON() ([]byte, error) {
+	type plain Params
+	return json.Marshal(struct {
+		plain
+		Timeout         string `json:"timeout"`
+		SustainedWarmup string `json:"sustainedWarmup"`
+		SustainedStep   string `json:"sustainedStep"`
+		SustainedP99    string `json:"sustainedP99"`
+		SoldOutWarmup   string `json:"soldOutWarmup"`
+		SoldOutDuration string `json:"soldOutDuration"`
+		E2EDuration     string `json:"e2eDuration"`
+		E2EPoll         string `json:"e2ePoll"`
+	}{plain(p), p.Timeout.String(), p.SustainedWarmup.String(), p.SustainedStep.String(), p.SustainedP99.String(),
+		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String()})
 }
 
 // DefaultParams is the full benchmark of issue 5.

@@ -240,7 +240,7 @@ func runSoldOut(ctx context.Context, r *run, t *target) *ScenarioResult {
 		s.fail(err)
 	}
 	if storm != nil {
-		s.Headline = Figure{Name: "sold-out rejections", Unit: "/s"}
+		s.Headline = Figure{Name: "sold-out rejections", Unit: "rejections/s"}
 		if c := storm.Classes[classSoldOut]; c != nil {
 			s.Headline.Value = c.Rate
 		}

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Config configures a gateway Server. The zero value of every field except
-// the two secrets means "use the default"; New calls setDefaults and Validate.
+// Config configures a gateway Server. A zero duration, size or address means
+// "use the default"; the two secrets are required. New applies the defaults
+// and calls Validate.
 type Config struct {
 	// Addr is the TCP address Run listens on. Default "127.0.0.1:8080".
 	Addr string

@@ -48,24 +48,34 @@ type field struct {
 // maxFields is the most fields one body may declare (the seen set is a uint32).
 const maxFields = 32
 
+// intField, stringField and timeField declare a required field stored in *p.
 func intField(name string, p *int64) field      { return field{name: name, kind: kindInt, i: p} }
 func stringField(name string, p *string) field  { return field{name: name, kind: kindString, s: p} }
 func timeField(name string, p *time.Time) field { return field{name: name, kind: kindTime, t: p} }
+
+// optional makes f optional: absent or null leaves its target and *set as
+// they are; a value sets *set to true.
+func optional(f field, set *bool) field {
+	f.optional, f.set = true, set
+	return f
+}
 
 // label is f.name for an error message. It is a copy so that, for escape
 // analysis, messages do not leak the field table: the variables the fields
 // point into can then live on the caller's stack.
 func (f *field) label() string { return strings.Clone(f.name) }
 
-func optional(f field, set *bool) field { f.optional, f.set = true, set; return f }
 func (k kind) describe() string {
 	return [...]string{"", "an integer", "a string", "an RFC 3339 time string"}[k]
 }
-func fieldNames(fields []field) (names []string) { // for messages only
-	for _, f := range fields {
-		names = append(names, f.label())
+
+// fieldNames lists the fields for a message: "productId, quantity, requestId".
+func fieldNames(fields []field) string {
+	names := make([]string, len(fields))
+	for i := range fields {
+		names[i] = fields[i].label()
 	}
-	return names
+	return strings.Join(names, ", ")
 }
 
 // decodeBody decodes body, which must be one JSON object, into fields. It
@@ -80,7 +90,7 @@ func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
 	d := decoder{b: body}
 	d.skipSpace()
 	if d.peek() != '{' {
-		return invalidArg("request body must be a JSON object with fields %v", fieldNames(fields))
+		return invalidArg("request body must be a JSON object with fields %s", fieldNames(fields))
 	}
 	d.pos++
 	var seen uint32

@@ -180,3 +180,45 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeBody checks the strict decoder against encoding/json: whatever
+// decodeBody accepts is valid JSON that encoding/json decodes to the same
+// values, and every rejection is a 400 that names something.
+func FuzzDecodeBody(f *testing.F) {
+	for _, s := range []string{
+		`{"productId":7,"quantity":1,"requestId":"b2f1"}`,
+		`{"productId":-0,"quantity":9223372036854775807,"requestId":"\u00e9\ud83d\ude00\n"}`,
+		`{"productId":1.0}`, `{"a":1}`, `{"productId":1,"productId":1}`, ` { } `, `{"requestId":"\/"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var pid, qty int64
+		var rid string
+		fields := [...]field{intField("productId", &pid), intField("quantity", &qty), stringField("requestId", &rid)}
+		err := decodeBody(body, DefaultMaxBodyBytes, fields[:])
+		if err != nil {
+			if err.status != 400 || err.code != CodeInvalidArgument || err.message == "" {
+				t.Fatalf("%q: %+v", body, err)
+			}
+			return
+		}
+		var std struct {
+			ProductID *int64  `json:"productId"`
+			Quantity  *int64  `json:"quantity"`
+			RequestID *string `json:"requestId"`
+		}
+		d := json.NewDecoder(strings.NewReader(string(body)))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&std); err != nil {
+			t.Fatalf("%q accepted, encoding/json: %v", body, err)
+		}
+		if d.More() {
+			t.Fatalf("%q accepted with trailing data", body)
+		}
+		if std.ProductID == nil || *std.ProductID != pid || std.Quantity == nil || *std.Quantity != qty ||
+			std.RequestID == nil || *std.RequestID != rid {
+			t.Fatalf("%q: decodeBody %d %d %q, encoding/json %+v", body, pid, qty, rid, std)
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
@@ -96,9 +95,10 @@ var errorTable = []struct {
 }
 
 // toAPIError turns any error into the answer to send. Errors that are not in
-// the table come from a dependency: a MySQL server error that is not
-// transient is a bug (500 INTERNAL); anything else — a lost connection, a
-// timeout, a Redis error — is 503 UNAVAILABLE with Retry-After.
+// the table come from a dependency: what persistence.IsRetryable calls
+// permanent (a MySQL server error such as a broken query, or ErrConflict) is a
+// bug, 500 INTERNAL; anything else — a lost connection, a timeout, a Redis
+// error — is 503 UNAVAILABLE with Retry-After.
 func toAPIError(err error) (e *apiError, known bool) {
 	if errors.As(err, &e) {
 		return e, true
@@ -108,8 +108,7 @@ func toAPIError(err error) (e *apiError, known bool) {
 			return &apiError{status: t.status, code: t.code, message: t.message, retryAfter: t.status == 503}, true
 		}
 	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && !persistence.IsRetryable(err) {
+	if !persistence.IsRetryable(err) { // a MySQL server error such as a broken query, or ErrConflict
 		return &apiError{status: 500, code: CodeInternal, message: "internal error"}, false
 	}
 	return &apiError{status: 503, code: CodeUnavailable, message: "a dependency is unavailable; retry shortly", retryAfter: true}, false

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
 )
 
 func TestHealthAndReady(t *testing.T) {
@@ -97,8 +99,8 @@ func TestRedisUnavailable(t *testing.T) {
 func TestBreakerRecovers(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.BreakerOpen = 100 * time.Millisecond })
 	pid := e.product(openSale(10))
-	// Open the breaker with failures of the real client: a cancelled
-	// RedisTimeout is simulated by calls that fail.
+	// Five failed Redis calls (as a timeout or a refused dial would fail)
+	// open the breaker.
 	for range 5 {
 		_ = e.srv.redisCall(func(context.Context) error { return errors.New("simulated network error") })
 	}
@@ -116,5 +118,40 @@ func TestBreakerRecovers(t *testing.T) {
 	}
 	if st := e.srv.breaker.State().String(); st != "closed" {
 		t.Fatalf("breaker %s after script outcomes", st)
+	}
+}
+
+// The order path does not need MySQL: with the store closed, new orders are
+// still accepted; only what must read MySQL answers 503.
+func TestCreateOrderWithoutMySQL(t *testing.T) {
+	e := newEnv(t)
+	pid := e.product(openSale(10))
+	down, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Close() // every query now fails
+	srv, err := New(baseConfig(), e.rdb, down, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, _ := serveInMemory(t, srv)
+	tok := token(t, 1)
+	body := fmt.Sprintf(`{"productId":%d,"quantity":1,"requestId":"no-mysql"}`, pid)
+	r := doHTTP(t, hc, "POST", "/api/orders", tok, body)
+	if r.status != 202 {
+		t.Fatalf("order without MySQL: %s", r)
+	}
+	no := r.json(t)["orderNo"].(string)
+	// A replay must report the current status, which lives in MySQL.
+	doHTTP(t, hc, "POST", "/api/orders", tok, body).wantError(t, 503, CodeUnavailable)
+	doHTTP(t, hc, "GET", "/api/orders/"+no, tok, nil).wantError(t, 503, CodeUnavailable)
+	doHTTP(t, hc, "GET", "/api/products", "", nil).wantError(t, 503, CodeUnavailable)
+	msg := doHTTP(t, hc, "GET", "/readyz", "", nil).wantError(t, 503, CodeUnavailable)
+	if !strings.Contains(msg, "mysql:") || strings.Contains(msg, "redis:") {
+		t.Fatalf("readyz message %q", msg)
+	}
+	if a := e.available(pid, 0); a != 9 {
+		t.Fatalf("available %d", a)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 )
@@ -97,7 +99,7 @@ func TestCreateOrderOutcomes(t *testing.T) {
 
 	e.buy(1, pid, 1, "first").wantError(t, 422, CodeIdempotencyKeyReused)
 	e.buy(1, pid, 2, "second").wantError(t, 409, CodePurchaseLimitExceeded) // holds 2 of 3
-	msg := e.buy(2, pid, 3, "big").wantError(t, 400, CodeInvalidArgument)  // max 2 per order
+	msg := e.buy(2, pid, 3, "big").wantError(t, 400, CodeInvalidArgument)   // max 2 per order
 	if !strings.Contains(msg, "quantity") {
 		t.Fatalf("max per order message %q", msg)
 	}
@@ -292,5 +294,34 @@ func TestAuthentication(t *testing.T) {
 	}
 	if a := e.available(pid, 0); a != 9 {
 		t.Fatalf("available %d", a)
+	}
+}
+
+// BenchmarkCreateOrder measures the POST /api/orders handler, Redis round
+// trip included, without the network:
+//
+//	go test -run '^$' -bench CreateOrder -benchmem ./gateway/
+func BenchmarkCreateOrder(b *testing.B) {
+	e := newEnv(b)
+	spec := openSale(1 << 40)
+	pid := e.product(spec)
+	tok := token(b, 5)
+	handler := e.srv.Handler()
+	var req fasthttp.Request
+	var ctx fasthttp.RequestCtx
+	var body []byte
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		req.Reset()
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("/api/orders")
+		req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+tok)
+		body = fmt.Appendf(body[:0], `{"productId":%d,"quantity":1,"requestId":"bench-%d"}`, pid, i)
+		req.SetBodyRaw(body)
+		ctx.Init(&req, nil, nil)
+		handler(&ctx)
+		if ctx.Response.StatusCode() != 202 {
+			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
 	}
 }

@@ -248,7 +248,8 @@ type Result struct {
 	// Start is t0, the scheduled time of request 0.
 	Start time.Time `json:"start"`
 	// Window runs from t0 + Warmup to the last measured answer.
-	Window time.Duration `json:"window_ns"`
+	Window  time.Duration `json:"-"`
+	WindowS float64       `json:"window_s"` // Window in seconds
 	// Throughput is measured answers other than errors per second of Window.
 	Throughput float64 `json:"throughput"`
 	// Latency is from the scheduled time, every measured answer and error.
@@ -456,6 +457,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if rec.measured > 0 {
 		res.Window = rec.lastDone.Sub(warmupEnd)
+		res.WindowS = res.Window.Seconds()
 		if res.Window > 0 {
 			res.Throughput = float64(rec.measured-rec.errors) / res.Window.Seconds()
 		}

@@ -17,13 +17,13 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*workerPool).getCh"),
+		// fasthttp's process-wide Date refresher, and a stopped server's
+		// worker-pool cleaner that notices the stop only after its 10 s sleep.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// The demo's HTTP client keeps idle keep-alive connections.
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
-		goleak.IgnoreAnyFunction("database/sql.(*DB).connectionOpener"),
 	)
 }
 

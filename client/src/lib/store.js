@@ -26,7 +26,11 @@ export function applyProduct(p) {
 }
 
 export const live = new LiveClient({
+  // localStorage "stampede.pushUrl" overrides the server's answer (development
+  // and the end-to-end test against a push on another port).
   pushUrl: async () => {
+    const override = globalThis.localStorage?.getItem('stampede.pushUrl')
+    if (override) return override
     const cfg = await api.config()
     if (!cfg?.pushUrl) throw new Error('no pushUrl')
     return cfg.pushUrl

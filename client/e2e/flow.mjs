@@ -1,0 +1,254 @@
+#!/usr/bin/env node
+// Browser end-to-end test of a running Stampede (issue 6): log in, buy, see
+// WAITING_PAY appear without a reload, pay, see PAID; then drop the socket
+// while the order changes state and check that the page shows the current
+// state within 2 s of reconnecting, never going backwards.
+//
+// Environment:
+//   STAMPEDE_URL           gateway serving client/dist (default http://127.0.0.1:8080)
+//   STAMPEDE_ADMIN_TOKEN   admin bearer token (`stampede token --user 1 --admin`), required
+//   STAMPEDE_PUSH_URL      WebSocket URL of push, if GET /api/config does not give it
+//   CHROMIUM               browser binary (default /usr/bin/chromium)
+//   E2E_TIMEOUT_MS         bound on the whole run (default 120000)
+//
+// Screenshots go to client/e2e/artifacts/. Exit status 0 only if every check passed.
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { chromium } from 'playwright-core'
+
+const BASE = (process.env.STAMPEDE_URL || 'http://127.0.0.1:8080').replace(/\/$/, '')
+const ADMIN_TOKEN = process.env.STAMPEDE_ADMIN_TOKEN || ''
+const PUSH_URL = process.env.STAMPEDE_PUSH_URL || ''
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium'
+const TIMEOUT_MS = Number(process.env.E2E_TIMEOUT_MS || 120_000)
+const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artifacts')
+const RECONNECT_BUDGET_MS = 2000
+
+let passed = 0
+let failed = 0
+const check = (ok, what, detail = '') => {
+  if (ok) {
+    passed++
+    console.log(`  ✓ ${what}${detail ? ` (${detail})` : ''}`)
+  } else {
+    failed++
+    console.log(`  ✗ ${what}${detail ? ` (${detail})` : ''}`)
+    throw new Error(`check failed: ${what} ${detail}`)
+  }
+}
+
+async function api(method, p, body, token) {
+  const res = await fetch(BASE + p, {
+    method,
+    headers: { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  })
+  const text = await res.text()
+  let data = null
+  try {
+    data = text ? JSON.parse(text) : null
+  } catch {
+    data = text
+  }
+  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`)
+  return data
+}
+
+async function waitReady() {
+  const deadline = Date.now() + 60_000
+  for (;;) {
+    try {
+      const res = await fetch(`${BASE}/readyz`, { signal: AbortSignal.timeout(2000) })
+      if (res.ok) return
+    } catch {
+      /* not up yet */
+    }
+    if (Date.now() > deadline) throw new Error(`${BASE}/readyz not ready after 60 s`)
+    await new Promise((r) => setTimeout(r, 500))
+  }
+}
+
+async function main() {
+  if (!ADMIN_TOKEN) throw new Error('set STAMPEDE_ADMIN_TOKEN (e.g. `stampede token --user 1 --admin`)')
+  await mkdir(ARTIFACTS, { recursive: true })
+  console.log(`e2e against ${BASE}`)
+  await waitReady()
+
+  const now = Date.now()
+  const product = await api(
+    'POST',
+    '/api/admin/products',
+    {
+      name: `E2E gadget ${new Date(now).toISOString().slice(11, 19)}`,
+      price: 1999,
+      stock: 10,
+      shards: 1,
+      perUserLimit: 5,
+      maxPerOrder: 1,
+      saleStart: new Date(now - 1000).toISOString(),
+      saleEnd: new Date(now + 3600_000).toISOString(),
+    },
+    ADMIN_TOKEN,
+  )
+  check(product?.id > 0, 'admin API created a product', `#${product.id}`)
+
+  const userDir = await mkdtemp(path.join(tmpdir(), 'stampede-e2e-'))
+  const context = await chromium.launchPersistentContext(userDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 800 },
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  })
+  const page = context.pages()[0] ?? (await context.newPage())
+  const logs = []
+  page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`))
+  page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`))
+  page.setDefaultTimeout(20_000)
+  if (PUSH_URL) await page.addInitScript((u) => localStorage.setItem('stampede.pushUrl', u), PUSH_URL)
+  const shot = (name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true })
+
+  try {
+    // --- log in as a fresh buyer
+    const userId = 100_000 + Math.floor(Math.random() * 1e9)
+    await page.goto(`${BASE}/login`)
+    await page.fill('[data-testid=user-id]', String(userId))
+    await page.click('[data-testid=login]')
+    await page.waitForURL(`${BASE}/`)
+    check(true, 'logged in', `user ${userId}`)
+    await page.waitForFunction(() => window.__stampede?.state === 'open', null, { timeout: 10_000 })
+    check(true, 'WebSocket to push is open')
+
+    // --- buy
+    await page.goto(`${BASE}/products/${product.id}`)
+    const buy = page.locator('[data-testid=buy]')
+    await buy.waitFor()
+    await page.waitForFunction(() => !document.querySelector('[data-testid=buy]')?.disabled)
+    await shot('01-product')
+    await page.evaluate(() => (window.__e2eSamePage = true))
+    await buy.click()
+    await page.waitForURL(/\/orders\/\d+$/)
+    const orderNo = page.url().split('/').pop()
+    check(/^\d{22,40}$/.test(orderNo), 'purchase accepted', orderNo)
+
+    // --- WAITING_PAY appears without a reload
+    const status = page.locator('[data-testid=order-status]')
+    await page.waitForSelector('[data-testid=order-status][data-status=WAITING_PAY]', { timeout: 30_000 })
+    check(await page.evaluate(() => window.__e2eSamePage === true), 'WAITING_PAY shown live, without a reload')
+    await page.locator('[data-testid=pay-deadline]').waitFor()
+    await shot('02-waiting-pay')
+
+    // --- pay
+    await page.click('[data-testid=pay]')
+    await page.waitForSelector('[data-testid=order-status][data-status=PAID]', { timeout: 20_000 })
+    check(true, 'PAID shown after paying')
+    await shot('03-paid')
+
+    // --- a second order, changed while the socket is down
+    await page.click('text=← My orders')
+    await page.waitForURL(`${BASE}/orders`)
+    await page.locator(`[data-testid=order-${orderNo}]`).waitFor()
+    await page.goto(`${BASE}/products/${product.id}`)
+    await page.waitForFunction(() => !document.querySelector('[data-testid=buy]')?.disabled)
+    await page.click('[data-testid=buy]')
+    await page.waitForURL(/\/orders\/\d+$/)
+    const orderNo2 = page.url().split('/').pop()
+    check(orderNo2 !== orderNo, 'a new purchase made a new order', orderNo2)
+    await page.waitForSelector('[data-testid=order-status][data-status=WAITING_PAY]', { timeout: 30_000 })
+    await page.waitForFunction(() => window.__stampede?.state === 'open')
+
+    // Record every state the page shows from now on.
+    await page.evaluate(() => {
+      const el = document.querySelector('[data-testid=order-status]')
+      window.__e2eHistory = [{ at: Date.now(), status: el.dataset.status, version: Number(el.dataset.version) }]
+      new MutationObserver(() => {
+        const h = window.__e2eHistory
+        const cur = { at: Date.now(), status: el.dataset.status, version: Number(el.dataset.version) }
+        if (h[h.length - 1].version !== cur.version || h[h.length - 1].status !== cur.status) h.push(cur)
+      }).observe(el, { attributes: true, subtree: true, childList: true, characterData: true })
+    })
+    const pauseMs = 2500
+    const droppedAt = await page.evaluate((ms) => {
+      window.__stampede.dropSocket({ pauseMs: ms })
+      return Date.now()
+    }, pauseMs)
+    await page.waitForFunction(() => window.__stampede.state !== 'open')
+    check(true, 'socket dropped by the test hook')
+    const token = await page.evaluate(() => JSON.parse(localStorage.getItem('stampede.session')).token)
+    const cancelled = await api('POST', `/api/orders/${orderNo2}/cancel`, undefined, token)
+    check(cancelled.status === 'CANCELLED', 'order cancelled through the API while disconnected')
+    await shot('04-disconnected')
+
+    await page.waitForFunction((t) => window.__stampede.state === 'open' && window.__stampede.connectedAt > t, droppedAt, {
+      timeout: pauseMs + 15_000,
+    })
+    await page.waitForSelector('[data-testid=order-status][data-status=CANCELLED]', { timeout: RECONNECT_BUDGET_MS + 3000 })
+    const { history, connectedAt } = await page.evaluate(() => ({
+      history: window.__e2eHistory,
+      connectedAt: window.__stampede.connectedAt,
+    }))
+    const shown = history.find((h) => h.status === 'CANCELLED')
+    check(shown.at >= droppedAt + pauseMs - 100, 'the change reached the page only after reconnecting', `${shown.at - droppedAt} ms after the drop`)
+    const lag = shown.at - connectedAt
+    check(lag <= RECONNECT_BUDGET_MS, `current state shown within ${RECONNECT_BUDGET_MS} ms of reconnecting`, `${lag} ms`)
+    const backwards = history.some((h, i) => i > 0 && h.version < history[i - 1].version)
+    check(!backwards, 'the page never went backwards', history.map((h) => `${h.status}@${h.version}`).join(' → '))
+    await shot('05-after-reconnect')
+
+    // --- phone-sized screenshots and the admin page
+    await page.setViewportSize({ width: 390, height: 844 })
+    await page.goto(`${BASE}/orders`)
+    await page.locator(`[data-testid=order-${orderNo2}]`).waitFor()
+    await shot('06-phone-orders')
+    await page.goto(`${BASE}/products/${product.id}`)
+    await page.locator('[data-testid=buy]').waitFor()
+    await shot('07-phone-product')
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1)
+    check(!overflow, 'no horizontal scrolling at phone width')
+    await page.evaluate((t) => localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: 1 })), ADMIN_TOKEN)
+    await page.setViewportSize({ width: 1280, height: 800 })
+    await page.goto(`${BASE}/admin`)
+    await page.locator('[data-testid=panel-reserve]').waitFor()
+    await page.waitForTimeout(4500) // two scrapes, so counters have a rate
+    await shot('08-admin')
+    check(true, 'admin page with dashboard rendered')
+  } catch (err) {
+    await shot('failure').catch(() => {})
+    console.log('--- browser console ---')
+    for (const l of logs.slice(-40)) console.log(l)
+    throw err
+  } finally {
+    await context.close()
+    await rm(userDir, { recursive: true, force: true })
+  }
+}
+
+const watchdog = setTimeout(() => {
+  console.error(`e2e: timed out after ${TIMEOUT_MS} ms`)
+  process.exit(1)
+}, TIMEOUT_MS)
+watchdog.unref()
+
+main().then(
+  () => {
+    console.log(`e2e: ${passed} passed, ${failed} failed`)
+    console.log(`screenshots in ${ARTIFACTS}`)
+  },
+  (err) => {
+    if (failed === 0) failed = 1
+    console.error(`e2e: ${err.stack || err}`)
+    console.log(`e2e: ${passed} passed, ${failed} failed`)
+    process.exitCode = 1
+  },
+)
