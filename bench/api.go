@@ -215,7 +215,7 @@ func (r *run) orderBuilder(pid int64, prefix string, user func(i int64) int, key
 // unique per run, so requestIds never collide with earlier runs' orders of
 // the same buyers (order_info has a unique (user_id, request_id)).
 func (r *run) requestPrefix(t *target, tag string) string {
-	return r.id + "." + t.Label[:1] + "." + tag + "."
+	return r.id + "." + strconv.Itoa(t.index) + "." + tag + "."
 }
 
 // orderClass is DefaultClassify with the 200 of a replayed request named

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/bench/loadgen"
 	"github.com/stampede-sh/stampede/persistence"
@@ -41,6 +42,8 @@ type Env struct {
 	// RedisAddr is the host:port redis-benchmark connects to for the
 	// ceiling; "" (or a cluster) skips the ceiling.
 	RedisAddr string
+	// RedisDB is the database number the gateway uses (redis-benchmark --dbnum).
+	RedisDB int
 	// ReserveScript is the source of lua/reserve.lua, loaded with SCRIPT LOAD
 	// for the ceiling; "" skips the ceiling.
 	ReserveScript string
@@ -277,6 +280,9 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	if len(opts.Targets) == 0 || len(opts.Targets) > 2 {
 		return nil, errors.New("bench: one target, plus at most one baseline")
 	}
+	if len(opts.Targets) == 2 && opts.Targets[0].Label == opts.Targets[1].Label {
+		return nil, errors.New("bench: the two targets need different labels")
+	}
 	names := opts.Scenarios
 	if names == nil {
 		names = All
@@ -298,6 +304,7 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		tg.index = i
 		targets[i] = tg
 	}
 
@@ -330,6 +337,9 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	}
 
 	for _, t := range targets {
+		if len(selected) > 0 {
+			r.warmUp(ctx, t)
+		}
 		for _, name := range selected {
 			if err := ctx.Err(); err != nil {
 				return rep.finish(), err
@@ -353,6 +363,11 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 			r.logf("== redis-benchmark ceiling: %s", rep.Ceiling.line())
 		}
 	}
+	for _, t := range targets {
+		if t.client != nil {
+			t.client.CloseIdleConnections()
+		}
+	}
 	return rep.finish(), ctx.Err()
 }
 
@@ -365,8 +380,10 @@ func newRunID() string {
 // target is a Target with its API client.
 type target struct {
 	Target
-	addr string
-	api  *api
+	index  int // position in Options.Targets
+	addr   string
+	api    *api
+	client *fasthttp.HostClient // shared by every load run, so connections stay warm
 }
 
 func newTarget(t Target) (*target, error) {
@@ -380,7 +397,30 @@ func newTarget(t Target) (*target, error) {
 	return &target{Target: t, addr: addr, api: newAPI(addr)}, nil
 }
 
+// maxWorkers bounds the workers (and connections) of every load run.
+const maxWorkers = 1024
+
 // loadConfig is the base loadgen configuration for t.
 func (r *run) loadConfig(t *target) loadgen.Config {
-	return loadgen.Config{Addr: t.addr, Timeout: r.p.Timeout, Classify: orderClass}
+	if t.client == nil {
+		t.client = loadgen.NewClient(t.addr, maxWorkers, r.p.Timeout)
+	}
+	return loadgen.Config{Addr: t.addr, Timeout: r.p.Timeout, Classify: orderClass, Client: t.client}
+}
+
+// warmUp opens connections and wakes the gateway with GET /healthz at 1,000/s
+// for a second (a quarter with Quick) before the first scenario on t.
+func (r *run) warmUp(ctx context.Context, t *target) {
+	cfg := r.loadConfig(t)
+	cfg.Rate, cfg.Duration, cfg.Classify = 1000, time.Second, nil
+	if r.p.Quick {
+		cfg.Duration = 250 * time.Millisecond
+	}
+	cfg.Build = func(_ int64, req *fasthttp.Request) { req.SetRequestURI("/healthz") }
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil || res == nil {
+		r.logf("   warm-up: %v", err)
+		return
+	}
+	r.logf("   warm-up: %d GET /healthz, classes %v, p99 %s", res.Sent, res.ClassNames(), fmtMs(res.Latency.P99))
 }

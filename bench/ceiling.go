@@ -79,7 +79,7 @@ func runCeiling(ctx context.Context, env Env, p Params) *Ceiling {
 		return c
 	}
 	defer env.Redis.Del(context.WithoutCancel(ctx), stock, intake)
-	args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(c.Requests), "-c", strconv.Itoa(c.Clients),
+	args := []string{"-h", host, "-p", port, "--dbnum", strconv.Itoa(env.RedisDB), "-n", strconv.Itoa(c.Requests), "-c", strconv.Itoa(c.Clients),
 		// -r must fit a C int; two random parts make the requestId's
 		// space 10^18, so no two calls collide into a duplicate.
 		"-r", "1000000000", "--csv",

@@ -17,7 +17,7 @@ import (
 
 // Limits of admin product fields.
 const (
-	maxShards          = 64  // stock shards per product (orderNos have room for 100)
+	maxShards          = 1   // stock shards per product: 1 until hot-SKU routing lands (orderNos have room for 100)
 	maxNameChars       = 200 // product.name is VARCHAR(200)
 	defaultMaxPerOrder = 10
 )
@@ -108,6 +108,8 @@ func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) 
 		return invalidArg("shards must be from 1 to %d", maxShards)
 	case maxPer < 1 || maxPer > math.MaxInt32:
 		return invalidArg("maxPerOrder must be from 1 to %d", math.MaxInt32)
+	case limit > 0 && maxPer > limit: // such an order could never be accepted
+		return invalidArg("maxPerOrder must not exceed perUserLimit")
 	case p.SaleStart.Year() < 1970 || p.SaleEnd.Year() > 9999:
 		return invalidArg("saleStart and saleEnd must lie between 1970 and 9999")
 	case !p.SaleEnd.After(p.SaleStart):

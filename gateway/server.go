@@ -148,12 +148,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
 		return fmt.Errorf("gateway: serve: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	err := srv.ShutdownWithContext(sctx)
+	// If Serve had not yet taken the listener, Shutdown did not close it.
+	ln.Close()
 	<-errc
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)

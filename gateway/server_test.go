@@ -130,3 +130,26 @@ func TestRun(t *testing.T) {
 		t.Fatal("still listening after shutdown")
 	}
 }
+
+// Serve with a context cancelled before it starts still returns.
+func TestServeCancelledAtOnce(t *testing.T) {
+	e := newEnv(t)
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.srv.Serve(ctx, ln) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Serve did not return")
+		}
+	}
+}

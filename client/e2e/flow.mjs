@@ -129,6 +129,8 @@ async function main() {
     check(true, 'logged in', `user ${userId}`)
     await page.waitForFunction(() => window.__stampede?.state === 'open', null, { timeout: 10_000 })
     check(true, 'WebSocket to push is open')
+    await page.locator(`[data-testid=product-${product.id}]`).waitFor()
+    await shot('00-storefront')
 
     // --- buy
     await page.goto(`${BASE}/products/${product.id}`)
@@ -137,7 +139,7 @@ async function main() {
     await page.waitForFunction(() => !document.querySelector('[data-testid=buy]')?.disabled)
     await shot('01-product')
     await page.evaluate(() => (window.__e2eSamePage = true))
-    await buy.click()
+    await buy.dblclick() // a double click must not place two orders
     await page.waitForURL(/\/orders\/\d+$/)
     const orderNo = page.url().split('/').pop()
     check(/^\d{22,40}$/.test(orderNo), 'purchase accepted', orderNo)
@@ -178,9 +180,11 @@ async function main() {
         if (h[h.length - 1].version !== cur.version || h[h.length - 1].status !== cur.status) h.push(cur)
       }).observe(el, { attributes: true, subtree: true, childList: true, characterData: true })
     })
+    // No reconnection for pauseMs and no polling for longer: the new state can
+    // only come from the snapshot push sends when the socket is back.
     const pauseMs = 2500
     const droppedAt = await page.evaluate((ms) => {
-      window.__stampede.dropSocket({ pauseMs: ms })
+      window.__stampede.dropSocket({ pauseMs: ms, pollPauseMs: ms + 10_000 })
       return Date.now()
     }, pauseMs)
     await page.waitForFunction(() => window.__stampede.state !== 'open')
@@ -205,15 +209,38 @@ async function main() {
     const backwards = history.some((h, i) => i > 0 && h.version < history[i - 1].version)
     check(!backwards, 'the page never went backwards', history.map((h) => `${h.status}@${h.version}`).join(' → '))
     await shot('05-after-reconnect')
+    const mine = await api('GET', '/api/orders?limit=20', undefined, token)
+    check(mine.orders.length === 2, 'one order per purchase (the double click made one)', `${mine.orders.length} orders`)
+
+    // --- an upcoming sale: countdown, Buy disabled
+    const upcoming = await api(
+      'POST',
+      '/api/admin/products',
+      {
+        name: 'E2E upcoming',
+        price: 500,
+        stock: 3,
+        perUserLimit: 1,
+        saleStart: new Date(Date.now() + 3600_000).toISOString(),
+        saleEnd: new Date(Date.now() + 7200_000).toISOString(),
+      },
+      ADMIN_TOKEN,
+    )
+    await page.goto(`${BASE}/products/${upcoming.id}`)
+    await page.locator('.countdown-big time').waitFor()
+    const countdown = await page.locator('.countdown-big time').textContent()
+    const disabled = await page.locator('[data-testid=buy]').isDisabled()
+    check(/^\d\d:\d\d(:\d\d)?$/.test(countdown.trim()) && disabled, 'upcoming sale shows a countdown and a disabled Buy button', countdown.trim())
+    await shot('06-upcoming')
 
     // --- phone-sized screenshots and the admin page
     await page.setViewportSize({ width: 390, height: 844 })
     await page.goto(`${BASE}/orders`)
     await page.locator(`[data-testid=order-${orderNo2}]`).waitFor()
-    await shot('06-phone-orders')
+    await shot('07-phone-orders')
     await page.goto(`${BASE}/products/${product.id}`)
     await page.locator('[data-testid=buy]').waitFor()
-    await shot('07-phone-product')
+    await shot('08-phone-product')
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1)
     check(!overflow, 'no horizontal scrolling at phone width')
     await page.evaluate((t) => localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: 1 })), ADMIN_TOKEN)
@@ -221,7 +248,7 @@ async function main() {
     await page.goto(`${BASE}/admin`)
     await page.locator('[data-testid=panel-reserve]').waitFor()
     await page.waitForTimeout(4500) // two scrapes, so counters have a rate
-    await shot('08-admin')
+    await shot('09-admin')
     check(true, 'admin page with dashboard rendered')
   } catch (err) {
     await shot('failure').catch(() => {})

@@ -184,6 +184,29 @@ describe('LiveClient', () => {
     live.stop()
   })
 
+  it('can hold polling back longer than the reconnection, so only push delivers', async () => {
+    const { live, book, server, fetchOrder } = setup()
+    live.watch(NO)
+    live.start()
+    await vi.advanceTimersByTimeAsync(0)
+    last().open()
+    last().push({ type: 'order', orderNo: NO, status: 'WAITING_PAY', version: 2 })
+    await vi.advanceTimersByTimeAsync(0)
+    fetchOrder.mockClear()
+    live.dropSocket({ pauseMs: 1000, pollPauseMs: 5000 })
+    server.order = { orderNo: NO, status: 'CANCELLED', version: 3 }
+    await vi.advanceTimersByTimeAsync(1100)
+    last().open()
+    await vi.advanceTimersByTimeAsync(1000)
+    expect(fetchOrder).not.toHaveBeenCalled()
+    expect(book.get(NO).status).toBe('WAITING_PAY')
+    last().push({ type: 'order', orderNo: NO, status: 'CANCELLED', version: 3 })
+    expect(book.get(NO).status).toBe('CANCELLED')
+    await vi.advanceTimersByTimeAsync(20_000)
+    expect(fetchOrder).toHaveBeenCalled() // polling resumes afterwards
+    live.stop()
+  })
+
   it('pings and replaces a socket that went silent', async () => {
     const { live } = setup({ heartbeatMs: 1000, deadAfterMs: 2500 })
     live.start()

@@ -125,7 +125,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	env := bench.Env{
 		Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret),
-		RedisAddr: cfg.RedisAddr, ReserveScript: script, Log: stdout, IdleWait: idleWait,
+		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: script, Log: stdout, IdleWait: idleWait,
 	}
 	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling})
 	if rep != nil && len(rep.Results) > 0 {

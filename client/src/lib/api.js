@@ -69,5 +69,7 @@ export const api = {
 export async function metricsText(fetchImpl = globalThis.fetch) {
   const res = await fetchImpl('/metrics', { headers: { Accept: 'text/plain' } })
   if (!res.ok) throw new ApiError(codeForStatus(res.status), '', res.status)
+  // Without a /metrics route the gateway answers with the client's index.html.
+  if ((res.headers.get('Content-Type') ?? '').includes('text/html')) throw new ApiError('NOT_FOUND', 'no /metrics', 404)
   return res.text()
 }

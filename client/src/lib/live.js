@@ -63,6 +63,7 @@ export class LiveClient {
     this.connectedAt = 0
     this.lastMessageAt = 0
     this.pausedUntil = 0
+    this.pollPausedUntil = 0
     this.timer = null // reconnect
     this.pollTimer = null
     this.beatTimer = null
@@ -109,11 +110,13 @@ export class LiveClient {
 
   /**
    * dropSocket closes the socket as a network failure would (test hook). For
-   * pauseMs neither a reconnection nor a poll happens, so a change made
-   * meanwhile can only reach the page through the reconnection.
+   * pauseMs no reconnection happens and for pollPauseMs (default pauseMs) no
+   * poll, so with pollPauseMs > pauseMs a change made meanwhile can only reach
+   * the page through the snapshots push sends on reconnection.
    */
-  dropSocket({ pauseMs = 0 } = {}) {
+  dropSocket({ pauseMs = 0, pollPauseMs = pauseMs } = {}) {
     this.pausedUntil = this.o.timers.now() + pauseMs
+    this.pollPausedUntil = this.o.timers.now() + pollPauseMs
     if (this.ws) {
       try {
         this.ws.close(4000, 'dropped by test hook')
@@ -241,7 +244,7 @@ export class LiveClient {
 
   async #poll() {
     const t = this.o.timers
-    const paused = t.now() < this.pausedUntil
+    const paused = t.now() < this.pollPausedUntil
     if (!paused && !this.polling) {
       this.polling = true
       try {
@@ -259,7 +262,7 @@ export class LiveClient {
       }
     }
     if (this.watched.size === 0) return
-    const next = paused ? Math.max(50, this.pausedUntil - t.now()) : this.state === State.OPEN ? this.o.slowPollMs : this.o.pollMs
+    const next = paused ? Math.max(50, this.pollPausedUntil - t.now()) : this.state === State.OPEN ? this.o.slowPollMs : this.o.pollMs
     this.#schedulePoll(next)
   }
 }

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Browser end-to-end test with everything it needs: installs Debian's chromium
+# and the client's npm packages if missing, builds and starts `stampede serve`
+# (every role) on its own ports, MySQL database, Redis database and RabbitMQ
+# vhost, runs client/e2e/flow.mjs against it and stops it again. Screenshots
+# land in client/e2e/artifacts/, the server log in client/e2e/artifacts/stampede.log.
+#
+# Needs Redis, RabbitMQ and MySQL on loopback (`make services`), Go and Node ≥ 20.19.
+# Environment (all optional):
+#   E2E_HTTP_ADDR   gateway address (127.0.0.1:18480)
+#   E2E_PUSH_ADDR   push address    (127.0.0.1:18481)
+#   E2E_REDIS_DB    Redis database, flushed first (9)
+#   E2E_NAME        MySQL database and RabbitMQ vhost name (stampede_e2e)
+#   E2E_ROLES       roles to run (the binary's default: all)
+#   E2E_PUSH_CMD    extra command to start next to stampede (e.g. a push built elsewhere)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$PWD
+ART=$ROOT/client/e2e/artifacts
+HTTP_ADDR=${E2E_HTTP_ADDR:-127.0.0.1:18480}
+PUSH_ADDR=${E2E_PUSH_ADDR:-127.0.0.1:18481}
+REDIS_DB=${E2E_REDIS_DB:-9}
+NAME=${E2E_NAME:-stampede_e2e}
+mkdir -p "$ART"
+
+if [[ ! -x /usr/bin/chromium ]]; then
+	echo "e2e: installing chromium"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null
+fi
+if [[ ! -d client/node_modules/playwright-core ]]; then
+	echo "e2e: npm ci"
+	(cd client && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+if command -v rabbitmqctl >/dev/null 2>&1; then
+	rabbitmqctl -q add_vhost "$NAME" >/dev/null 2>&1 || true
+	rabbitmqctl -q set_permissions -p "$NAME" guest ".*" ".*" ".*" >/dev/null
+fi
+redis-cli -n "$REDIS_DB" flushdb >/dev/null
+
+go build -o bin/stampede ./cmd/stampede
+
+export STAMPEDE_HTTP_ADDR=$HTTP_ADDR
+export STAMPEDE_PUSH_ADDR=$PUSH_ADDR
+export STAMPEDE_REDIS_DB=$REDIS_DB
+export STAMPEDE_MYSQL_DSN="root@tcp(127.0.0.1:3306)/$NAME?parseTime=true"
+export STAMPEDE_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$NAME"
+export STAMPEDE_PUSH_URL="ws://$PUSH_ADDR/ws"
+export STAMPEDE_URL="http://$HTTP_ADDR"
+
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+args=(serve --migrate --static-dir client/dist)
+[[ -n ${E2E_ROLES:-} ]] && args+=(--roles "$E2E_ROLES")
+bin/stampede "${args[@]}" >"$ART/stampede.log" 2>&1 &
+pids+=($!)
+if [[ -n ${E2E_PUSH_CMD:-} ]]; then
+	bash -c "$E2E_PUSH_CMD" >"$ART/push.log" 2>&1 &
+	pids+=($!)
+fi
+
+STAMPEDE_ADMIN_TOKEN=$(bin/stampede token --user 1 --admin)
+export STAMPEDE_ADMIN_TOKEN
+status=0
+node client/e2e/flow.mjs || status=$?
+if [[ $status -ne 0 ]]; then
+	echo "--- last lines of $ART/stampede.log"
+	tail -n 30 "$ART/stampede.log" || true
+fi
+exit $status

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBenchParseRates(t *testing.T) {
+	got, err := parseRates("2000, 4k,1.5K")
+	if err != nil || len(got) != 3 || got[0] != 2000 || got[1] != 4000 || got[2] != 1500 {
+		t.Fatal(got, err)
+	}
+	for _, bad := range []string{"", "fast", "-2k", "0"} {
+		if _, err := parseRates(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestBenchWithoutURLNeedsInProcessStart(t *testing.T) {
+	saved := startForBench
+	startForBench = nil
+	defer func() { startForBench = saved }()
+	err := runBench(context.Background(), []string{"--quick"}, &bytes.Buffer{})
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--url") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := runBench(context.Background(), []string{"--url", "http://127.0.0.1:1", "--scenarios", "spike,nope"}, &bytes.Buffer{}); !errors.Is(err, errUsage) {
+		t.Fatalf("unknown scenario: %v", err)
+	}
+}
+
+// TestBenchQuick runs every scenario shrunk (--quick) against every role
+// started in this process, on this package's own databases and vhost, and
+// requires every audit to pass. It asserts nothing about speed.
+func TestBenchQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	svc := serviceArgs(t)
+	addr := svc[len(svc)-1]
+	cfg, err := parse("serve", append([]string{"--roles", "gateway,writer,relay,consumer,sweeper", "--migrate"}, svc...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appCtx, stopApp := context.WithCancel(ctx)
+	a, err := startApp(appCtx, cfg, newLogger("error", os.Stderr))
+	if err != nil {
+		stopApp()
+		t.Fatal(err)
+	}
+	defer func() { stopApp(); a.wait() }()
+
+	dir := t.TempDir()
+	var out bytes.Buffer
+	args := append([]string{"--quick", "--url", "http://" + addr, "--gateway-pid", "0", "--out", dir, "--ceiling=false"}, svc...)
+	err = runBench(ctx, args, &out)
+	t.Log(out.String())
+	if err != nil {
+		t.Fatalf("bench: %v", err)
+	}
+	md, _ := filepath.Glob(filepath.Join(dir, "*.md"))
+	js, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(md) != 1 || len(js) != 1 {
+		t.Fatalf("report files: %v %v", md, js)
+	}
+	for _, want := range []string{"| spike | stream |", "| sustained | stream |", "| soldout | stream |", "| duplicate | stream |", "| e2e | stream |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "FAIL") {
+		t.Errorf("a scenario failed")
+	}
+}
