@@ -367,6 +367,7 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 		if t.client != nil {
 			t.client.CloseIdleConnections()
 		}
+		t.api.client.CloseIdleConnections()
 	}
 	return rep.finish(), ctx.Err()
 }

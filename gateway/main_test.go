@@ -60,6 +60,9 @@ func baseConfig() Config {
 		PaymentSecret: testPaySecret,
 		AdminUsers:    []int64{adminID},
 		NodeID:        7,
+		// Correctness tests run 500 requests at once on a loaded 2-core
+		// machine: a generous Redis timeout keeps them about correctness.
+		RedisTimeout: 10 * time.Second,
 	}
 }
 

@@ -39,6 +39,33 @@ type conn struct {
 	holdOrders  map[string]int   // orderNo → loads of that order in flight
 	pending     []outgoing       // order messages held back by a load
 	subs        []string         // subscribed orderNos, oldest first, at most MaxSubscriptions
+
+	// Token bucket of snapshot loads asked for by subscribe; used by the
+	// reader goroutine only.
+	loadTokens float64
+	loadAt     time.Time
+}
+
+// Subscribe limits per socket: a burst of subscribeBurst, then
+// subscribeRate per second; each subscribe costs a database read.
+const (
+	subscribeBurst = 20
+	subscribeRate  = 10
+)
+
+// allowLoad takes a token for one subscribe snapshot load.
+func (c *conn) allowLoad(now time.Time) bool {
+	if c.loadAt.IsZero() {
+		c.loadTokens = subscribeBurst
+	} else {
+		c.loadTokens = min(subscribeBurst, c.loadTokens+now.Sub(c.loadAt).Seconds()*subscribeRate)
+	}
+	c.loadAt = now
+	if c.loadTokens < 1 {
+		return false
+	}
+	c.loadTokens--
+	return true
 }
 
 func newConn(h *Hub, ws *websocket.Conn, userID int64) *conn {
@@ -205,6 +232,10 @@ func (c *conn) subscribe(no string) {
 		c.deliver(outgoing{data: encodeError(codeBadMessage, no, "malformed orderNo")})
 		return
 	}
+	if !c.allowLoad(time.Now()) {
+		c.deliver(outgoing{data: encodeError(codeRateLimited, no, "too many subscribes; slow down")})
+		return
+	}
 	c.hold(no)
 	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
 	s, err := c.hub.snap.OrderSnapshot(ctx, c.userID, no)
@@ -280,13 +311,7 @@ func (c *conn) writeLoop() {
 				c.ws.CloseNow() // the peer went away first
 				return
 			}
-			if c.nc != nil {
-				// A client that stopped reading cannot take the close frame:
-				// bound the handshake by WriteTimeout instead of the
-				// library's 2 × 5s.
-				c.nc.SetDeadline(time.Now().Add(c.hub.cfg.WriteTimeout))
-			}
-			c.ws.Close(code, reason)
+			closeBounded(c.ws, c.nc, c.hub.cfg.WriteTimeout, code, reason)
 			return
 		case data := <-c.send:
 			ctx, cancel := context.WithTimeout(context.Background(), c.hub.cfg.WriteTimeout)

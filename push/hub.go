@@ -231,6 +231,13 @@ func tokenFrom(r *http.Request) string {
 }
 
 func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
+	// Count the request in wg from the start, so shutdown also waits for
+	// sockets that are still being refused or closed.
+	if !h.enter() {
+		http.Error(w, "push: shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer h.wg.Done()
 	token := tokenFrom(r)
 	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}}
 	if len(h.cfg.AllowedOrigins) == 0 {
@@ -243,21 +250,21 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug("websocket accept", "err", err)
 		return
 	}
+	nc, _ := r.Context().Value(netConnKey{}).(net.Conn)
 	claims, err := h.verifier.Verify(token)
 	if err != nil {
 		h.stats.unauthenticated.Add(1)
-		ws.Close(StatusUnauthenticated, "unauthenticated")
+		closeBounded(ws, nc, h.cfg.WriteTimeout, StatusUnauthenticated, "unauthenticated")
 		return
 	}
 	ws.SetReadLimit(4096)
 	c := newConn(h, ws, claims.UserID)
-	c.nc, _ = r.Context().Value(netConnKey{}).(net.Conn)
+	c.nc = nc
 	c.holdAll = 1 // released once the connect snapshots are queued
 	if !h.register(c) {
-		ws.Close(websocket.StatusGoingAway, "server shutting down")
+		closeBounded(ws, nc, h.cfg.WriteTimeout, websocket.StatusGoingAway, "server shutting down")
 		return
 	}
-	defer h.wg.Done()
 	defer h.unregister(c)
 	writerDone := make(chan struct{})
 	go func() {
@@ -270,14 +277,34 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	<-writerDone
 }
 
-// register adds c and counts it in wg; false once the hub is closing.
+// closeBounded closes ws with code and reason. A peer that stopped reading
+// cannot take the close frame, so when the hijacked connection is known the
+// handshake is bounded by timeout instead of the library's 2 × 5s.
+func closeBounded(ws *websocket.Conn, nc net.Conn, timeout time.Duration, code websocket.StatusCode, reason string) {
+	if nc != nil {
+		nc.SetDeadline(time.Now().Add(timeout))
+	}
+	ws.Close(code, reason)
+}
+
+// enter counts a socket handler in wg; false once the hub is closing.
+func (h *Hub) enter() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closing {
+		return false
+	}
+	h.wg.Add(1)
+	return true
+}
+
+// register adds c to the sockets of its user; false once the hub is closing.
 func (h *Hub) register(c *conn) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closing {
 		return false
 	}
-	h.wg.Add(1)
 	set := h.users[c.userID]
 	if set == nil {
 		set = make(map[*conn]struct{})
@@ -304,12 +331,9 @@ func (h *Hub) unregister(c *conn) {
 
 // spawn runs fn in a goroutine counted in wg, unless the hub is closing.
 func (h *Hub) spawn(fn func()) bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closing {
+	if !h.enter() {
 		return false
 	}
-	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
 		fn()

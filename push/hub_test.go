@@ -202,7 +202,7 @@ func TestVersionMonotonic(t *testing.T) {
 	wg.Add(1)
 	go func() { // snapshots of random age, through subscribe
 		defer wg.Done()
-		for i := range 25 {
+		for i := range 15 { // within the subscribe burst
 			snap.put(Snapshot{OrderNo: no, UserID: 1, Status: order.WaitingPay, Version: int64(5 + i*2), UpdatedAt: time.Now()}, true)
 			c.send(clientMessage{Type: "subscribe", OrderNo: no})
 		}
@@ -229,6 +229,36 @@ func TestVersionMonotonic(t *testing.T) {
 	}
 	if h.Stats().Stale == 0 {
 		t.Fatal("no stale message counted")
+	}
+}
+
+// Subscribes beyond the per-socket budget are refused, not loaded.
+func TestSubscribeRateLimited(t *testing.T) {
+	t.Parallel()
+	snap := newMemSnapshots()
+	no := orderNo()
+	snap.put(Snapshot{OrderNo: no, UserID: 1, Status: order.WaitingPay, Version: 1, UpdatedAt: time.Now()}, false)
+	h := startHub(t, Config{}, snap, "", nil)
+	c := dial(t, h.url, token(t, 1), dialOpts{})
+	waitFor(t, wait, "socket", func() bool { return h.Stats().Sockets == 1 })
+	const n = 40
+	for range n {
+		c.send(clientMessage{Type: "subscribe", OrderNo: no})
+	}
+	limited := 0
+	for done := false; !done; {
+		select {
+		case m := <-c.msgs:
+			if m.Type == "error" && m.Code == codeRateLimited {
+				limited++
+			}
+		case <-time.After(200 * time.Millisecond):
+			done = true
+		}
+	}
+	loads := snap.calls.Load() - 1 // minus the connect snapshot
+	if limited == 0 || loads+int64(limited) != n || loads > subscribeBurst+5 {
+		t.Fatalf("%d loads, %d refused of %d subscribes", loads, limited, n)
 	}
 }
 

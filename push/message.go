@@ -74,6 +74,7 @@ const (
 	codeNotFound    = "ORDER_NOT_FOUND"
 	codeBadMessage  = "BAD_MESSAGE"
 	codeUnavailable = "SNAPSHOT_UNAVAILABLE"
+	codeRateLimited = "RATE_LIMITED"
 )
 
 // clientMessage is what a client may send: {"type":"subscribe","orderNo"} or

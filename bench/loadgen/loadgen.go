@@ -476,14 +476,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // NewClient returns a HostClient for addr as the generator uses it: up to
 // conns connections reused last-in first-out (so a healthy run keeps few
-// open), no retries (a retried POST would hide a failure and could duplicate
-// an intent), and no User-Agent header.
+// open) and closed after a second idle, no retries (a retried POST would
+// hide a failure and could duplicate an intent), no User-Agent header, and a
+// plain dialer (loopback needs no DNS cache, and fasthttp's would keep a
+// goroutine alive).
 func NewClient(addr string, conns int, timeout time.Duration) *fasthttp.HostClient {
+	dialer := &net.Dialer{Timeout: min(timeout, 3*time.Second)}
 	return &fasthttp.HostClient{
 		Addr:                      addr,
+		Dial:                      func(a string) (net.Conn, error) { return dialer.Dial("tcp", a) },
 		MaxConns:                  conns,
 		MaxConnWaitTimeout:        timeout,
-		MaxIdleConnDuration:       10 * time.Second,
+		MaxIdleConnDuration:       time.Second,
 		MaxIdemponentCallAttempts: 1,
 		RetryIfErr:                func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		ReadTimeout:               timeout,

@@ -17,10 +17,9 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// fasthttp's idle-connection cleaner outlives CloseIdleConnections by
-		// up to MaxIdleConnDuration.
+		// up to MaxIdleConnDuration (1 s).
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"), // the default dialer's DNS cache, process-wide
 		// The test server's worker-pool cleaner ends up to 10 s after Shutdown;
 		// its Date header updater lives for the whole process.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
