@@ -3,7 +3,7 @@ GO ?= go
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 ARGS ?=
 
-.PHONY: services build migrate demo test test-short bench fmt clean
+.PHONY: services build migrate demo test test-go test-client test-e2e test-short bench fmt clean
 
 services:
 	bash scripts/services.sh
@@ -18,9 +18,23 @@ migrate: services build
 demo: services build
 	bin/stampede demo $(ARGS)
 
-test: services
+# Everything CI runs: Go tests (race detector on), the client's unit tests and
+# the browser end-to-end test (installs Debian's chromium and the client's npm
+# packages when they are missing).
+test: test-go test-client test-e2e
+
+test-go: services
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+client/node_modules/.package-lock.json: client/package-lock.json
+	cd client && npm ci --no-audit --no-fund --loglevel=error
+
+test-client: client/node_modules/.package-lock.json
+	cd client && npm test
+
+test-e2e: services client/node_modules/.package-lock.json
+	bash client/e2e/run.sh
 
 test-short: services
 	$(GO) test -count=1 -short ./...

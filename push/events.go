@@ -13,10 +13,16 @@ import (
 	"github.com/stampede-sh/stampede/order"
 )
 
-// consume keeps a consumer of status events bound until ctx is cancelled,
-// reconnecting with exponential backoff and jitter whenever the connection or
-// channel drops.
-func (h *Hub) consume(ctx context.Context) {
+// Consume keeps a consumer of status events bound until ctx is cancelled,
+// reconnecting with exponential backoff (ReconnectMin…ReconnectMax, with
+// jitter) whenever the connection or channel drops, and re-sending snapshots
+// to every socket after each (re)connection. It returns at once for a hub
+// without an AMQP URL. Serve runs it; call it only when serving Handler on
+// another server.
+func (h *Hub) Consume(ctx context.Context) {
+	if h.amqpURL == "" {
+		return
+	}
 	backoff := h.cfg.ReconnectMin
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {

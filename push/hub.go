@@ -119,9 +119,7 @@ func (h *Hub) Serve(ctx context.Context, ln net.Listener) error {
 	consumeDone := make(chan struct{})
 	go func() {
 		defer close(consumeDone)
-		if h.amqpURL != "" {
-			h.consume(consumeCtx)
-		}
+		h.Consume(consumeCtx)
 	}()
 	h.log.Info("push serving", "addr", ln.Addr().String())
 
@@ -203,6 +201,11 @@ func (h *Hub) shutdown(ctx context.Context) error {
 // "stampede") or from the token query parameter. A socket without a valid
 // token is accepted and closed at once with 4401, since browsers do not expose
 // the status of a refused upgrade.
+//
+// Serve uses it. To mount it on another net/http server instead, also run
+// Consume and call Close at shutdown; close handshakes with clients that
+// stopped reading then take up to the library's 2 × 5s instead of
+// WriteTimeout, as only Serve knows the underlying connections.
 func (h *Hub) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", h.serveWS)

@@ -361,9 +361,10 @@ func TestSlowConsumerEvicted(t *testing.T) {
 // A socket that does not answer pings is closed; one that does stays.
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
-	h := startHub(t, Config{PingInterval: 30 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, newMemSnapshots(), "", nil)
+	h := startHub(t, Config{PingInterval: 30 * time.Millisecond, WriteTimeout: 500 * time.Millisecond}, newMemSnapshots(), "", nil)
 	alive := dial(t, h.url, token(t, 1), dialOpts{})
 	dial(t, h.url, token(t, 1), dialOpts{noRead: true}) // never reads, so never answers a ping
+	waitFor(t, wait, "two sockets", func() bool { return h.Stats().Sockets == 2 })
 	waitFor(t, wait, "dead socket closed", func() bool { return h.Stats().Sockets == 1 })
 	time.Sleep(200 * time.Millisecond)
 	select {
@@ -372,7 +373,7 @@ func TestHeartbeat(t *testing.T) {
 	default:
 	}
 	if h.Stats().Sockets != 1 {
-		t.Fatal("answering socket dropped")
+		t.Fatalf("answering socket dropped: %+v", h.Stats())
 	}
 }
 
@@ -442,5 +443,29 @@ func TestShutdownClosesWithGoingAway(t *testing.T) {
 	if ws, _, err := websocket.Dial(ctx, h.url, nil); err == nil {
 		ws.CloseNow()
 		t.Fatal("dial after shutdown succeeded")
+	}
+}
+
+// With AllowedOrigins set, other origins are refused at the handshake.
+func TestAllowedOrigins(t *testing.T) {
+	t.Parallel()
+	h := startHub(t, Config{AllowedOrigins: []string{"shop.example:8080"}}, newMemSnapshots(), "", nil)
+	dialOrigin := func(origin string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, h.url, &websocket.DialOptions{
+			Subprotocols: []string{Subprotocol, token(t, 1)},
+			HTTPHeader:   http.Header{"Origin": {origin}},
+		})
+		if err == nil {
+			ws.Close(websocket.StatusNormalClosure, "")
+		}
+		return err
+	}
+	if err := dialOrigin("http://shop.example:8080"); err != nil {
+		t.Fatalf("allowed origin refused: %v", err)
+	}
+	if err := dialOrigin("http://evil.example"); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("foreign origin: %v, want a 403", err)
 	}
 }

@@ -32,6 +32,8 @@ type Config struct {
 	ConsumerPrefetch int           // STAMPEDE_CONSUMER_PREFETCH, -consumer-prefetch: AMQP prefetch per queue (64)
 	RelayBatch       int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
 	SweepInterval    time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
+	PushAddr         string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
+	PushURL          string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = ws://<host>:<push port>/ws)
 	StaticDir        string        // STAMPEDE_STATIC_DIR, -static-dir: built client files served at / ("client/dist" if present)
 	LogLevel         string        // STAMPEDE_LOG_LEVEL, -log-level: debug, info, warn, error (info)
 	Migrate          bool          // STAMPEDE_MIGRATE, -migrate: apply migrations at start-up (false)
@@ -39,7 +41,7 @@ type Config struct {
 }
 
 // Roles the binary can run.
-var allRoles = []string{"gateway", "writer", "relay", "consumer", "sweeper"}
+var allRoles = []string{"gateway", "writer", "relay", "consumer", "sweeper", "push"}
 
 const (
 	devJWTSecret     = "stampede-dev-jwt-secret-change-me"
@@ -114,6 +116,8 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	fs.IntVar(&c.ConsumerPrefetch, "consumer-prefetch", int(intEnv("STAMPEDE_CONSUMER_PREFETCH", 64)), "AMQP prefetch per consumer queue")
 	fs.IntVar(&c.RelayBatch, "relay-batch", int(intEnv("STAMPEDE_RELAY_BATCH", 500)), "outbox rows claimed per relay round")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", durEnv("STAMPEDE_SWEEP_INTERVAL", time.Second), "sweeper period")
+	fs.StringVar(&c.PushAddr, "push-addr", envString("STAMPEDE_PUSH_ADDR", "127.0.0.1:8081"), "push WebSocket listen address")
+	fs.StringVar(&c.PushURL, "push-url", envString("STAMPEDE_PUSH_URL", ""), "WebSocket URL given to browsers (empty: ws://<host>:<push port>/ws)")
 	fs.StringVar(&c.StaticDir, "static-dir", envString("STAMPEDE_STATIC_DIR", static), "built client files served at /")
 	fs.StringVar(&c.LogLevel, "log-level", envString("STAMPEDE_LOG_LEVEL", "info"), "debug, info, warn or error")
 	fs.BoolVar(&c.Migrate, "migrate", boolEnv("STAMPEDE_MIGRATE", false), "apply migrations at start-up")

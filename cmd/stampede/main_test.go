@@ -48,6 +48,7 @@ func serviceArgs(t *testing.T) []string {
 		"--redis-addr", luatest.Addr(), "--redis-db", "5",
 		"--amqp-url", pipelinetest.Vhost(t, "cmd"),
 		"--http-addr", freeAddr(t),
+		"--push-addr", freeAddr(t),
 	}
 }
 

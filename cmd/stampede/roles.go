@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/push"
 )
 
 // startRoles builds every selected role and starts it in g. Components are
@@ -62,6 +64,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		if err != nil {
 			return fail(err)
 		}
+		gw.Handle("GET", "/api/config", clientConfig(cfg.PushURL, cfg.PushAddr))
 		runs = append(runs, gw.Run)
 	}
 	if roles["writer"] {
@@ -106,7 +109,14 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		runs = append(runs, s.Run)
 	}
 	if roles["push"] {
-		return fail(errors.New("role push is not available in this build"))
+		hub, err := push.New(push.Config{Addr: cfg.PushAddr}, auth.NewVerifier([]byte(cfg.JWTSecret)),
+			pushSnapshots{a.store}, cfg.AMQPURL, log.With("role", "push"))
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, hub.Run, func(ctx context.Context) error {
+			return feedProducts(ctx, a.rdb, a.store, hub, 250*time.Millisecond)
+		})
 	}
 	for _, run := range runs {
 		g.Go(func() error { return run(ctx) })

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/push"
+)
+
+// pushSnapshots serves the push hub's snapshots from MySQL.
+type pushSnapshots struct{ store *persistence.Store }
+
+func toSnapshot(o persistence.Order) push.Snapshot {
+	return push.Snapshot{OrderNo: o.OrderNo, UserID: o.UserID, Status: o.Status, Version: o.Version,
+		UpdatedAt: o.UpdatedAt, PayDeadline: o.PayDeadline}
+}
+
+// OrderSnapshot returns the user's order, or push.ErrNotFound for a missing
+// order or another user's.
+func (s pushSnapshots) OrderSnapshot(ctx context.Context, userID int64, orderNo string) (push.Snapshot, error) {
+	o, err := s.store.GetOrder(ctx, orderNo)
+	if errors.Is(err, persistence.ErrNotFound) || (err == nil && o.UserID != userID) {
+		return push.Snapshot{}, push.ErrNotFound
+	}
+	if err != nil {
+		return push.Snapshot{}, err
+	}
+	return toSnapshot(o), nil
+}
+
+// RecentOrders returns the user's newest orders.
+func (s pushSnapshots) RecentOrders(ctx context.Context, userID int64, limit int) ([]push.Snapshot, error) {
+	orders, _, err := s.store.ListOrders(ctx, userID, limit, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]push.Snapshot, len(orders))
+	for i, o := range orders {
+		out[i] = toSnapshot(o)
+	}
+	return out, nil
+}
+
+// feedProducts polls every loaded product's Redis available units every
+// period and hands them to the hub, which throttles and drops unchanged
+// values. It returns when ctx ends.
+func feedProducts(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var products []persistence.Product
+	var listed time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if time.Since(listed) > 5*time.Second {
+			if ps, err := store.ListProducts(ctx); err == nil {
+				products, listed = ps, time.Now()
+			}
+		}
+		for _, p := range products {
+			var sum int64
+			ok := true
+			for shard := range max(p.Shards, 1) {
+				n, err := rdb.HGet(ctx, lua.ShardKeys(p.ID, shard).Stock(), "available").Int64()
+				if err != nil {
+					ok = false
+					break
+				}
+				sum += n
+			}
+			if ok {
+				hub.PublishProduct(p.ID, sum, sum <= 0)
+			}
+		}
+	}
+}
+
+// clientConfig serves GET /api/config: where the client finds the push
+// WebSocket. publicURL wins; otherwise ws://<request host>:<push port>/ws.
+func clientConfig(publicURL, pushAddr string) fasthttp.RequestHandler {
+	_, port, _ := net.SplitHostPort(pushAddr)
+	return func(ctx *fasthttp.RequestCtx) {
+		u := publicURL
+		if u == "" {
+			host := string(ctx.Host())
+			if h, _, err := net.SplitHostPort(host); err == nil {
+				host = h
+			}
+			if strings.Contains(host, ":") { // IPv6 literal
+				host = "[" + host + "]"
+			}
+			u = "ws://" + host + ":" + port + "/ws"
+		}
+		b, _ := json.Marshal(map[string]string{"pushUrl": u})
+		ctx.SetContentType("application/json")
+		ctx.SetBody(b)
+	}
+}
