@@ -306,6 +306,7 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 		}
 		tg.index = i
 		targets[i] = tg
+		defer tg.closeIdle()
 	}
 
 	p := opts.Params
@@ -363,12 +364,6 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 			r.logf("== redis-benchmark ceiling: %s", rep.Ceiling.line())
 		}
 	}
-	for _, t := range targets {
-		if t.client != nil {
-			t.client.CloseIdleConnections()
-		}
-		t.api.client.CloseIdleConnections()
-	}
 	return rep.finish(), ctx.Err()
 }
 
@@ -396,6 +391,15 @@ func newTarget(t Target) (*target, error) {
 		return nil, fmt.Errorf("bench: %s: %w", t.Label, err)
 	}
 	return &target{Target: t, addr: addr, api: newAPI(addr)}, nil
+}
+
+// closeIdle closes the target's idle connections; their cleaner goroutines
+// end within a second.
+func (t *target) closeIdle() {
+	if t.client != nil {
+		t.client.CloseIdleConnections()
+	}
+	t.api.client.CloseIdleConnections()
 }
 
 // maxWorkers bounds the workers (and connections) of every load run.

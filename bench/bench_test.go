@@ -127,11 +127,15 @@ func startFake(t *testing.T, f *fakeGateway) *target {
 	srv := &fasthttp.Server{Handler: f.handle}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Shutdown(); <-done })
 	tg, err := newTarget(Target{Label: "stream", URL: "http://" + ln.Addr().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		tg.closeIdle()
+		srv.Shutdown()
+		<-done
+	})
 	return tg
 }
 

@@ -8,10 +8,11 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		// fasthttp's process-wide helpers: the client's idle-connection
-		// cleaner and dialer cache, the test server's worker-pool cleaner (it
-		// ends up to 10 s after Shutdown) and its Date header updater.
+		// A HostClient's idle-connection cleaner sleeps up to
+		// MaxIdleConnDuration (1 s) before it sees its connections closed.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		// The test server's worker-pool cleaner (it ends up to 10 s after
+		// Shutdown) and fasthttp's process-wide Date header updater.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 	)

@@ -225,10 +225,13 @@ func (o Outcome) Latency() time.Duration { return o.Done.Sub(o.Scheduled) }
 
 // ClassStats is the share of one outcome class in the measured window.
 type ClassStats struct {
-	Count   int64   `json:"count"`
-	Rate    float64 `json:"per_second"` // Count / Window
-	Latency Summary `json:"latency"`    // from the scheduled time
+	Count int64 `json:"count"`
+	// Rate is answers of this class that arrived within the window (whenever
+	// they were scheduled) per second of Window.
+	Rate    float64 `json:"per_second"`
+	Latency Summary `json:"latency"` // from the scheduled time
 	hist    *hdrhistogram.Histogram
+	done    int64 // answers in the window
 }
 
 // Result is what a run measured. Everything but Scheduled, Sent, Abandoned
@@ -247,10 +250,13 @@ type Result struct {
 	LateAfterMs    float64 `json:"late_after_ms"`
 	// Start is t0, the scheduled time of request 0.
 	Start time.Time `json:"start"`
-	// Window runs from t0 + Warmup to the last measured answer.
+	// Window runs from t0 + Warmup to the last answer.
 	Window  time.Duration `json:"-"`
 	WindowS float64       `json:"window_s"` // Window in seconds
-	// Throughput is measured answers other than errors per second of Window.
+	// Throughput is answers other than errors that arrived within Window,
+	// per second: what the server delivered while measured. Under overload
+	// the window also serves warm-up requests that queued, so it counts
+	// completions by arrival time, not by schedule.
 	Throughput float64 `json:"throughput"`
 	// Latency is from the scheduled time, every measured answer and error.
 	Latency Summary `json:"latency"`
@@ -298,6 +304,8 @@ func (r *Result) ClassNames() []string {
 type recorder struct {
 	mu        sync.Mutex
 	lateAfter time.Duration
+	warmupEnd time.Time
+	inWindow  int64 // answers other than errors arrived at or after warmupEnd
 	classes   map[string]*ClassStats
 	all       *hdrhistogram.Histogram
 	service   *hdrhistogram.Histogram
@@ -313,16 +321,32 @@ type recorder struct {
 func (r *recorder) add(o Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	failed := o.Err != nil || o.Status >= 500
+	inWindow := !o.Done.Before(r.warmupEnd)
 	if o.Warmup {
 		r.warmup++
-		return
+		if !inWindow {
+			return
+		}
 	}
-	r.measured++
 	c := r.classes[o.Class]
 	if c == nil {
 		c = &ClassStats{hist: NewHistogram()}
 		r.classes[o.Class] = c
 	}
+	if inWindow {
+		c.done++
+		if !failed {
+			r.inWindow++
+		}
+		if o.Done.After(r.lastDone) {
+			r.lastDone = o.Done
+		}
+	}
+	if o.Warmup {
+		return
+	}
+	r.measured++
 	c.Count++
 	lat := o.Latency()
 	Record(c.hist, lat)
@@ -333,7 +357,7 @@ func (r *recorder) add(o Outcome) {
 	if lag > r.lateAfter {
 		r.late++
 	}
-	if o.Err != nil || o.Status >= 500 {
+	if failed {
 		r.errors++
 	}
 	if o.Err != nil && len(r.samples) < 5 {
@@ -345,9 +369,6 @@ func (r *recorder) add(o Outcome) {
 		if !known {
 			r.samples = append(r.samples, msg)
 		}
-	}
-	if o.Done.After(r.lastDone) {
-		r.lastDone = o.Done
 	}
 }
 
@@ -367,17 +388,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	n := cfg.total()
 	interval := float64(time.Second) / cfg.Rate
+	// t0 lies a little ahead so that every worker is waiting when it comes.
+	t0 := time.Now().Add(20 * time.Millisecond)
+	at := func(i int64) time.Time { return t0.Add(time.Duration(float64(i) * interval)) }
+	warmupEnd := t0.Add(cfg.Warmup)
 	rec := &recorder{
 		lateAfter: cfg.LateAfter,
+		warmupEnd: warmupEnd,
 		classes:   map[string]*ClassStats{},
 		all:       NewHistogram(),
 		service:   NewHistogram(),
 		lag:       NewHistogram(),
 	}
-	// t0 lies a little ahead so that every worker is waiting when it comes.
-	t0 := time.Now().Add(20 * time.Millisecond)
-	at := func(i int64) time.Time { return t0.Add(time.Duration(float64(i) * interval)) }
-	warmupEnd := t0.Add(cfg.Warmup)
 	stopAt := at(n - 1).Add(cfg.Grace)
 
 	var next, sent, abandoned atomic.Int64
@@ -455,17 +477,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ErrorSamples:   rec.samples,
 		all:            rec.all,
 	}
-	if rec.measured > 0 {
+	if !rec.lastDone.IsZero() {
 		res.Window = rec.lastDone.Sub(warmupEnd)
 		res.WindowS = res.Window.Seconds()
 		if res.Window > 0 {
-			res.Throughput = float64(rec.measured-rec.errors) / res.Window.Seconds()
+			res.Throughput = float64(rec.inWindow) / res.Window.Seconds()
 		}
 	}
 	for _, c := range res.Classes {
 		c.Latency = Summarize(c.hist)
 		if res.Window > 0 {
-			c.Rate = float64(c.Count) / res.Window.Seconds()
+			c.Rate = float64(c.done) / res.Window.Seconds()
 		}
 	}
 	if err := ctx.Err(); err != nil {

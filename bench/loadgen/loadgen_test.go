@@ -16,10 +16,9 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		// fasthttp's idle-connection cleaner outlives CloseIdleConnections by
-		// up to MaxIdleConnDuration (1 s).
+		// A HostClient's idle-connection cleaner sleeps up to
+		// MaxIdleConnDuration (1 s) before it sees its connections closed.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 		// The test server's worker-pool cleaner ends up to 10 s after Shutdown;
 		// its Date header updater lives for the whole process.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
@@ -294,5 +293,40 @@ func TestFieldsAndDefaultClassify(t *testing.T) {
 	}
 	if c := DefaultClassify(0, resp, fasthttp.ErrTimeout); c != ClassError {
 		t.Errorf("class %q", c)
+	}
+}
+
+// Under overload the window also serves warm-up requests that queued: the
+// throughput counts answers by arrival in the window, the latency statistics
+// only the requests scheduled in it.
+func TestRecorderCountsAnswersByArrival(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	warmupEnd := t0.Add(time.Second)
+	rec := &recorder{lateAfter: time.Millisecond, warmupEnd: warmupEnd, classes: map[string]*ClassStats{},
+		all: NewHistogram(), service: NewHistogram(), lag: NewHistogram()}
+	add := func(sched, done time.Duration, class string, status int) {
+		s := t0.Add(sched)
+		rec.add(Outcome{Class: class, Status: status, Warmup: s.Before(warmupEnd), Scheduled: s, Started: s, Done: t0.Add(done)})
+	}
+	add(100*time.Millisecond, 200*time.Millisecond, "202", 202) // warm-up, answered in the warm-up: ignored
+	for range 4 {
+		add(500*time.Millisecond, 1500*time.Millisecond, "202", 202) // warm-up, answered in the window
+	}
+	for range 5 {
+		add(1200*time.Millisecond, 3*time.Second, "409 SOLD_OUT", 409) // measured
+	}
+	add(1300*time.Millisecond, 3*time.Second, "503 UNAVAILABLE", 503) // measured error
+	if rec.warmup != 5 || rec.measured != 6 || rec.errors != 1 || rec.inWindow != 9 || !rec.lastDone.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("warm-up %d measured %d errors %d in window %d last %v", rec.warmup, rec.measured, rec.errors, rec.inWindow, rec.lastDone)
+	}
+	if c := rec.classes["202"]; c.Count != 0 || c.done != 4 {
+		t.Fatalf("202: count %d done %d", c.Count, c.done)
+	}
+	if c := rec.classes["409 SOLD_OUT"]; c.Count != 5 || c.done != 5 || c.hist.TotalCount() != 5 {
+		t.Fatalf("409: count %d done %d", c.Count, c.done)
+	}
+	if rec.all.TotalCount() != 6 || rec.late != 0 { // each started on time
+		t.Fatalf("latencies %d late %d", rec.all.TotalCount(), rec.late)
 	}
 }

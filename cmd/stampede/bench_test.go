@@ -46,7 +46,15 @@ func TestBenchQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	svc := serviceArgs(t)
-	addr := svc[len(svc)-1]
+	var addr string
+	for i, a := range svc[:len(svc)-1] {
+		if a == "--http-addr" {
+			addr = svc[i+1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("serviceArgs gives no --http-addr")
+	}
 	cfg, err := parse("serve", append([]string{"--roles", "gateway,writer,relay,consumer,sweeper", "--migrate"}, svc...), nil)
 	if err != nil {
 		t.Fatal(err)

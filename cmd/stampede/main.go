@@ -38,6 +38,7 @@ func init() {
 		{"demo", "start every role, run a 1,000-buyer flash sale, print the audit (--once: exit after it)", runDemo},
 		{"reconcile", "print the Redis ⇄ MySQL reconciliation of every product (exit 1 on drift)", runReconcile},
 		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
+		{"bench", "run the benchmark scenarios, write bench/results/<date>.{json,md}", runBench},
 	}
 }
 
@@ -47,11 +48,17 @@ var errUsage = errors.New("usage")
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// The first signal starts the drain; a second one kills at once.
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "stampede:", err)
+		if errors.Is(err, flag.ErrHelp) { // -h: the usage was printed
+			os.Exit(0)
 		}
-		if errors.Is(err, errUsage) || errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "stampede:", err)
+		if errors.Is(err, errUsage) {
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -80,12 +87,25 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun `stampede <command> -h` for its flags; every flag also has a STAMPEDE_* environment variable.")
+	fmt.Fprintln(w, "\nRun `stampede <command> -h` for its flags. Every setting is read from a STAMPEDE_*")
+	fmt.Fprintln(w, "environment variable (shown in brackets in each flag's help); a flag overrides it.")
+	fmt.Fprintln(w, "\nThe gateway serves Prometheus metrics at GET /metrics (see README \"Metrics\").")
 }
 
 // parse binds the common config plus extra flags, parses args and validates.
 func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, error) {
 	fs := flag.NewFlagSet("stampede "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: stampede %s [flags]\n\n", name)
+		for _, c := range commands {
+			if c.name == name {
+				fmt.Fprintf(w, "%s.\n\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
+			}
+		}
+		fmt.Fprintln(w, "Flags (a flag overrides the environment variable in brackets; defaults reflect the environment):")
+		fs.PrintDefaults()
+	}
 	var cfg Config
 	var envErrs []error
 	cfg.bind(fs, &envErrs)

@@ -26,9 +26,29 @@ func runServe(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	err = app.wait()
+	done := make(chan error, 1)
+	go func() { done <- app.wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// SIGTERM: every role drains (gateway stops accepting and finishes
+		// requests in flight, writers write and acknowledge their batch,
+		// consumers finish and ack messages in hand, the relay waits for
+		// its confirms). Past ShutdownTimeout the process gives up.
+		logger.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+		t := time.NewTimer(cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case err = <-done:
+		case <-t.C:
+			return fmt.Errorf("shutdown: roles still draining after %s", cfg.ShutdownTimeout)
+		}
+	}
 	if errors.Is(err, context.Canceled) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		logger.Info("stopped")
 	}
 	return err
 }
@@ -39,7 +59,9 @@ type app struct {
 	rdb     redis.UniversalClient
 	store   *persistence.Store
 	logger  *slog.Logger
+	tel     *telemetry
 	group   *errgroup.Group
+	cancel  context.CancelFunc
 	closers []func() error // AMQP connections, closed after every role returned
 }
 
@@ -85,24 +107,53 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", cfg.RedisAddr, err)
 	}
-	a := &app{cfg: cfg, rdb: rdb, store: store, logger: logger}
-	g, gctx := errgroup.WithContext(ctx)
+	a := &app{cfg: cfg, rdb: rdb, store: store, logger: logger, tel: newTelemetry()}
+	rctx, cancel := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(rctx)
 	a.group = g
-	if err := a.startRoles(gctx, g, roles); err != nil {
+	err = a.startTelemetry(gctx, g)
+	if err == nil {
+		err = a.startRoles(gctx, g, roles)
+	}
+	if err != nil {
+		cancel()
+		g.Wait()
+		for _, c := range a.closers {
+			c()
+		}
 		store.Close()
 		rdb.Close()
 		return nil, err
 	}
+	a.cancel = cancel
 	return a, nil
 }
 
 // wait blocks until every role has returned, then closes the shared clients.
 func (a *app) wait() error {
 	err := a.group.Wait()
+	a.cancel()
 	for _, c := range a.closers {
 		c()
 	}
 	a.rdb.Close()
 	a.store.Close()
 	return err
+}
+
+func init() {
+	// stampede bench without --url runs every role in this process.
+	startForBench = func(ctx context.Context, cfg *Config) (func(), error) {
+		c := *cfg
+		c.Migrate = true
+		ctx, cancel := context.WithCancel(ctx)
+		a, err := startApp(ctx, &c, newLogger("warn", os.Stderr))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.wait() }()
+		return func() { cancel(); <-done }, nil
+	}
 }
