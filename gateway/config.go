@@ -82,6 +82,10 @@ type Config struct {
 	// message should name the dependency.
 	ReadyCheck func(ctx context.Context) error
 
+	// Metrics receives the gateway's Prometheus series (see Metrics). Nil:
+	// private, unregistered collectors.
+	Metrics *Metrics
+
 	// StaticDir is an optional folder of built client files served at /; a
 	// path without a file extension that matches no file gets index.html
 	// (single-page app fallback). Empty: nothing is served outside /api.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/sony/gobreaker/v2"
@@ -116,14 +117,15 @@ func toAPIError(err error) (e *apiError, known bool) {
 
 // fail answers err. Errors outside the table are logged (without the request
 // body); breaker rejections are not, so an outage does not flood the log.
-func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
+func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) { s.failWith(ctx, err, "", "") }
+
+// failWith is fail for a request about orderNo and/or requestId (either may
+// be ""): the log line of an unexpected error names them. The route's
+// {orderNo} parameter is named without being passed.
+func (s *Server) failWith(ctx *fasthttp.RequestCtx, err error, orderNo, requestID string) {
 	e, known := toAPIError(err)
 	if !known {
-		lvl := s.log.Warn
-		if e.status == 500 {
-			lvl = s.log.Error
-		}
-		lvl("request failed", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", e.status, "err", err)
+		s.logFailure(ctx, e, err, orderNo, requestID)
 	}
 	if e.retryAfter {
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)
@@ -132,6 +134,28 @@ func (s *Server) fail(ctx *fasthttp.RequestCtx, err error) {
 		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
 	}
 	writeError(ctx, e.status, e.code, e.message)
+}
+
+// logFailure logs an unexpected error: warn for 503s, error for 500s.
+func (s *Server) logFailure(ctx *fasthttp.RequestCtx, e *apiError, err error, orderNo, requestID string) {
+	lvl := slog.LevelWarn
+	if e.status == fasthttp.StatusInternalServerError {
+		lvl = slog.LevelError
+	}
+	if !s.log.Enabled(s.base, lvl) {
+		return
+	}
+	if orderNo == "" {
+		orderNo, _ = ctx.UserValue("orderNo").(string)
+	}
+	attrs := []any{"method", string(ctx.Method()), "path", string(ctx.Path()), "status", e.status, "err", err}
+	if orderNo != "" {
+		attrs = append(attrs, "orderNo", orderNo)
+	}
+	if requestID != "" {
+		attrs = append(attrs, "requestId", requestID)
+	}
+	s.log.Log(s.base, lvl, "request failed", attrs...)
 }
 
 // writeError writes the error body.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -54,21 +55,24 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	var res lua.ReserveResult
 	err := s.redisCall(func(rctx context.Context) (err error) {
+		start := time.Now()
 		res, err = lua.Reserve(rctx, s.rdb, lua.ShardKeys(productID, shard), args)
+		s.metrics.lua.Observe(time.Since(start).Seconds())
 		return err
 	})
+	s.metrics.reserveOutcome(err)
 	switch {
 	case err == nil:
 		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, requestID, order.Processing)
 	case errors.Is(err, lua.ErrDuplicate):
 		st, err := s.currentStatus(res.OrderNo)
 		if err != nil {
-			s.fail(ctx, err)
+			s.failWith(ctx, err, res.OrderNo, requestID)
 			return
 		}
 		writeOrderState(ctx, fasthttp.StatusOK, res.OrderNo, requestID, st)
 	default:
-		s.fail(ctx, err)
+		s.failWith(ctx, err, "", requestID)
 	}
 }
 

@@ -36,6 +36,7 @@ type Server struct {
 	router     *router.Router
 	static     fasthttp.RequestHandler // nil without StaticDir
 	handler    fasthttp.RequestHandler
+	metrics    *Metrics
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
@@ -74,6 +75,10 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		admins:     make(map[int64]bool, len(cfg.AdminUsers)),
 		retryAfter: retryAfterSeconds(cfg.BreakerOpen.Seconds()),
 		base:       context.Background(),
+		metrics:    cfg.Metrics,
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(nil)
 	}
 	for _, id := range cfg.AdminUsers {
 		s.admins[id] = true
@@ -96,23 +101,41 @@ func (s *Server) routes() *router.Router {
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
-	r.NotFound = s.notFound
-	r.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoMethod) }
+	// The client's files count as route "static", everything else that
+	// matches no route as "unmatched".
+	unmatched := s.metrics.route("", "unmatched")
+	notFoundJSON := unmatched.instrument(s.notFoundJSON)
+	var static fasthttp.RequestHandler
+	if s.static != nil {
+		static = s.metrics.route("GET", "static").instrument(s.static)
+	}
+	r.NotFound = func(ctx *fasthttp.RequestCtx) {
+		if static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) {
+			static(ctx)
+			return
+		}
+		notFoundJSON(ctx)
+	}
+	r.MethodNotAllowed = unmatched.instrument(func(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoMethod) })
 
-	r.GET("/healthz", s.healthz)
-	r.GET("/readyz", s.readyz)
-	r.POST("/api/auth/login", s.login)
+	// Every route records its duration under its pattern (Metrics).
+	handle := func(method, path string, h fasthttp.RequestHandler) {
+		r.Handle(method, path, s.metrics.route(method, path).instrument(h))
+	}
+	handle("GET", "/healthz", s.healthz)
+	handle("GET", "/readyz", s.readyz)
+	handle("POST", "/api/auth/login", s.login)
 
-	r.POST("/api/orders", s.authed(s.createOrder))
-	r.GET("/api/orders", s.authed(s.listOrders))
-	r.GET("/api/orders/{orderNo}", s.authed(s.getOrder))
-	r.POST("/api/orders/{orderNo}/cancel", s.authed(s.cancelOrder))
-	r.POST("/api/orders/{orderNo}/pay", s.authed(s.demoPay))
-	r.POST("/api/payments/callback", s.paymentCallback)
+	handle("POST", "/api/orders", s.authed(s.createOrder))
+	handle("GET", "/api/orders", s.authed(s.listOrders))
+	handle("GET", "/api/orders/{orderNo}", s.authed(s.getOrder))
+	handle("POST", "/api/orders/{orderNo}/cancel", s.authed(s.cancelOrder))
+	handle("POST", "/api/orders/{orderNo}/pay", s.authed(s.demoPay))
+	handle("POST", "/api/payments/callback", s.paymentCallback)
 
-	r.GET("/api/products", s.listProducts)
-	r.GET("/api/products/{id}", s.getProduct)
-	r.POST("/api/admin/products", s.adminOnly(s.createProduct))
+	handle("GET", "/api/products", s.listProducts)
+	handle("GET", "/api/products/{id}", s.getProduct)
+	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
 	return r
 }
 
@@ -126,7 +149,7 @@ func (s *Server) Handler() fasthttp.RequestHandler { return s.handler }
 // serving; like fasthttp/router it panics on a path that conflicts with an
 // existing route.
 func (s *Server) Handle(method, path string, h fasthttp.RequestHandler) {
-	s.router.Handle(method, path, h)
+	s.router.Handle(method, path, s.metrics.route(method, path).instrument(h))
 }
 
 // Run listens on Config.Addr and serves until ctx is cancelled, then shuts
@@ -218,17 +241,10 @@ func (s *Server) recoverPanics(next fasthttp.RequestHandler) fasthttp.RequestHan
 	}
 }
 
+// apiPrefix: requests under it never get the client's files (routes'
+// NotFound serves the client for GET and HEAD outside /api/ when StaticDir
+// is set, and a JSON 404 for everything else).
 var apiPrefix = []byte("/api/")
-
-// notFound serves the client for GET and HEAD outside /api/ (when StaticDir
-// is set) and a JSON 404 for everything else.
-func (s *Server) notFound(ctx *fasthttp.RequestCtx) {
-	if s.static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) {
-		s.static(ctx)
-		return
-	}
-	s.notFoundJSON(ctx)
-}
 
 func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute) }
 

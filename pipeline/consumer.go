@@ -57,6 +57,8 @@ type ConsumerConfig struct {
 	MaxRetryBackoff time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives the consumer's series. Default: private, unregistered.
+	Metrics *Metrics
 }
 
 func (c *ConsumerConfig) setDefaults() {
@@ -123,6 +125,7 @@ type Consumer struct {
 	rdb   redis.UniversalClient
 	conn  *Conn
 	log   *slog.Logger
+	m     *Metrics
 
 	acked, requeued, rejected atomic.Int64
 }
@@ -134,7 +137,8 @@ func NewConsumer(store *persistence.Store, rdb redis.UniversalClient, conn *Conn
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: cfg.Logger.With("component", "consumer")}, nil
+	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: cfg.Logger.With("component", "consumer"),
+		m: orNew(cfg.Metrics)}, nil
 }
 
 // Stats returns the counters so far.
@@ -146,10 +150,27 @@ func (c *Consumer) Stats() ConsumerStats {
 type verdict int
 
 const (
-	ack     verdict = iota // applied, or nothing to apply: acknowledge
-	retry                  // transient failure: wait, then requeue
-	discard                // poison: reject without requeue
+	ack          verdict = iota // applied: acknowledge
+	ackDuplicate                // applied before (consume log, release marker): acknowledge
+	ackSkipped                  // nothing to apply any more (the order moved on): acknowledge
+	retry                       // transient failure: wait, then requeue
+	discard                     // poison: reject without requeue
 )
+
+// outcome is the verdict's stampede_consumer_messages_total{outcome}.
+func (v verdict) outcome() string {
+	switch v {
+	case ack:
+		return OutcomeOK
+	case ackDuplicate:
+		return OutcomeDuplicate
+	case ackSkipped:
+		return OutcomeSkipped
+	case retry:
+		return OutcomeRetry
+	}
+	return OutcomeDeadLetter
+}
 
 type handler struct {
 	name  string
@@ -236,6 +257,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.Delivery) {
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
 	failing := 0
+	inFlight := c.m.inFlight.WithLabelValues(h.name)
 	for {
 		var d amqp.Delivery
 		var ok bool
@@ -247,45 +269,52 @@ func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.D
 				return
 			}
 		}
-		v, err := c.handle(ctx, h, d.Body)
+		inFlight.Inc()
+		v, ev, err := c.handle(ctx, h, d.Body)
 		switch v {
-		case ack:
+		case ack, ackDuplicate, ackSkipped:
 			failing = 0
 			bo.reset()
 			if err := d.Ack(false); err != nil {
 				// The channel is gone: the message is redelivered and its
 				// second application changes nothing.
-				c.log.Debug("consumer: ack failed", "handler", h.name, "err", err)
+				c.log.Debug("consumer: ack failed", "handler", h.name, "eventId", d.MessageId, "err", err)
+				inFlight.Dec()
 				continue
 			}
 			c.acked.Add(1)
 		case discard:
-			c.log.Error("consumer: rejecting poison message", "handler", h.name, "messageId", d.MessageId, "err", err)
+			c.log.Error("consumer: rejecting poison message", "handler", h.name, "eventId", d.MessageId,
+				"orderNo", ev.OrderNo, "err", err)
 			_ = d.Nack(false, false)
 			c.rejected.Add(1)
 		case retry:
 			failing++
 			if failing == 1 || failing%20 == 0 {
 				c.log.Warn("consumer: transient failure, requeueing after backoff", "handler", h.name,
-					"messageId", d.MessageId, "consecutive", failing, "err", err)
+					"eventId", d.MessageId, "orderNo", ev.OrderNo, "consecutive", failing, "err", err)
 			}
 			sleep(ctx, bo.next()) // cut short on shutdown: requeue at once
 			_ = d.Nack(false, true)
 			c.requeued.Add(1)
 		}
+		inFlight.Dec()
+		c.m.consumed(h.name, v.outcome())
 	}
 }
 
 // handle decodes a body and runs the handler with a context that survives
-// shutdown for up to HandleTimeout, so a message in hand is finished.
-func (c *Consumer) handle(ctx context.Context, h handler, body []byte) (verdict, error) {
+// shutdown for up to HandleTimeout, so a message in hand is finished. It
+// returns the decoded event (zero if the body did not decode) for logging.
+func (c *Consumer) handle(ctx context.Context, h handler, body []byte) (verdict, order.Event, error) {
 	ev, err := order.DecodeEvent(body)
 	if err != nil {
-		return discard, err
+		return discard, ev, err
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
 	defer cancel()
-	return h.fn(hctx, ev)
+	v, err := h.fn(hctx, ev)
+	return v, ev, err
 }
 
 // lock applies ORDER_CREATED: lock MySQL stock, PROCESSING → WAITING_PAY (or
@@ -295,8 +324,17 @@ func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
 	if ev.Type != order.EventCreated {
 		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderCreated)
 	}
-	_, _, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
-	return classify(err)
+	out, _, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
+	v, err := classify(err)
+	if v == ack {
+		switch out {
+		case persistence.LockDuplicate:
+			v = ackDuplicate
+		case persistence.LockSkipped:
+			v = ackSkipped
+		}
+	}
+	return v, err
 }
 
 // release gives a CANCELLED or FAILED order's Redis reservation back, once.
@@ -308,12 +346,17 @@ func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error)
 	if err != nil || pid != ev.ProductID || ev.Quantity <= 0 || ev.UserID <= 0 {
 		return discard, fmt.Errorf("consumer: release event %s does not match its orderNo or lacks user/quantity", ev.EventID)
 	}
-	_, _, err = lua.Release(ctx, c.rdb, lua.ShardKeys(pid, shard), ev.OrderNo, ev.UserID, ev.Quantity, c.cfg.ReleaseMarkerTTL)
+	start := time.Now()
+	released, _, err := lua.Release(ctx, c.rdb, lua.ShardKeys(pid, shard), ev.OrderNo, ev.UserID, ev.Quantity, c.cfg.ReleaseMarkerTTL)
+	c.m.luaRelease.Observe(time.Since(start).Seconds())
 	if err != nil {
 		// ErrNotFound (the shard's stock hash is missing, e.g. Redis lost
 		// its data) is retried too: releasing into nothing would lose the
 		// units, and the product is reloaded by the gateway or an operator.
 		return retry, err
+	}
+	if !released {
+		return ackDuplicate, nil
 	}
 	return ack, nil
 }
@@ -328,9 +371,9 @@ func (c *Consumer) close(ctx context.Context, ev order.Event) (verdict, error) {
 		From: []order.Status{order.WaitingPay}, Due: true})
 	switch {
 	case errors.Is(err, persistence.ErrInvalidState):
-		return ack, nil // paid or closed meanwhile
+		return ackSkipped, nil // paid or closed meanwhile
 	case errors.Is(err, persistence.ErrNotDue):
-		return ack, nil // early by a clock skew: the sweeper closes it when due
+		return ackSkipped, nil // early by a clock skew: the sweeper closes it when due
 	}
 	return classify(err)
 }

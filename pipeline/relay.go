@@ -43,6 +43,8 @@ type RelayConfig struct {
 	ErrorBackoff time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives the relay's series. Default: private, unregistered.
+	Metrics *Metrics
 
 	// AfterConfirm, if set, is called after the broker confirmed a batch and
 	// before the acked rows are marked SENT, with their ids. It exists for
@@ -126,6 +128,7 @@ type Relay struct {
 	store *persistence.Store
 	conn  *Conn
 	log   *slog.Logger
+	m     *Metrics
 
 	claimed, sent, failed, returned, reconnects atomic.Int64
 }
@@ -137,7 +140,8 @@ func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, store: store, conn: conn, log: cfg.Logger.With("component", "relay", "owner", cfg.Owner)}, nil
+	return &Relay{cfg: cfg, store: store, conn: conn, log: cfg.Logger.With("component", "relay", "owner", cfg.Owner),
+		m: orNew(cfg.Metrics)}, nil
 }
 
 // Stats returns the counters so far.
@@ -254,7 +258,13 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 	defer cancel()
 
 	failed := make(map[int]string, 0) // row index → cause
+	outcome := make(map[int]publishOutcome, 0)
+	fail := func(i int, o publishOutcome, cause string) {
+		failed[i] = cause
+		outcome[i] = o
+	}
 	confirms := make([]*amqp.DeferredConfirmation, len(rows))
+	published := make([]time.Time, len(rows))
 	for i, row := range rows {
 		msg := amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
@@ -268,10 +278,11 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		if row.DelayMS > 0 {
 			msg.Expiration = strconv.FormatInt(row.RemainingMS, 10)
 		}
+		published[i] = time.Now()
 		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(bctx, row.Exchange, row.RoutingKey, mustRoute(row.Exchange, row.RoutingKey), false, msg)
 		if err != nil {
 			for j := i; j < len(rows); j++ {
-				failed[j] = "publish: " + err.Error()
+				fail(j, pubFailed, "publish: "+err.Error())
 			}
 			break
 		}
@@ -284,7 +295,7 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		}
 		if timedOut {
 			if !dc.Acked() {
-				failed[i] = "confirm timeout"
+				fail(i, pubTimeout, "confirm timeout")
 			}
 			continue
 		}
@@ -292,15 +303,16 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		case <-dc.Done():
 			if !dc.Acked() {
 				if pc.ch.IsClosed() {
-					failed[i] = "channel closed before confirm"
-				} else {
-					failed[i] = "nacked by broker"
+					fail(i, pubClosed, "channel closed before confirm")
+					continue
 				}
+				fail(i, pubNacked, "nacked by broker")
 			}
+			r.m.confirm.Observe(time.Since(published[i]).Seconds())
 		case <-bctx.Done():
 			timedOut = true
 			if !dc.Acked() {
-				failed[i] = "confirm timeout"
+				fail(i, pubTimeout, "confirm timeout")
 			}
 		}
 	}
@@ -322,7 +334,7 @@ drain:
 				break drain
 			}
 			if i, found := index[ret.MessageId]; found {
-				failed[i] = fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText)
+				fail(i, pubReturned, fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText))
 				r.returned.Add(1)
 			}
 		default:
@@ -335,6 +347,10 @@ drain:
 		if _, bad := failed[i]; !bad {
 			acked = append(acked, row.ID)
 		}
+	}
+	r.m.publishes[pubAcked].Add(float64(len(acked)))
+	for _, o := range outcome {
+		r.m.publishes[o].Inc()
 	}
 	if r.cfg.AfterConfirm != nil {
 		if err := r.cfg.AfterConfirm(acked); err != nil {
@@ -351,7 +367,9 @@ drain:
 		}
 	}
 	if len(failed) > 0 {
-		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", firstCause(failed))
+		i, cause := firstCause(failed)
+		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", cause,
+			"eventId", rows[i].EventID, "orderNo", rows[i].OrderNo)
 	}
 	for i, cause := range failed {
 		row := rows[i]
@@ -363,12 +381,15 @@ drain:
 			return r.store.MarkRetry(mctx, row.ID, cause, delay, r.cfg.MaxRetries)
 		})
 		if err != nil {
-			r.log.Error("relay: mark retry failed; row is retried after its lease", "id", row.ID, "err", err)
+			r.log.Error("relay: mark retry failed; row is retried after its lease", "id", row.ID,
+				"eventId", row.EventID, "orderNo", row.OrderNo, "err", err)
 			continue
 		}
 		r.failed.Add(1)
 		if row.RetryCount+1 >= r.cfg.MaxRetries {
-			r.log.Error("relay: outbox row is DEAD", "id", row.ID, "event", row.EventID, "retries", row.RetryCount+1, "cause", cause)
+			r.m.relayDead.Inc()
+			r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
+				"retries", row.RetryCount+1, "cause", cause)
 		}
 	}
 	return nil
@@ -392,9 +413,9 @@ func (r *Relay) mark(ctx context.Context, fn func(context.Context) error) error 
 	}
 }
 
-func firstCause(failed map[int]string) string {
-	for _, c := range failed {
-		return c
+func firstCause(failed map[int]string) (int, string) {
+	for i, c := range failed {
+		return i, c
 	}
-	return ""
+	return 0, ""
 }

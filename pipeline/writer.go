@@ -61,6 +61,8 @@ type WriterConfig struct {
 	DeadMaxLen int64
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives the writer's series. Default: private, unregistered.
+	Metrics *Metrics
 }
 
 func (c *WriterConfig) setDefaults() {
@@ -150,6 +152,7 @@ type Writer struct {
 	store *persistence.Store
 	rdb   redis.UniversalClient
 	log   *slog.Logger
+	m     *Metrics
 
 	names map[int64]string // product names, flusher goroutine only
 
@@ -163,7 +166,7 @@ func NewWriter(store *persistence.Store, rdb redis.UniversalClient, cfg WriterCo
 		return nil, err
 	}
 	return &Writer{cfg: cfg, store: store, rdb: rdb, log: cfg.Logger.With("component", "writer", "consumer", cfg.Consumer),
-		names: map[int64]string{}}, nil
+		m: orNew(cfg.Metrics), names: map[int64]string{}}, nil
 }
 
 // Stats returns the counters so far.
@@ -179,9 +182,10 @@ type entry struct {
 }
 
 // Run reads and writes until ctx is cancelled, then writes the batch it
-// holds with a fresh context bounded by FlushTimeout and returns. Entries it
-// read but could not write stay pending and are reclaimed later. It returns
-// nil after a cancelled ctx.
+// holds — every entry Redis already delivered to it, including those read in
+// the round that was running — with a fresh context bounded by FlushTimeout,
+// acknowledges them and returns. Entries it could not write stay pending and
+// are reclaimed later. It returns nil after a cancelled ctx.
 func (w *Writer) Run(ctx context.Context) error {
 	in := make(chan entry, w.cfg.BatchSize)
 	var wg sync.WaitGroup
@@ -322,9 +326,10 @@ func (w *Writer) join(ctx context.Context, s *streamState, in chan<- entry) erro
 			break
 		}
 		for _, m := range res[0].Messages {
-			if !send(ctx, in, entry{stream: s.name, msg: m}) {
-				return ctx.Err()
-			}
+			in <- entry{stream: s.name, msg: m}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		start = res[0].Messages[len(res[0].Messages)-1].ID
 	}
@@ -372,9 +377,7 @@ func (w *Writer) poll(ctx context.Context, streams map[string]*streamState, in c
 		default:
 			s.idle, s.next, s.failures = 0, time.Time{}, 0
 			for _, m := range res[0].Messages {
-				if !send(ctx, in, entry{stream: s.name, msg: m}) {
-					return nil
-				}
+				in <- entry{stream: s.name, msg: m}
 			}
 		}
 	}
@@ -404,12 +407,14 @@ func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in 
 			}
 			if len(msgs) > 0 {
 				w.claimed.Add(int64(len(msgs)))
+				w.m.writerClaimed.Add(float64(len(msgs)))
 				w.log.Warn("writer: reclaimed pending entries", "stream", s.name, "entries", len(msgs))
 			}
 			for _, m := range msgs {
-				if !send(ctx, in, entry{stream: s.name, msg: m}) {
-					return ctx.Err()
-				}
+				in <- entry{stream: s.name, msg: m}
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
 			if next == "0-0" || next == "" {
 				break
@@ -422,14 +427,11 @@ func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in 
 
 func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
-func send(ctx context.Context, in chan<- entry, e entry) bool {
-	select {
-	case in <- e:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// Entries Redis has delivered are always handed to the flusher, also after
+// ctx was cancelled (a plain send on in, not a select on ctx): the flusher
+// receives until the reader closes in, and a delivered entry that was
+// dropped would stay pending under this consumer's name until another
+// writer's XAUTOCLAIM, ClaimIdle later — a restart would then wait for it.
 
 // ---- writing ----
 
@@ -490,6 +492,7 @@ func (w *Writer) flush(ctx context.Context, batch []entry) bool {
 			return false
 		}
 		w.failures.Add(1)
+		w.m.writerFailures.Inc()
 		if attempt == 1 || attempt%20 == 0 {
 			w.log.Warn("writer: flush batch failed, retrying", "attempt", attempt, "entries", len(batch), "err", err)
 		}
@@ -526,22 +529,33 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		if err != nil {
 			return fmt.Errorf("writer: flush batch: %w", err)
 		}
+		start := time.Now()
 		out, err := w.store.InsertReservations(ctx, res, names)
 		if err != nil {
 			return fmt.Errorf("writer: flush batch: %w", err)
 		}
+		w.m.writerCommit.Observe(time.Since(start).Seconds())
+		w.m.writerBatch.Observe(float64(len(res)))
 		w.batches.Add(1)
 		w.written.Add(int64(out.Inserted))
 		w.duplicates.Add(int64(out.Duplicates))
 		w.reused.Add(int64(out.Reused))
+		w.m.writerWritten.Add(float64(out.Inserted))
+		w.m.writerDup.Add(float64(out.Duplicates))
+		w.m.writerReused.Add(float64(out.Reused))
 	}
+	// Acknowledge even if ctx was cancelled during the commit (shutdown):
+	// the rows are stored, and an unacknowledged entry would wait ClaimIdle
+	// for another writer. Bounded by FlushTimeout.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FlushTimeout)
+	defer cancel()
 	// After the commit, so a retried batch does not bury its dead entries twice.
 	if len(dead) > 0 {
-		if err := w.bury(ctx, dead, deadErr); err != nil {
+		if err := w.bury(actx, dead, deadErr); err != nil {
 			return err
 		}
 	}
-	if err := w.ack(ctx, done); err != nil {
+	if err := w.ack(actx, done); err != nil {
 		// Committed but not acknowledged: the entries are reclaimed after
 		// ClaimIdle and their second write changes nothing.
 		w.log.Warn("writer: ack after commit failed; entries will be reclaimed", "entries", len(done), "err", err)
@@ -561,7 +575,8 @@ func (w *Writer) productNames(ctx context.Context, batch []order.Reservation) (m
 		case errors.Is(err, persistence.ErrNotFound):
 			// An accepted order is never dropped: store it with no name;
 			// locking it fails in MySQL and its stock is released.
-			w.log.Error("writer: reservation for a product missing in MySQL", "product", r.ProductID, "order", r.OrderNo)
+			w.log.Error("writer: reservation for a product missing in MySQL", "productId", r.ProductID,
+				"orderNo", r.OrderNo, "requestId", r.RequestID)
 			w.names[r.ProductID] = ""
 		case err != nil:
 			return nil, err
@@ -621,8 +636,12 @@ func (w *Writer) bury(ctx context.Context, es []entry, errs []error) error {
 		return fmt.Errorf("writer: move to dead stream: %w", err)
 	}
 	for i, e := range es {
-		w.log.Error("writer: unparseable intake entry moved to dead stream", "stream", e.stream, "id", e.msg.ID, "err", errs[i])
+		no, _ := e.msg.Values["o"].(string)
+		req, _ := e.msg.Values["r"].(string)
+		w.log.Error("writer: unparseable intake entry moved to dead stream", "stream", e.stream, "id", e.msg.ID,
+			"orderNo", no, "requestId", req, "err", errs[i])
 	}
 	w.dead.Add(int64(len(es)))
+	w.m.writerDead.Add(float64(len(es)))
 	return w.ack(ctx, es)
 }

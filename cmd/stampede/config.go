@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +39,11 @@ type Config struct {
 	LogLevel         string        // STAMPEDE_LOG_LEVEL, -log-level: debug, info, warn, error (info)
 	Migrate          bool          // STAMPEDE_MIGRATE, -migrate: apply migrations at start-up (false)
 	ShutdownTimeout  time.Duration // STAMPEDE_SHUTDOWN_TIMEOUT, -shutdown-timeout: bound on draining at SIGTERM (20s)
+
+	MetricsAddr       string        // STAMPEDE_METRICS_ADDR, -metrics-addr: extra listener for GET /metrics ("": only on the gateway's port)
+	PprofAddr         string        // STAMPEDE_PPROF_ADDR, -pprof-addr: admin-only net/http/pprof listener ("": off)
+	ReconcileInterval time.Duration // STAMPEDE_RECONCILE_INTERVAL, -reconcile-interval: sweeper's reconciliation period, 0 = off (30s)
+	StuckAfter        time.Duration // STAMPEDE_STUCK_AFTER, -stuck-after: PROCESSING age counted as stuck in metrics (1m)
 }
 
 // Roles the binary can run.
@@ -56,72 +62,83 @@ func envString(name, def string) string {
 }
 
 // bind registers the common settings on fs with defaults from the environment.
-// Errors from malformed environment values are collected in errs.
+// Every flag's help ends with "[$STAMPEDE_…]", the variable it is read
+// from; the flag wins over the variable. Errors from malformed environment
+// values are collected in errs.
 func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
-	durEnv := func(name string, def time.Duration) time.Duration {
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return def
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: %v", name, v, err))
-			return def
-		}
-		return d
+	help := func(env, text string) string { return text + " [$" + env + "]" }
+	str := func(p *string, name, env, def, text string) {
+		fs.StringVar(p, name, envString(env, def), help(env, text))
 	}
-	intEnv := func(name string, def int64) int64 {
-		v, ok := os.LookupEnv(name)
+	dur := func(p *time.Duration, name, env string, def time.Duration, text string) {
+		if v, ok := os.LookupEnv(env); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				*errs = append(*errs, fmt.Errorf("%s=%q: %v", env, v, err))
+			} else {
+				def = d
+			}
+		}
+		fs.DurationVar(p, name, def, help(env, text))
+	}
+	i64 := func(name, env string, def int64) int64 {
+		v, ok := os.LookupEnv(env)
 		if !ok {
 			return def
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: not an integer", name, v))
+			*errs = append(*errs, fmt.Errorf("%s=%q: not an integer", env, v))
 			return def
 		}
 		return n
 	}
-	boolEnv := func(name string, def bool) bool {
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return def
+	integer := func(p *int, name, env string, def int, text string) {
+		fs.IntVar(p, name, int(i64(name, env, int64(def))), help(env, text))
+	}
+	boolean := func(p *bool, name, env string, def bool, text string) {
+		if v, ok := os.LookupEnv(env); ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				*errs = append(*errs, fmt.Errorf("%s=%q: not a boolean", env, v))
+			} else {
+				def = b
+			}
 		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: not a boolean", name, v))
-			return def
-		}
-		return b
+		fs.BoolVar(p, name, def, help(env, text))
 	}
 	static := ""
 	if st, err := os.Stat("client/dist/index.html"); err == nil && !st.IsDir() {
 		static = "client/dist"
 	}
-	fs.StringVar(&c.HTTPAddr, "http-addr", envString("STAMPEDE_HTTP_ADDR", "127.0.0.1:8080"), "gateway listen address")
-	fs.StringVar(&c.RedisAddr, "redis-addr", envString("STAMPEDE_REDIS_ADDR", "127.0.0.1:6379"), "Redis host:port; comma-separated list = Redis Cluster")
-	fs.IntVar(&c.RedisDB, "redis-db", int(intEnv("STAMPEDE_REDIS_DB", 0)), "Redis database number (ignored on a cluster)")
-	fs.StringVar(&c.MySQLDSN, "mysql-dsn", envString("STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true"), "MySQL DSN")
-	fs.StringVar(&c.AMQPURL, "amqp-url", envString("STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
-	fs.StringVar(&c.JWTSecret, "jwt-secret", envString("STAMPEDE_JWT_SECRET", devJWTSecret), "HS256 key of bearer tokens")
-	fs.StringVar(&c.PaymentSecret, "payment-secret", envString("STAMPEDE_PAYMENT_SECRET", devPaymentSecret), "HMAC-SHA256 key of payment callbacks")
-	fs.DurationVar(&c.PayTimeout, "pay-timeout", durEnv("STAMPEDE_PAY_TIMEOUT", 15*time.Minute), "time to pay before an order is cancelled")
-	fs.BoolVar(&c.DemoLogin, "demo-login", boolEnv("STAMPEDE_DEMO_LOGIN", true), "enable the demo identity provider POST /api/auth/login")
-	fs.StringVar(&c.AdminUsers, "admin-users", envString("STAMPEDE_ADMIN_USERS", ""), "comma-separated userIds that demo login makes admins")
-	fs.StringVar(&c.Roles, "roles", envString("STAMPEDE_ROLES", strings.Join(allRoles, ",")), "comma-separated roles: "+strings.Join(allRoles, ","))
-	fs.Int64Var(&c.NodeID, "node-id", intEnv("STAMPEDE_NODE_ID", -1), "orderNo node id 0..1023, -1 = random")
-	fs.IntVar(&c.WriterBatch, "writer-batch", int(intEnv("STAMPEDE_WRITER_BATCH", 500)), "reservations per writer transaction")
-	fs.DurationVar(&c.WriterWait, "writer-wait", durEnv("STAMPEDE_WRITER_WAIT", 20*time.Millisecond), "longest wait to fill a writer batch")
-	fs.IntVar(&c.ConsumerWorkers, "consumer-workers", int(intEnv("STAMPEDE_CONSUMER_WORKERS", 8)), "concurrent messages per consumer queue")
-	fs.IntVar(&c.ConsumerPrefetch, "consumer-prefetch", int(intEnv("STAMPEDE_CONSUMER_PREFETCH", 64)), "AMQP prefetch per consumer queue")
-	fs.IntVar(&c.RelayBatch, "relay-batch", int(intEnv("STAMPEDE_RELAY_BATCH", 500)), "outbox rows claimed per relay round")
-	fs.DurationVar(&c.SweepInterval, "sweep-interval", durEnv("STAMPEDE_SWEEP_INTERVAL", time.Second), "sweeper period")
-	fs.StringVar(&c.PushAddr, "push-addr", envString("STAMPEDE_PUSH_ADDR", "127.0.0.1:8081"), "push WebSocket listen address")
-	fs.StringVar(&c.PushURL, "push-url", envString("STAMPEDE_PUSH_URL", ""), "WebSocket URL given to browsers (empty: ws://<host>:<push port>/ws)")
-	fs.StringVar(&c.StaticDir, "static-dir", envString("STAMPEDE_STATIC_DIR", static), "built client files served at /")
-	fs.StringVar(&c.LogLevel, "log-level", envString("STAMPEDE_LOG_LEVEL", "info"), "debug, info, warn or error")
-	fs.BoolVar(&c.Migrate, "migrate", boolEnv("STAMPEDE_MIGRATE", false), "apply migrations at start-up")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", durEnv("STAMPEDE_SHUTDOWN_TIMEOUT", 20*time.Second), "bound on draining at SIGTERM")
+	str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
+	str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
+	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
+	str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
+	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", devJWTSecret, "HS256 key of bearer tokens (set it in production)")
+	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", devPaymentSecret, "HMAC-SHA256 key of payment callbacks (set it in production)")
+	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
+	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login")
+	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins")
+	str(&c.Roles, "roles", "STAMPEDE_ROLES", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
+	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = random"))
+	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, "reservations per writer transaction (1..5000)")
+	dur(&c.WriterWait, "writer-wait", "STAMPEDE_WRITER_WAIT", 20*time.Millisecond, "longest wait to fill a writer batch")
+	integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
+	integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
+	integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
+	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
+	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
+	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers (empty: ws://<host>:<push port>/ws)")
+	str(&c.StaticDir, "static-dir", "STAMPEDE_STATIC_DIR", static, "built client files served at / (default client/dist if present)")
+	str(&c.LogLevel, "log-level", "STAMPEDE_LOG_LEVEL", "info", "debug, info, warn or error (JSON logs on stderr)")
+	boolean(&c.Migrate, "migrate", "STAMPEDE_MIGRATE", false, "apply migrations at start-up")
+	dur(&c.ShutdownTimeout, "shutdown-timeout", "STAMPEDE_SHUTDOWN_TIMEOUT", 20*time.Second, "bound on draining at SIGTERM; the process exits 1 if roles are still draining then")
+	str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "extra listener serving only GET /metrics, for processes without the gateway role (empty: /metrics only on the gateway's port)")
+	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "admin-only net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off); keep it on loopback")
+	dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
+	dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
 }
 
 // Validate returns "invalid config: ..." for settings that cannot work.
@@ -147,6 +164,23 @@ func (c *Config) Validate() error {
 	}
 	if c.JWTSecret == "" || c.PaymentSecret == "" {
 		errs = append(errs, errors.New("jwt and payment secrets must not be empty"))
+	}
+	if c.ShutdownTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("shutdown timeout %s is under 1s", c.ShutdownTimeout))
+	}
+	if c.WriterWait <= 0 || c.SweepInterval <= 0 {
+		errs = append(errs, errors.New("writer wait and sweep interval must be positive"))
+	}
+	if c.ReconcileInterval < 0 || c.StuckAfter <= 0 {
+		errs = append(errs, errors.New("reconcile interval must be >= 0 and stuck-after > 0"))
+	}
+	for _, a := range []struct{ name, addr string }{{"http", c.HTTPAddr}, {"push", c.PushAddr}, {"metrics", c.MetricsAddr}, {"pprof", c.PprofAddr}} {
+		if a.addr == "" && a.name != "http" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s address %q is not host:port", a.name, a.addr))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config: %w", errors.Join(errs...))

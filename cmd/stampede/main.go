@@ -94,24 +94,9 @@ func usage(w io.Writer) {
 
 // parse binds the common config plus extra flags, parses args and validates.
 func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, error) {
-	fs := flag.NewFlagSet("stampede "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: stampede %s [flags]\n\n", name)
-		for _, c := range commands {
-			if c.name == name {
-				fmt.Fprintf(w, "%s.\n\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
-			}
-		}
-		fmt.Fprintln(w, "Flags (a flag overrides the environment variable in brackets; defaults reflect the environment):")
-		fs.PrintDefaults()
-	}
 	var cfg Config
 	var envErrs []error
-	cfg.bind(fs, &envErrs)
-	if extra != nil {
-		extra(fs)
-	}
+	fs := newFlagSet(name, &cfg, &envErrs, extra)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -125,6 +110,30 @@ func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, e
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// newFlagSet returns the flag set of command name: every setting of cfg
+// (defaults from the environment, errors of malformed values in envErrs),
+// the command's extra flags, and a usage text naming each flag's variable.
+func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.FlagSet)) *flag.FlagSet {
+	fs := flag.NewFlagSet("stampede "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: stampede %s [flags]\n\n", name)
+		for _, c := range commands {
+			if c.name == name {
+				fmt.Fprintf(w, "%s.\n\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
+			}
+		}
+		fmt.Fprintln(w, "Flags. A flag overrides the environment variable named in brackets; a default shown")
+		fmt.Fprintln(w, "is the variable's value when it is set. README.md \"Configuration\" has the table.")
+		fs.PrintDefaults()
+	}
+	cfg.bind(fs, envErrs)
+	if extra != nil {
+		extra(fs)
+	}
+	return fs
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/stampede-sh/stampede/auth"
@@ -58,18 +59,21 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			PayTimeout:       cfg.PayTimeout,
 			NodeID:           int(cfg.NodeID),
 			StaticDir:        cfg.StaticDir,
-			ShutdownTimeout:  cfg.ShutdownTimeout,
+			ShutdownTimeout:  cfg.ShutdownTimeout * 3 / 4, // within the process's bound
 			ReadyCheck:       ready,
+			Metrics:          a.tel.gateway,
 		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
 			return fail(err)
 		}
+		gw.Handle("GET", "/metrics", fasthttpadaptor.NewFastHTTPHandler(a.tel.handler()))
 		gw.Handle("GET", "/api/config", clientConfig(cfg.PushURL, cfg.PushAddr))
 		runs = append(runs, gw.Run)
 	}
 	if roles["writer"] {
 		w, err := pipeline.NewWriter(a.store, a.rdb, pipeline.WriterConfig{
 			BatchSize: cfg.WriterBatch, BatchWait: cfg.WriterWait, Logger: log.With("role", "writer"),
+			FlushTimeout: min(5*time.Second, cfg.ShutdownTimeout/2), Metrics: a.tel.pipeline,
 		})
 		if err != nil {
 			return fail(err)
@@ -81,7 +85,8 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		if err != nil {
 			return fail(err)
 		}
-		r, err := pipeline.NewRelay(a.store, conn, pipeline.RelayConfig{BatchSize: cfg.RelayBatch, Logger: log.With("role", "relay")})
+		r, err := pipeline.NewRelay(a.store, conn, pipeline.RelayConfig{BatchSize: cfg.RelayBatch, Logger: log.With("role", "relay"),
+			Metrics: a.tel.pipeline})
 		if err != nil {
 			return fail(err)
 		}
@@ -94,7 +99,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		}
 		c, err := pipeline.NewConsumer(a.store, a.rdb, conn, pipeline.ConsumerConfig{
 			Prefetch: cfg.ConsumerPrefetch, Workers: cfg.ConsumerWorkers, PayTimeout: cfg.PayTimeout,
-			Logger: log.With("role", "consumer"),
+			Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
 		})
 		if err != nil {
 			return fail(err)
@@ -102,7 +107,12 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		runs = append(runs, c.Run)
 	}
 	if roles["sweeper"] {
-		s, err := pipeline.NewSweeper(a.store, pipeline.SweeperConfig{Interval: cfg.SweepInterval, Logger: log.With("role", "sweeper")})
+		reconcile := cfg.ReconcileInterval
+		if reconcile == 0 {
+			reconcile = -1 // off
+		}
+		s, err := pipeline.NewSweeper(a.store, pipeline.SweeperConfig{Interval: cfg.SweepInterval, Logger: log.With("role", "sweeper"),
+			Metrics: a.tel.pipeline, Redis: a.rdb, ReconcileInterval: reconcile})
 		if err != nil {
 			return fail(err)
 		}
@@ -114,6 +124,10 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		if err != nil {
 			return fail(err)
 		}
+		if err := registerPushMetrics(a.tel.reg, func() int64 { return hub.Stats().Sockets },
+			func() int64 { return hub.Stats().Evicted }); err != nil {
+			return fail(err)
+		}
 		runs = append(runs, hub.Run, func(ctx context.Context) error {
 			return feedProducts(ctx, a.rdb, a.store, hub, 250*time.Millisecond)
 		})
@@ -121,6 +135,6 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 	for _, run := range runs {
 		g.Go(func() error { return run(ctx) })
 	}
-	a.closers = closers
+	a.closers = append(a.closers, closers...)
 	return nil
 }

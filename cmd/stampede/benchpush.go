@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/stampede-sh/stampede/bench/pushbench"
+)
+
+// runBenchPush runs the issue-6 push benchmark: it starts this binary as a
+// child `serve --roles push` on a free port, connects --subscribers sockets,
+// publishes --events status events at --rate per second, prints the result
+// (a table row and JSON), appends it to bench/results/push-<date>.md and
+// stops the child.
+func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
+	var subscribers, events, rate int
+	var resultsDir string
+	cfg, err := parse("bench-push", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&subscribers, "subscribers", 10000, "concurrent WebSocket subscribers (reduced if the fd limit is too low)")
+		fs.IntVar(&events, "events", 20000, "order status events to publish")
+		fs.IntVar(&rate, "rate", 2000, "events published per second")
+		fs.StringVar(&resultsDir, "results-dir", "bench/results", "directory of the push-<date>.md results file (empty: do not write)")
+	})
+	if err != nil {
+		return err
+	}
+	if subscribers < 1 || events < 1 || rate < 1 {
+		return fmt.Errorf("%w: --subscribers, --events and --rate must be positive", errUsage)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench-push: find own binary: %w", err)
+	}
+	addr, err := benchPushFreeAddr()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(self, "serve", "--roles", "push", "--push-addr", addr,
+		"--amqp-url", cfg.AMQPURL, "--jwt-secret", cfg.JWTSecret, "--mysql-dsn", cfg.MySQLDSN,
+		"--redis-addr", cfg.RedisAddr, "--redis-db", strconv.Itoa(cfg.RedisDB), "--log-level", "error")
+	child.Stdout, child.Stderr = os.Stderr, os.Stderr
+	if err := child.Start(); err != nil {
+		return fmt.Errorf("bench-push: start push: %w", err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = child.Wait(); close(exited) }()
+	defer func() {
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		child.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			child.Process.Kill()
+			<-exited
+		}
+	}()
+	if err := waitListening(ctx, addr, exited); err != nil {
+		select {
+		case <-exited:
+			return fmt.Errorf("%w (push exited: %v)", err, waitErr)
+		default:
+			return err
+		}
+	}
+	time.Sleep(time.Second) // let the hub bind its RabbitMQ queue (the port opens first)
+
+	fmt.Fprintf(os.Stderr, "bench-push: push pid %d on %s\n", child.Process.Pid, addr)
+	res, err := pushbench.Run(ctx, pushbench.Config{
+		PushURL: "ws://" + addr + "/ws", AMQPURL: cfg.AMQPURL, JWTSecret: cfg.JWTSecret,
+		Subscribers: subscribers, Events: events, Rate: rate, PushPID: child.Process.Pid,
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-push: "+f+"\n", a...) },
+	})
+	if err != nil {
+		return err
+	}
+	row := fmt.Sprintf("| %s | %d | %d/%d | %.2f | %.2f | %.2f | %.1f | %s | %s |%s",
+		time.Now().UTC().Format(time.RFC3339), res.Subscribers, res.Delivered, res.Expected,
+		res.P50Ms, res.P99Ms, res.MaxMs, res.KBPerConn, yesNo(res.LatencyTargetMet), yesNo(res.MemoryTargetMet), noteCell(res.Note))
+	fmt.Fprintln(stdout, "| time | subscribers | delivered | p50 ms | p99 ms | max ms | KB/conn | p99 ≤ 100ms | ≤ 50KB/conn | note |")
+	fmt.Fprintln(stdout, row)
+	js, _ := json.MarshalIndent(res, "", "  ")
+	fmt.Fprintln(stdout, string(js))
+	if resultsDir != "" {
+		if err := appendResult(resultsDir, row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "NO"
+}
+
+func noteCell(note string) string {
+	return " " + note + " |"
+}
+
+// appendResult appends row to <dir>/push-<date>.md, with a header when new.
+func appendResult(dir, row string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "push-"+time.Now().UTC().Format("2006-01-02")+".md")
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		fmt.Fprint(f, "# Push benchmark (issue 6)\n\nTargets: p99 ≤ 100 ms from status change to client receipt; ≤ 50 KB push RSS per connection.\n\n")
+		fmt.Fprintln(f, "| time | subscribers | delivered | p50 ms | p99 ms | max ms | KB/conn | p99 ≤ 100ms | ≤ 50KB/conn | note |")
+		fmt.Fprintln(f, "|---|---|---|---|---|---|---|---|---|---|")
+	}
+	fmt.Fprintln(f, row)
+	return f.Close()
+}
+
+// benchPushFreeAddr returns a loopback address with a port free right now.
+func benchPushFreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("bench-push: find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitListening waits until addr accepts connections, the child exits or 30s pass.
+func waitListening(ctx context.Context, addr string, exited <-chan struct{}) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("bench-push: push exited before listening")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench-push: push did not listen on %s within 30s", addr)
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package gateway
+
+import (
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/lua"
+)
+
+// Metrics are the gateway's Prometheus collectors. Build one per registry
+// with NewMetrics and hand it to every Server of the process through
+// Config.Metrics; a Server without one keeps private, unregistered
+// collectors. Recording is allocation-free on the order path: counters are
+// resolved once, and each route keeps its per-status histogram children.
+//
+// Series (all names carry the stampede_ prefix):
+//
+//	http_request_duration_seconds{method,route,status}  histogram of handler time; route is the
+//	                                                     pattern ("/api/orders/{orderNo}"), "static" or "unmatched"
+//	reserve_total{result}                                POST /api/orders outcomes that reached the
+//	                                                     reserve step: accepted, duplicate, sold_out,
+//	                                                     insufficient, limited, not_active, key_reused,
+//	                                                     not_found, invalid, rate_limited, unavailable
+//	lua_call_duration_seconds{script}                    latency of one Redis script call (shared with
+//	                                                     package pipeline's release calls)
+type Metrics struct {
+	requests *prometheus.HistogramVec
+	reserve  [numReserveResults]prometheus.Counter
+	lua      prometheus.Observer // script="reserve"
+}
+
+// Reserve results, the values of stampede_reserve_total{result}.
+const (
+	ReserveAccepted     = "accepted"     // 202: stock taken, reservation on the intake stream
+	ReserveDuplicate    = "duplicate"    // 200: replay of an accepted intent
+	ReserveSoldOut      = "sold_out"     // 409 SOLD_OUT
+	ReserveInsufficient = "insufficient" // 409 INSUFFICIENT_STOCK
+	ReserveLimited      = "limited"      // 409 PURCHASE_LIMIT_EXCEEDED
+	ReserveNotActive    = "not_active"   // 409 SALE_NOT_ACTIVE
+	ReserveKeyReused    = "key_reused"   // 422 IDEMPOTENCY_KEY_REUSED
+	ReserveNotFound     = "not_found"    // 404 PRODUCT_NOT_FOUND (not loaded in Redis)
+	ReserveInvalid      = "invalid"      // 400: quantity above the product's per-order maximum
+	ReserveRateLimited  = "rate_limited" // 429 RATE_LIMITED (token buckets)
+	ReserveUnavailable  = "unavailable"  // 503: Redis failed or the breaker is open
+)
+
+type reserveResult int
+
+const (
+	resAccepted reserveResult = iota
+	resDuplicate
+	resSoldOut
+	resInsufficient
+	resLimited
+	resNotActive
+	resKeyReused
+	resNotFound
+	resInvalid
+	resRateLimited
+	resUnavailable
+	numReserveResults
+)
+
+var reserveResultNames = [numReserveResults]string{
+	ReserveAccepted, ReserveDuplicate, ReserveSoldOut, ReserveInsufficient, ReserveLimited, ReserveNotActive,
+	ReserveKeyReused, ReserveNotFound, ReserveInvalid, ReserveRateLimited, ReserveUnavailable,
+}
+
+// HTTPBuckets are the bucket bounds of stampede_http_request_duration_seconds:
+// 250µs to 5s, dense where a 202 should land.
+var HTTPBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// LuaBuckets are the bucket bounds of stampede_lua_call_duration_seconds.
+var LuaBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+
+// NewMetrics creates the gateway's collectors and registers them with reg
+// (nil: unregistered). Calling it twice with one registry returns collectors
+// that share the registered series, so several Servers can report into one
+// registry.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{}
+	m.requests = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "stampede_http_request_duration_seconds",
+		Help:    "Time the gateway spent handling an HTTP request, by method, route pattern and status code.",
+		Buckets: HTTPBuckets,
+	}, []string{"method", "route", "status"}))
+	reserve := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_reserve_total",
+		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable.",
+	}, []string{"result"}))
+	for i, name := range reserveResultNames {
+		m.reserve[i] = reserve.WithLabelValues(name)
+	}
+	m.lua = register(reg, NewLuaHistogram()).WithLabelValues("reserve")
+	return m
+}
+
+// NewLuaHistogram returns the unregistered stampede_lua_call_duration_seconds
+// histogram vector {script}. Package pipeline builds the same one; the second
+// registration with a registry reuses the first.
+func NewLuaHistogram() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "stampede_lua_call_duration_seconds",
+		Help:    "Latency of one Redis Lua script call (EVALSHA round trip), by script.",
+		Buckets: LuaBuckets,
+	}, []string{"script"})
+}
+
+// register registers c with reg and returns it, or the collector already
+// registered under the same descriptors. Any other error is a programming
+// error (a name reused with different labels) and panics, like MustRegister.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+		panic(err)
+	}
+	return c
+}
+
+// reserveOutcome counts one reserve call's result, from the error of
+// lua.Reserve (nil = accepted) or of the breaker.
+func (m *Metrics) reserveOutcome(err error) {
+	r := resUnavailable
+	switch {
+	case err == nil:
+		r = resAccepted
+	case errors.Is(err, lua.ErrDuplicate):
+		r = resDuplicate
+	case errors.Is(err, lua.ErrSoldOut):
+		r = resSoldOut
+	case errors.Is(err, lua.ErrInsufficient):
+		r = resInsufficient
+	case errors.Is(err, lua.ErrLimitExceeded):
+		r = resLimited
+	case errors.Is(err, lua.ErrNotActive):
+		r = resNotActive
+	case errors.Is(err, lua.ErrKeyReused):
+		r = resKeyReused
+	case errors.Is(err, lua.ErrNotFound):
+		r = resNotFound
+	case errors.Is(err, lua.ErrBadQuantity):
+		r = resInvalid
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		r = resUnavailable
+	}
+	m.reserve[r].Inc()
+}
+
+// ReserveRateLimited counts an order request refused by a rate limit before
+// it reached Redis (429 RATE_LIMITED).
+func (m *Metrics) ReserveRateLimited() { m.reserve[resRateLimited].Inc() }
+
+// routeMetrics records the durations of one route. Children of the histogram
+// vector are looked up once per status code and kept, so a request costs two
+// clock reads and one atomic load.
+type routeMetrics struct {
+	vec           *prometheus.HistogramVec
+	method, route string
+	byStatus      [600]atomic.Pointer[prometheus.Observer]
+}
+
+func (m *Metrics) route(method, route string) *routeMetrics {
+	if method == "" {
+		method = "other"
+	}
+	return &routeMetrics{vec: m.requests, method: method, route: route}
+}
+
+func (r *routeMetrics) observe(status int, d time.Duration) {
+	if status < 0 || status >= len(r.byStatus) {
+		status = 0
+	}
+	p := r.byStatus[status].Load()
+	if p == nil {
+		o := r.vec.WithLabelValues(r.method, r.route, strconv.Itoa(status))
+		p = &o
+		r.byStatus[status].Store(p)
+	}
+	(*p).Observe(d.Seconds())
+}
+
+// instrument wraps h so that its duration is recorded under route.
+func (r *routeMetrics) instrument(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		h(ctx)
+		r.observe(ctx.Response.StatusCode(), time.Since(start))
+	}
+}

@@ -1,0 +1,234 @@
+package pipeline
+
+import (
+	"errors"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus collectors of the writer, relay, consumer and
+// sweeper. Build one per registry with NewMetrics and pass it in each
+// component's config; a component without one keeps private, unregistered
+// collectors. The series that describe shared state (stream backlogs, outbox
+// rows, queue depths) are read at scrape time by StateCollector.
+//
+// Series (all names carry the stampede_ prefix):
+//
+//	writer_batch_entries                      histogram: reservations per committed writer transaction
+//	writer_commit_duration_seconds            histogram: one batch's MySQL transaction (InsertReservations)
+//	writer_entries_total{outcome}             written, duplicate, reused (stored FAILED), dead (to the dead stream)
+//	writer_claimed_entries_total              entries taken over from silent writers (XAUTOCLAIM)
+//	writer_batch_failures_total               failed batch attempts (each is retried)
+//	relay_publish_confirm_duration_seconds    histogram: publish → broker confirm of one message
+//	relay_publishes_total{outcome}            acked, nacked, returned, timeout, closed (channel lost), failed (publish error)
+//	relay_dead_rows_total                     outbox rows that spent their retry budget (DEAD)
+//	consumer_messages_total{handler,outcome}  ok, duplicate, retry, dead_letter, skipped
+//	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
+//	lua_call_duration_seconds{script}         release script latency (shared with package gateway)
+//	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
+//	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
+//	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
+//	reconcile_runs_total{result}              ok, failed (some invariant did not hold), error
+//	reconcile_last_run_timestamp_seconds      end of the last reconciliation
+//
+// RabbitMQ does not report a queue's unacknowledged count over AMQP 0-9-1
+// (only the management API does): consumer_in_flight_messages counts the
+// deliveries a handler holds; prefetched deliveries not yet taken by a worker
+// (at most the prefetch) are unacknowledged too but not counted.
+type Metrics struct {
+	writerBatch    prometheus.Histogram
+	writerCommit   prometheus.Histogram
+	writerWritten  prometheus.Counter
+	writerDup      prometheus.Counter
+	writerReused   prometheus.Counter
+	writerDead     prometheus.Counter
+	writerClaimed  prometheus.Counter
+	writerFailures prometheus.Counter
+
+	confirm    prometheus.Observer
+	publishes  [numPublishOutcomes]prometheus.Counter
+	relayDead  prometheus.Counter
+	luaRelease prometheus.Observer
+
+	consumer *prometheus.CounterVec
+	inFlight *prometheus.GaugeVec
+	rejected atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
+
+	sweeperClosed  prometheus.Counter
+	drift          *prometheus.GaugeVec
+	reconBacklog   *prometheus.GaugeVec
+	reconRuns      *prometheus.CounterVec
+	reconLastRunAt prometheus.Gauge
+}
+
+// Consumer outcomes, the values of stampede_consumer_messages_total{outcome}.
+const (
+	OutcomeOK         = "ok"          // applied and acknowledged
+	OutcomeDuplicate  = "duplicate"   // already applied (consume log or release marker): acknowledged
+	OutcomeRetry      = "retry"       // transient failure: requeued after a backoff
+	OutcomeDeadLetter = "dead_letter" // poison: rejected without requeue
+	OutcomeSkipped    = "skipped"     // nothing to do any more (order moved on): acknowledged
+)
+
+type publishOutcome int
+
+const (
+	pubAcked publishOutcome = iota
+	pubNacked
+	pubReturned
+	pubTimeout
+	pubClosed
+	pubFailed
+	numPublishOutcomes
+)
+
+var publishOutcomeNames = [numPublishOutcomes]string{"acked", "nacked", "returned", "timeout", "closed", "failed"}
+
+// Bucket bounds.
+var (
+	batchBuckets   = []float64{1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000}
+	latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	// luaBuckets must equal gateway.LuaBuckets: both packages register
+	// stampede_lua_call_duration_seconds, and a registry accepts the second
+	// registration only if it is identical.
+	luaBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+)
+
+// NewMetrics creates the pipeline's collectors and registers them with reg
+// (nil: unregistered). Calling it twice with one registry returns collectors
+// sharing the registered series.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{}
+	m.writerBatch = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stampede_writer_batch_entries", Buckets: batchBuckets,
+		Help: "Reservations written per committed writer transaction.",
+	}))
+	m.writerCommit = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stampede_writer_commit_duration_seconds", Buckets: latencyBuckets,
+		Help: "Duration of one writer batch's MySQL transaction (orders, items and outbox rows), committed.",
+	}))
+	entries := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_writer_entries_total",
+		Help: "Intake stream entries handled by writers, by outcome: written (new order), duplicate (already stored), reused (requestId taken: stored FAILED), dead (unparseable: moved to the dead stream).",
+	}, []string{"outcome"}))
+	m.writerWritten = entries.WithLabelValues("written")
+	m.writerDup = entries.WithLabelValues("duplicate")
+	m.writerReused = entries.WithLabelValues("reused")
+	m.writerDead = entries.WithLabelValues("dead")
+	m.writerClaimed = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_writer_claimed_entries_total",
+		Help: "Intake entries a writer took over from a silent writer with XAUTOCLAIM.",
+	}))
+	m.writerFailures = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_writer_batch_failures_total",
+		Help: "Failed attempts to write a batch (MySQL or Redis trouble); each is retried with backoff.",
+	}))
+
+	m.confirm = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stampede_relay_publish_confirm_duration_seconds", Buckets: latencyBuckets,
+		Help: "Time from publishing an outbox row to the broker's confirm (ack or nack).",
+	}))
+	pubs := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_relay_publishes_total",
+		Help: "Outbox rows published by the relay, by outcome: acked (marked SENT), nacked, returned (unroutable), timeout (no confirm in time), closed (channel lost before the confirm), failed (publish error). All but acked go RETRY.",
+	}, []string{"outcome"}))
+	for i, name := range publishOutcomeNames {
+		m.publishes[i] = pubs.WithLabelValues(name)
+	}
+	m.relayDead = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_relay_dead_rows_total",
+		Help: "Outbox rows marked DEAD after their retry budget.",
+	}))
+	m.luaRelease = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "stampede_lua_call_duration_seconds",
+		Help:    "Latency of one Redis Lua script call (EVALSHA round trip), by script.",
+		Buckets: luaBuckets,
+	}, []string{"script"})).WithLabelValues("release")
+
+	m.consumer = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_consumer_messages_total",
+		Help: "Messages handled by the consumers, by handler and outcome: ok, duplicate (applied before), retry (requeued after a transient error), dead_letter (poison: rejected without requeue), skipped (order moved on).",
+	}, []string{"handler", "outcome"}))
+	m.inFlight = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_consumer_in_flight_messages",
+		Help: "Deliveries a consumer handler of this process holds unacknowledged right now. RabbitMQ's own unacked count per queue is not available over AMQP 0-9-1; prefetched deliveries not yet taken by a worker (at most the prefetch) are not counted.",
+	}, []string{"handler"}))
+	for _, h := range []string{ConsumerOrderLock, ConsumerStockRelease, ConsumerOrderClose} {
+		for _, o := range []string{OutcomeOK, OutcomeDuplicate, OutcomeRetry, OutcomeDeadLetter, OutcomeSkipped} {
+			m.consumer.WithLabelValues(h, o)
+		}
+		m.inFlight.WithLabelValues(h)
+	}
+
+	m.sweeperClosed = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_sweeper_closed_orders_total",
+		Help: "WAITING_PAY orders the sweeper cancelled because their pay deadline passed.",
+	}))
+	m.drift = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_reconcile_drift",
+		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",
+	}, []string{"product"}))
+	m.reconBacklog = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_reconcile_intake_backlog_entries",
+		Help: "Intake stream entries of a product not yet written by a writer, at the last reconciliation.",
+	}, []string{"product"}))
+	m.reconRuns = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_reconcile_runs_total",
+		Help: "Reconciliation runs by result: ok (every invariant held), failed (some did not, which is expected while orders are in flight), error (Redis or MySQL failed).",
+	}, []string{"result"}))
+	for _, r := range []string{"ok", "failed", "error"} {
+		m.reconRuns.WithLabelValues(r)
+	}
+	m.reconLastRunAt = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "stampede_reconcile_last_run_timestamp_seconds",
+		Help: "Unix time at which the last reconciliation finished (0: none yet).",
+	}))
+	return m
+}
+
+// register registers c with reg and returns it, or the collector already
+// registered under the same descriptors. Any other error is a programming
+// error (a name reused with different labels or help) and panics, like
+// MustRegister.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+		panic(err)
+	}
+	return c
+}
+
+func orNew(m *Metrics) *Metrics {
+	if m == nil {
+		return NewMetrics(nil)
+	}
+	return m
+}
+
+// consumed counts one message's outcome.
+func (m *Metrics) consumed(handler, outcome string) {
+	m.consumer.WithLabelValues(handler, outcome).Inc()
+	if outcome == OutcomeDeadLetter {
+		m.rejected.Add(1)
+	}
+}
+
+// Rejected is the number of messages this process's consumers rejected
+// without requeue since it started.
+func (m *Metrics) Rejected() int64 { return m.rejected.Load() }
+
+func (m *Metrics) setDrift(productID, drift, backlog int64) {
+	p := strconv.FormatInt(productID, 10)
+	m.drift.WithLabelValues(p).Set(float64(drift))
+	m.reconBacklog.WithLabelValues(p).Set(float64(backlog))
+}
