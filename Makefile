@@ -41,6 +41,8 @@ test-short: services
 
 bench: services build
 	bin/stampede bench $(ARGS)
+	-rabbitmqctl -q add_vhost stampede_bench_push 2>/dev/null; rabbitmqctl -q set_permissions -p stampede_bench_push guest ".*" ".*" ".*"
+	bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
 
 fmt:
 	@out=$$(find . -name '*.go' -not -path './.git/*' -not -path './client/node_modules/*' -print0 \

@@ -39,6 +39,7 @@ func init() {
 		{"reconcile", "print the Redis ⇄ MySQL reconciliation of every product (exit 1 on drift)", runReconcile},
 		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
 		{"bench", "run the benchmark scenarios, write bench/results/<date>.{json,md}", runBench},
+		{"bench-push", "10,000 WebSocket subscribers on one push process: delivery latency and memory per connection", runBenchPush},
 	}
 }
 
