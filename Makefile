@@ -27,8 +27,10 @@ test-go: services
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 
+# npm install, not npm ci: vite's lock file names an optional Windows-only
+# package that this registry does not serve, which npm ci refuses.
 client/node_modules/.package-lock.json: client/package-lock.json
-	cd client && npm ci --no-audit --no-fund --loglevel=error
+	cd client && npm install --no-audit --no-fund --loglevel=error
 
 test-client: client/node_modules/.package-lock.json
 	cd client && npm test

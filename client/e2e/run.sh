@@ -28,8 +28,8 @@ if [[ ! -x /usr/bin/chromium ]]; then
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null
 fi
 if [[ ! -d client/node_modules/playwright-core ]]; then
-	echo "e2e: npm ci"
-	(cd client && npm ci --no-audit --no-fund --loglevel=error)
+	echo "e2e: npm install"
+	(cd client && npm install --no-audit --no-fund --loglevel=error)
 fi
 
 if command -v rabbitmqctl >/dev/null 2>&1; then
