@@ -24,6 +24,7 @@ demo: services build
 test: test-go test-client test-e2e
 
 test-go: services
+	bash scripts/tools.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 

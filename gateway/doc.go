@@ -14,7 +14,11 @@
 //   - the product listing with a short in-memory cache of product rows and
 //     available counts read from Redis;
 //   - admin product creation, which loads the stock shards into Redis;
-//   - /healthz, /readyz and serving the built client (StaticDir).
+//   - /healthz, /readyz and serving the built client (StaticDir);
+//   - its Prometheus series (metrics.go): request durations per route and
+//     status, reserve outcomes, reserve script latency — counters and
+//     histograms only, resolved once, so the order path stays
+//     allocation-free. The main package mounts GET /metrics with Handle.
 //
 // It must never touch MySQL on the POST /api/orders path (the only exception
 // is looking up the current status of a replayed request, which the reserve

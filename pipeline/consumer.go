@@ -284,8 +284,13 @@ func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.D
 			}
 			c.acked.Add(1)
 		case discard:
+			// No dead-letter queue yet: the log line keeps the message.
+			body := d.Body
+			if len(body) > maxLoggedBody {
+				body = body[:maxLoggedBody]
+			}
 			c.log.Error("consumer: rejecting poison message", "handler", h.name, "eventId", d.MessageId,
-				"orderNo", ev.OrderNo, "err", err)
+				"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "body", string(body), "err", err)
 			_ = d.Nack(false, false)
 			c.rejected.Add(1)
 		case retry:
@@ -302,6 +307,9 @@ func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.D
 		c.m.consumed(h.name, v.outcome())
 	}
 }
+
+// maxLoggedBody is the most bytes of a rejected message's body logged.
+const maxLoggedBody = 2048
 
 // handle decodes a body and runs the handler with a context that survives
 // shutdown for up to HandleTimeout, so a message in hand is finished. It

@@ -15,10 +15,14 @@
 //     their RabbitMQ queues, manual ack after the MySQL commit or the Redis
 //     script returned.
 //   - Sweeper: closes WAITING_PAY orders past their pay deadline (the safety
-//     net of the delayed close message).
+//     net of the delayed close message) and, given Redis, runs Reconcile
+//     every ReconcileInterval and exports the drift per product.
 //
 // plus Reconcile (SPEC §5 checked across Redis and MySQL), the AMQP topology
-// (DeclareTopology, Topology) and a reconnecting AMQP connection (Conn).
+// (DeclareTopology, Topology), a reconnecting AMQP connection (Conn), the
+// components' Prometheus series (Metrics) and the scrape-time collector of
+// shared state: stream backlogs, outbox rows, overdue orders, queue depths,
+// dead-letter depth (StateCollector).
 //
 // Every component is safe to run as several instances at once: writers share
 // a consumer group, relays claim disjoint rows, consumers compete on queues,
