@@ -3,7 +3,7 @@ GO ?= go
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 ARGS ?=
 
-.PHONY: services build migrate demo test test-go test-client test-e2e test-short bench fmt clean
+.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench fmt clean
 
 services:
 	bash scripts/services.sh
@@ -27,6 +27,12 @@ test-go: services
 	bash scripts/tools.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) test-fuzz
+
+# A short run of the order decoder/handler fuzz target (issue 5): no panic, no
+# 5xx, no reservation on rejected input. -parallel 1 keeps it to one core.
+test-fuzz: services
+	$(GO) test -run='^$$' -fuzz=FuzzCreateOrder -fuzztime=10s -parallel 1 ./gateway/
 
 # npm install, not npm ci: vite's lock file names an optional Windows-only
 # package that this registry does not serve, which npm ci refuses.

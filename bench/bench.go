@@ -102,8 +102,11 @@ type Params struct {
 	SpikeStock  int64   `json:"spikeStock"`
 	SpikeRate   float64 `json:"spikeRate"`
 
-	SustainedStock  int64         `json:"sustainedStock"`
-	SustainedRates  []float64     `json:"sustainedRates"`
+	SustainedStock int64     `json:"sustainedStock"`
+	SustainedRates []float64 `json:"sustainedRates"`
+	// BaselineRates are the sustained steps of a baseline target (index > 0,
+	// the synchronous intake), which starts far lower.
+	BaselineRates   []float64     `json:"baselineRates"`
 	SustainedWarmup time.Duration `json:"sustainedWarmup"`
 	SustainedStep   time.Duration `json:"sustainedStep"`
 	SustainedP99    time.Duration `json:"sustainedP99"` // a step passes if its p99 is at most this
@@ -150,6 +153,7 @@ func DefaultParams() Params {
 		SpikeBuyers: 100_000, SpikeStock: 1_000, SpikeRate: 25_000,
 		SustainedStock:  10_000_000,
 		SustainedRates:  []float64{2_000, 4_000, 8_000, 12_000, 16_000, 20_000, 24_000, 28_000, 32_000},
+		BaselineRates:   []float64{250, 500, 1_000, 2_000, 3_000, 4_000, 6_000, 8_000},
 		SustainedWarmup: time.Second, SustainedStep: 5 * time.Second, SustainedP99: 50 * time.Millisecond,
 		SoldOutStock: 100, SoldOutRate: 60_000, SoldOutWarmup: time.Second, SoldOutDuration: 5 * time.Second,
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
@@ -167,6 +171,7 @@ func QuickParams() Params {
 	p.SpikeBuyers, p.SpikeStock, p.SpikeRate = 5_000, 100, 5_000
 	p.SustainedStock = 1_000_000
 	p.SustainedRates = []float64{1_000, 2_000}
+	p.BaselineRates = []float64{250, 500}
 	p.SustainedWarmup, p.SustainedStep = 250*time.Millisecond, 750*time.Millisecond
 	p.SoldOutStock, p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration = 20, 3_000, 500*time.Millisecond, 1500*time.Millisecond
 	p.DuplicateKeys, p.DuplicateReplays, p.DuplicateBurst, p.DuplicateRate = 200, 10, 5, 2_000
@@ -187,7 +192,7 @@ func (p Params) Validate() error {
 	if p.SustainedStock < 1 || len(p.SustainedRates) == 0 || p.SustainedStep <= 0 || p.SustainedWarmup < 0 || p.SustainedP99 <= 0 {
 		errs = append(errs, errors.New("sustained stock, rates, step and p99 limit must be positive"))
 	}
-	for _, r := range p.SustainedRates {
+	for _, r := range append(p.SustainedRates, p.BaselineRates...) {
 		if r <= 0 {
 			errs = append(errs, fmt.Errorf("sustained rate %v is not positive", r))
 		}

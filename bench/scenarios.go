@@ -143,7 +143,8 @@ func stepVerdict(res *loadgen.Result, limit time.Duration) (bool, string) {
 	return true, "clean"
 }
 
-// runSustained steps the rate through SustainedRates on one product with a
+// runSustained steps the rate through SustainedRates (BaselineRates for a
+// baseline target) on one product with a
 // huge stock until a step's p99 passes SustainedP99 or errors appear. The
 // accepted intake is the 202 rate of the highest clean step.
 func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
@@ -159,7 +160,11 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	nUsers := int64(len(r.users.ids))
 	var offset int64
 	var best *Phase
-	for _, rate := range p.SustainedRates {
+	rates := p.SustainedRates
+	if t.index > 0 && len(p.BaselineRates) > 0 {
+		rates = p.BaselineRates
+	}
+	for _, rate := range rates {
 		off := offset
 		cfg := r.loadConfig(t)
 		cfg.Rate, cfg.Warmup, cfg.Duration = rate, p.SustainedWarmup, p.SustainedStep

@@ -17,7 +17,7 @@ import (
 
 // Limits of admin product fields.
 const (
-	maxShards          = 1   // stock shards per product: 1 until hot-SKU routing lands (orderNos have room for 100)
+	maxShards          = 16  // stock shards per product (hot-SKU sharding, shards.go; orderNos have room for 100)
 	maxNameChars       = 200 // product.name is VARCHAR(200)
 	defaultMaxPerOrder = 10
 )
@@ -25,7 +25,7 @@ const (
 // createProduct is POST /api/admin/products
 //
 //	{"name", "price", "stock", "saleStart", "saleEnd", "perUserLimit",
-//	 "shards" (optional, 1…64, default 1), "maxPerOrder" (optional, default
+//	 "shards" (optional, 1…16, default 1: see shards.go), "maxPerOrder" (optional, default
 //	 min(perUserLimit or 10, 10))}
 //
 // It stores the product and its stock row in MySQL, then loads each stock

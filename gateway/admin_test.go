@@ -15,7 +15,7 @@ func TestAdminCreateProduct(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	spec := openSale(100)
-	spec.Shards, spec.PerUserLimit = 1, 4 // one shard until hot-SKU routing lands
+	spec.Shards, spec.PerUserLimit = 3, 4
 
 	e.do("POST", "/api/admin/products", "", spec).wantError(t, 401, CodeUnauthenticated)
 	e.do("POST", "/api/admin/products", token(t, 1), spec).wantError(t, 403, CodeForbidden)
@@ -30,10 +30,10 @@ func TestAdminCreateProduct(t *testing.T) {
 		t.Fatalf("201 body %s", r.body)
 	}
 	p, err := e.store.GetProduct(ctx, id)
-	if err != nil || p.Total != 100 || p.Shards != 1 || p.PerUserLimit != 4 || p.MaxPerOrder != 4 {
+	if err != nil || p.Total != 100 || p.Shards != 3 || p.PerUserLimit != 4 || p.MaxPerOrder != 4 {
 		t.Fatalf("stored %+v %v", p, err)
 	}
-	for sh, want := range []int64{100} {
+	for sh, want := range []int64{34, 33, 33} { // the remainder goes to the first shards
 		k := lua.ShardKeys(id, sh)
 		h, err := e.rdb.HGetAll(ctx, k.Stock()).Result()
 		if err != nil || h["available"] != strconv.FormatInt(want, 10) || h["total"] != h["available"] ||
@@ -67,7 +67,7 @@ func TestAdminCreateProductValidation(t *testing.T) {
 	good := `"name":"x","price":1,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":0`
 	for _, tc := range []struct{ body, field string }{
 		{`{` + good + `,"shards":0}`, "shards"},
-		{`{` + good + `,"shards":2}`, "shards"}, // one shard until hot-SKU routing lands
+		{`{` + good + `,"shards":17}`, "shards"},
 		{`{` + good + `,"maxPerOrder":0}`, "maxPerOrder"},
 		{`{"name":"x","price":1,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":2,"maxPerOrder":3}`, "maxPerOrder"},
 		{`{` + good + `,"extra":1}`, "extra"},

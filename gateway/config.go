@@ -63,6 +63,32 @@ type Config struct {
 	// whole seconds). Default 1s.
 	BreakerOpen time.Duration
 
+	// RateGlobal is the refill rate, requests/s, of the token bucket every
+	// order request of this gateway instance takes from; RateGlobalBurst its
+	// size (default: one second's worth). 0: no global limit (the default).
+	RateGlobal      float64
+	RateGlobalBurst int
+	// RateUser is the refill rate, requests/s, of each user's own token
+	// bucket for order requests; RateUserBurst its size (default: two
+	// seconds' worth). 0: no per-user limit. A refused request answers 429
+	// RATE_LIMITED with Retry-After.
+	RateUser      float64
+	RateUserBurst int
+
+	// SoldOutTTL is how long a product that answered SOLD_OUT is answered
+	// from memory (soldout.go); it bounds the delay before returned stock
+	// sells again. 0: no sold-out cache.
+	SoldOutTTL time.Duration
+
+	// ReservePipeline, above 1, sends the reserve calls of concurrent
+	// requests to Redis in pipelines of up to this many (reserve_batch.go).
+	// 0 or 1: one round trip per call (the default).
+	ReservePipeline int
+
+	// SyncIntake writes each accepted order to MySQL within its request
+	// instead of the intake stream (STAMPEDE_INTAKE=sync, sync_intake.go).
+	SyncIntake bool
+
 	// ProductCacheTTL is how long product rows read from MySQL are reused by
 	// the product endpoints. Default 1s.
 	ProductCacheTTL time.Duration
@@ -81,6 +107,10 @@ type Config struct {
 	// (for example a RabbitMQ check wired by the main package). Its error
 	// message should name the dependency.
 	ReadyCheck func(ctx context.Context) error
+
+	// Ops serves the admin reconcile and dead-letter endpoints
+	// (pipeline.Ops). Nil: they answer 503 UNAVAILABLE.
+	Ops AdminOps
 
 	// Metrics receives the gateway's Prometheus series (see Metrics). Nil:
 	// private, unregistered collectors.
@@ -115,6 +145,12 @@ func (c *Config) setDefaults() {
 	}
 	setDur(&c.BreakerOpen, time.Second)
 	setDur(&c.ProductCacheTTL, time.Second)
+	if c.RateGlobal > 0 && c.RateGlobalBurst == 0 {
+		c.RateGlobalBurst = int(max(c.RateGlobal, 1))
+	}
+	if c.RateUser > 0 && c.RateUserBurst == 0 {
+		c.RateUserBurst = int(max(2*c.RateUser, 1))
+	}
 	setDur(&c.ReadTimeout, 10*time.Second)
 	setDur(&c.WriteTimeout, 10*time.Second)
 	setDur(&c.IdleTimeout, time.Minute)
@@ -152,6 +188,10 @@ func (c *Config) Validate() error {
 	case c.RedisTimeout < 0, c.StoreTimeout < 0, c.BreakerOpen < 0, c.ProductCacheTTL < 0, c.ReadTimeout < 0,
 		c.WriteTimeout < 0, c.IdleTimeout < 0, c.ShutdownTimeout < 0, c.ReadyTimeout < 0:
 		return bad("negative duration")
+	case c.ReservePipeline < 0 || c.ReservePipeline > 1024:
+		return bad("ReservePipeline %d is outside 0..1024", c.ReservePipeline)
+	case c.RateGlobal < 0, c.RateUser < 0, c.RateGlobalBurst < 0, c.RateUserBurst < 0, c.SoldOutTTL < 0:
+		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:
 		return bad("BreakerFailures %d is below 1", c.BreakerFailures)
 	}

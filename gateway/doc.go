@@ -9,7 +9,10 @@
 //   - the strict request body decoder shared by every endpoint (decode.go);
 //   - bearer-token authentication and the demo login (auth.go, login.go);
 //   - POST /api/orders: orderNo generation, shard routing and lua.Reserve
-//     behind a circuit breaker (orders.go, breaker.go);
+//     behind a circuit breaker (orders.go, breaker.go); the token buckets in
+//     front of it (ratelimit.go), the local sold-out cache (soldout.go),
+//     hot-SKU sharding with stock transfers between a product's shards
+//     (shards.go) and the synchronous-intake baseline (sync_intake.go);
 //   - order reads, cancel, demo checkout and the signed payment callback;
 //   - the product listing with a short in-memory cache of product rows and
 //     available counts read from Redis;
@@ -20,9 +23,11 @@
 //     histograms only, resolved once, so the order path stays
 //     allocation-free. The main package mounts GET /metrics with Handle.
 //
-// It must never touch MySQL on the POST /api/orders path (the only exception
-// is looking up the current status of a replayed request, which the reserve
-// script has already answered), and it must never block on RabbitMQ: accepted
+// It must never touch MySQL on the POST /api/orders path (the exceptions:
+// the current status of a replayed request, which the reserve script has
+// already answered; the shard count of a product Redis does not list, read
+// once per product; and synchronous intake, STAMPEDE_INTAKE=sync, whose very
+// point is the MySQL write), and it must never block on RabbitMQ: accepted
 // reservations reach the writers through the intake stream appended inside
 // the reserve script, and status events reach RabbitMQ through the outbox.
 // It never releases stock: cancels write a status change whose event makes

@@ -32,6 +32,7 @@ const (
 	CodeAmountMismatch        = "AMOUNT_MISMATCH"
 	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
 	CodeUnavailable           = "UNAVAILABLE"
+	CodeRateLimited           = "RATE_LIMITED"
 	CodeInternal              = "INTERNAL"
 )
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/lua"
@@ -18,8 +19,10 @@ var readyProbe = lua.ShardKeys(0, 0)
 // Ready reports whether the gateway can serve orders: Redis answers and runs
 // the reserve script (loading it if its cache was flushed), MySQL answers a
 // ping and Config.ReadyCheck, if set, passes. The error names every
-// dependency that failed, e.g. "redis: ...; mysql: ...". It bypasses the
-// circuit breaker, so it also tells when Redis is back.
+// dependency that failed, e.g. "redis: ...; mysql: ...". Its Redis probe
+// bypasses the circuit breaker, so it tells when Redis is back, and a
+// successful probe closes a half-open breaker; while the breaker is not
+// closed the gateway is not ready (orders would still get 503).
 func (s *Server) Ready(ctx context.Context) error {
 	var errs []error
 	_, err := lua.Reserve(ctx, s.rdb, readyProbe, lua.ReserveArgs{
@@ -30,6 +33,16 @@ func (s *Server) Ready(ctx context.Context) error {
 			err = errors.New("reserve script accepted a probe for a missing product")
 		}
 		errs = append(errs, fmt.Errorf("redis: %w", err))
+	} else if s.breaker.State() != gobreaker.StateClosed {
+		// Redis answers, but orders would still get 503 until the breaker
+		// closes: let this successful probe count as the breaker's trial
+		// (possible once it is half-open) and stay not ready until closed.
+		if done, aerr := s.breaker.Allow(); aerr == nil {
+			done(nil)
+		}
+		if st := s.breaker.State(); st != gobreaker.StateClosed {
+			errs = append(errs, fmt.Errorf("redis: answers again, circuit breaker still %s", st))
+		}
 	}
 	if err := s.store.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("mysql: %w", err))

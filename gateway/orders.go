@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -14,14 +13,24 @@ import (
 )
 
 // createOrder is POST /api/orders {"productId", "quantity", "requestId"}: the
-// hot path of a sale. One reserve.lua call checks idempotency, the sale
-// window, stock and the per-user limit, takes the stock and appends the
-// reservation to the shard's intake stream, atomically. MySQL is read only to
+// hot path of a sale. The caller's token buckets are checked first (429), then
+// the local sold-out cache (soldout.go); otherwise one reserve.lua call on the
+// user's home shard checks idempotency, the sale window, stock and the
+// per-user limit, takes the stock and appends the reservation to the shard's
+// intake stream, atomically (a sharded product may first move units into the
+// home shard, shards.go). With synchronous intake the order is written to
+// MySQL before the answer (sync_intake.go). MySQL is otherwise read only to
 // report the current status of a replayed request.
 //
 //	202 {"orderNo", "requestId", "status": "PROCESSING"}  first acceptance
 //	200 {"orderNo", "requestId", "status"}                replay of the same intent
 func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	if s.limiter != nil {
+		if ok, wait := s.limiter.allow(c.UserID, time.Now()); !ok {
+			s.rateLimited(ctx, wait)
+			return
+		}
+	}
 	var productID, quantity int64
 	var requestID string
 	fields := [...]field{
@@ -45,41 +54,47 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 
-	shard := s.shardFor(productID, c.UserID)
+	shards, err := s.shardCount(productID)
+	if err != nil {
+		if errors.Is(err, errProductNotFound) {
+			s.metrics.reserveOutcome(lua.ErrNotFound)
+		}
+		s.fail(ctx, err)
+		return
+	}
+	home := homeShard(c.UserID, shards)
+	if s.soldOut.hit(productID, time.Now()) {
+		s.answerSoldOut(ctx, c, lua.ShardKeys(productID, home), requestID, quantity)
+		return
+	}
 	args := lua.ReserveArgs{
-		OrderNo:   s.gen.Next(productID, shard),
+		OrderNo:   s.gen.Next(productID, home),
 		UserID:    c.UserID,
 		RequestID: requestID,
 		Quantity:  quantity,
 		TTL:       s.cfg.RequestTTL,
+		Sync:      s.cfg.SyncIntake,
 	}
-	var res lua.ReserveResult
-	err := s.redisCall(func(rctx context.Context) (err error) {
-		start := time.Now()
-		res, err = lua.Reserve(rctx, s.rdb, lua.ShardKeys(productID, shard), args)
-		s.metrics.lua.Observe(time.Since(start).Seconds())
-		return err
-	})
+	res, dry, err := s.reserve(productID, shards, home, args)
+	if dry {
+		s.soldOut.mark(productID, time.Now())
+	}
+	if err == nil && s.cfg.SyncIntake {
+		err = s.persistSync(order.Reservation{
+			OrderNo: res.OrderNo, UserID: c.UserID, RequestID: requestID, ProductID: productID, Shard: home,
+			Quantity: quantity, UnitPrice: res.UnitPrice, AcceptedAt: res.AcceptedAt,
+		})
+	}
 	s.metrics.reserveOutcome(err)
 	switch {
 	case err == nil:
 		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, requestID, order.Processing)
 	case errors.Is(err, lua.ErrDuplicate):
-		st, err := s.currentStatus(res.OrderNo)
-		if err != nil {
-			s.failWith(ctx, err, res.OrderNo, requestID)
-			return
-		}
-		writeOrderState(ctx, fasthttp.StatusOK, res.OrderNo, requestID, st)
+		s.replay(ctx, res.OrderNo, requestID)
 	default:
 		s.failWith(ctx, err, "", requestID)
 	}
 }
-
-// shardFor picks the stock shard of productID that serves userID. Every
-// product has at least shard 0; spreading a hot product over its shards
-// comes later and changes only this function.
-func (s *Server) shardFor(productID, userID int64) int { return 0 }
 
 // currentStatus is the status of an accepted order: its MySQL row's, or
 // PROCESSING while the writers have not stored it yet.

@@ -37,6 +37,10 @@ type Server struct {
 	static     fasthttp.RequestHandler // nil without StaticDir
 	handler    fasthttp.RequestHandler
 	metrics    *Metrics
+	limiter    *rateLimiter    // nil: no rate limits
+	batcher    *reserveBatcher // nil: one round trip per reserve call
+	soldOut    soldOutCache
+	routing    routeCache
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
@@ -76,6 +80,11 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		retryAfter: retryAfterSeconds(cfg.BreakerOpen.Seconds()),
 		base:       context.Background(),
 		metrics:    cfg.Metrics,
+		limiter:    newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
+	}
+	s.soldOut.ttl = cfg.SoldOutTTL
+	if cfg.ReservePipeline > 1 {
+		s.batcher = newReserveBatcher(s, cfg.ReservePipeline)
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -136,6 +145,10 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/api/products", s.listProducts)
 	handle("GET", "/api/products/{id}", s.getProduct)
 	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
+	handle("POST", "/api/admin/products/{id}/stock", s.adminOnly(s.adminAdjustStock))
+	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))
+	handle("GET", "/api/admin/dlq", s.adminOnly(s.adminDLQ))
+	handle("POST", "/api/admin/dlq/replay", s.adminOnly(s.adminReplay))
 	return r
 }
 
@@ -168,6 +181,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := s.httpServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	rctx, stopRepair := context.WithCancel(ctx)
+	repairDone := s.startTransferRepair(rctx) // shards.go
+	defer func() { stopRepair(); <-repairDone }()
+	if s.batcher != nil {
+		batchDone := s.batcher.start(rctx) // reserve_batch.go
+		defer func() { stopRepair(); <-batchDone }()
+	}
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:

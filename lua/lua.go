@@ -26,6 +26,10 @@ var (
 	loadSrc string
 	//go:embed adjust.lua
 	adjustSrc string
+	//go:embed transfer_out.lua
+	transferOutSrc string
+	//go:embed transfer_in.lua
+	transferInSrc string
 )
 
 // Prefix starts every Stampede key.
@@ -67,6 +71,13 @@ func (k Keys) Released(orderNo string) string { return k.base + "released:" + or
 
 // Adjusted marks repairNo as applied to this shard.
 func (k Keys) Adjusted(repairNo string) string { return k.base + "adjusted:" + repairNo }
+
+// Transfers is the hash of stock transfers this shard gave and that are not
+// yet confirmed applied at the receiver: field transfer id = "<toShard> <units>".
+func (k Keys) Transfers() string { return k.base + "xfer" }
+
+// TransferIn marks transferID as applied to this (receiving) shard.
+func (k Keys) TransferIn(transferID string) string { return k.base + "xferin:" + transferID }
 
 // StreamsKey is the set of every intake stream name; writers read it to find
 // the streams to consume. It is not hash-tagged and never used inside a script.

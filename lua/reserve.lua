@@ -13,9 +13,13 @@
 -- ARGV[3] requestId
 -- ARGV[4] quantity (decimal integer)
 -- ARGV[5] TTL in seconds of the request and order records (>= the pay timeout)
+-- ARGV[6] optional intake mode: absent or "stream" appends to KEYS[5]; "sync" skips the
+--         XADD (the gateway writes the order to MySQL itself, STAMPEDE_INTAKE=sync) and
+--         the RESERVED answer carries two more values: unit price and accepted time (ms)
 --
 -- Returns {code, orderNo, available}:
 --   0 RESERVED      stock taken, reservation appended to the intake stream, orderNo = ARGV[1]
+--                   (sync mode: not appended; {0, orderNo, available, price, acceptedMs})
 --   1 DUPLICATE     same user, requestId and quantity seen before: orderNo is the stored one
 --   2 KEY_REUSED    same user and requestId with a different quantity: orderNo is the stored one
 --   3 NOT_FOUND     no stock hash: the product is unknown to this shard
@@ -70,5 +74,8 @@ redis.call('SET', KEYS[3], held + q, 'EX', ttl)
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
 redis.call('HSET', KEYS[4], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
 redis.call('EXPIRE', KEYS[4], ttl)
+if ARGV[6] == 'sync' then
+  return {0, ARGV[1], available, tonumber(s[2]), now}
+end
 redis.call('XADD', KEYS[5], '*', 'o', ARGV[1], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
 return {0, ARGV[1], available}

@@ -28,7 +28,9 @@ var (
 	releaseScript = redis.NewScript(releaseSrc)
 	loadScript    = redis.NewScript(loadSrc)
 	adjustScript  = redis.NewScript(adjustSrc)
-	all           = []*redis.Script{reserveScript, releaseScript, loadScript, adjustScript}
+	xferOutScript = redis.NewScript(transferOutSrc)
+	xferInScript  = redis.NewScript(transferInSrc)
+	all           = []*redis.Script{reserveScript, releaseScript, loadScript, adjustScript, xferOutScript, xferInScript}
 )
 
 // LoadAll loads every script into the script cache of rdb (on a cluster
@@ -50,12 +52,20 @@ type ReserveArgs struct {
 	RequestID string        // validated by the caller
 	Quantity  int64         //
 	TTL       time.Duration // life of the idempotency record, >= the pay timeout
+	// Sync reserves without appending to the intake stream: the caller
+	// writes the order to MySQL itself (STAMPEDE_INTAKE=sync). The result
+	// then carries UnitPrice and AcceptedAt.
+	Sync bool
 }
 
 // ReserveResult is what reserve answered.
 type ReserveResult struct {
 	OrderNo   string // the new orderNo, or the stored one for ErrDuplicate and ErrKeyReused
 	Available int64  // units left in the shard after the call (0 when unknown)
+	// UnitPrice and AcceptedAt (the script's Redis TIME) are set on success
+	// with ReserveArgs.Sync only.
+	UnitPrice  int64
+	AcceptedAt time.Time
 }
 
 // Reserve runs reserve.lua for one shard. It returns a nil error when stock
@@ -65,12 +75,28 @@ type ReserveResult struct {
 // have been reserved: the caller must not retry with a different orderNo
 // without replaying the same requestId).
 func Reserve(ctx context.Context, rdb redis.Scripter, k Keys, a ReserveArgs) (ReserveResult, error) {
-	res, err := reserveScript.Run(ctx, rdb,
-		[]string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()},
-		a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL/time.Second),
-	).Slice()
+	keys, argv := reserveKV(k, a)
+	res, err := reserveScript.Run(ctx, rdb, keys, argv...).Slice()
+	return reserveResult(res, err)
+}
+
+func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
+	mode := "stream"
+	if a.Sync {
+		mode = "sync"
+	}
+	return []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()},
+		[]any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
+}
+
+// reserveResult maps reserve.lua's answer to a result and sentinel error.
+func reserveResult(res []any, err error) (ReserveResult, error) {
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("lua: reserve: %w", err)
+	}
+	var extra []any
+	if len(res) == 5 {
+		res, extra = res[:3], res[3:]
 	}
 	code, no, avail, err := triple(res)
 	if err != nil {
@@ -79,6 +105,14 @@ func Reserve(ctx context.Context, rdb redis.Scripter, k Keys, a ReserveArgs) (Re
 	r := ReserveResult{OrderNo: no, Available: avail}
 	switch code {
 	case 0:
+		if extra != nil {
+			pr, ok1 := extra[0].(int64)
+			ms, ok2 := extra[1].(int64)
+			if !ok1 || !ok2 {
+				return r, fmt.Errorf("lua: unexpected reserve result %v", extra)
+			}
+			r.UnitPrice, r.AcceptedAt = pr, time.UnixMilli(ms).UTC()
+		}
 		return r, nil
 	case 1:
 		return r, ErrDuplicate
@@ -98,6 +132,47 @@ func Reserve(ctx context.Context, rdb redis.Scripter, k Keys, a ReserveArgs) (Re
 		return r, ErrBadQuantity
 	}
 	return r, fmt.Errorf("%w %d from reserve", errUnknownCode, code)
+}
+
+// ReserveCall is one reservation of a ReserveMany batch: Keys and Args in,
+// Result and Err out (as Reserve would return them).
+type ReserveCall struct {
+	Keys   Keys
+	Args   ReserveArgs
+	Result ReserveResult
+	Err    error
+}
+
+// ReserveMany runs reserve.lua for every call in one pipeline (one write and
+// one read per connection instead of one round trip per call). Each call gets
+// the result Reserve would have given. Calls answered NOSCRIPT (a flushed
+// script cache; nothing ran for them) are run again after loading the script;
+// a call that ran and is repeated for any reason answers ErrDuplicate with
+// its orderNo, never a second reservation.
+func ReserveMany(ctx context.Context, rdb redis.Cmdable, calls []ReserveCall) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := rdb.Pipeline()
+	for i := range calls {
+		keys, argv := reserveKV(calls[i].Keys, calls[i].Args)
+		cmds[i] = reserveScript.EvalSha(ctx, pipe, keys, argv...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	loaded := false
+	for i, cmd := range cmds {
+		res, err := cmd.Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if !loaded {
+				loaded = true
+				if lerr := reserveScript.Load(ctx, rdb).Err(); lerr != nil {
+					calls[i].Err = fmt.Errorf("lua: reserve: load script: %w", lerr)
+					continue
+				}
+			}
+			calls[i].Result, calls[i].Err = Reserve(ctx, rdb, calls[i].Keys, calls[i].Args)
+			continue
+		}
+		calls[i].Result, calls[i].Err = reserveResult(res, err)
+	}
 }
 
 // Release runs release.lua: gives quantity units of orderNo back to the shard

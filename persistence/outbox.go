@@ -186,6 +186,50 @@ func (s *Store) MarkRetry(ctx context.Context, id int64, cause string, backoff t
 	return nil
 }
 
+// MarkRetryBatch is MarkRetry for many rows with the same cause, in one
+// statement: each row's backoff is base·2^retry_count (its count before this
+// failure), at most maxBackoff. Rows whose retry_count reaches maxRetries
+// become DEAD. It returns the ids that became DEAD.
+func (s *Store) MarkRetryBatch(ctx context.Context, ids []int64, cause string, base, maxBackoff time.Duration, maxRetries int) (dead []int64, err error) {
+	if len(cause) > 500 {
+		cause = cause[:500]
+	}
+	for _, chunk := range chunks(len(ids), 10000) {
+		args := []any{maxRetries, base.Microseconds(), maxBackoff.Microseconds(), cause}
+		idArgs := make([]any, 0, chunk[1]-chunk[0])
+		for _, id := range ids[chunk[0]:chunk[1]] {
+			idArgs = append(idArgs, id)
+		}
+		args = append(args, idArgs...)
+		_, err := s.DB.ExecContext(ctx, `UPDATE mq_outbox SET
+				status = IF(retry_count + 1 >= ?, 'DEAD', 'RETRY'),
+				next_retry_at = NOW(3) + INTERVAL CAST(LEAST(? * POW(2, LEAST(retry_count, 30)), ?) AS UNSIGNED) MICROSECOND,
+				retry_count = retry_count + 1,
+				last_error = ?, updated_at = NOW(3)
+			WHERE id IN (`+marks(len(idArgs))+`) AND status = 'SENDING'`, args...)
+		if err != nil {
+			return dead, fmt.Errorf("persistence: mark retry: %w", err)
+		}
+		rows, err := s.DB.QueryContext(ctx, `SELECT id FROM mq_outbox WHERE id IN (`+marks(len(idArgs))+`) AND status = 'DEAD'`, idArgs...)
+		if err != nil {
+			return dead, fmt.Errorf("persistence: mark retry: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return dead, err
+			}
+			dead = append(dead, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return dead, err
+		}
+	}
+	return dead, nil
+}
+
 // OutboxCounts returns the number of outbox rows per status, and the age of
 // the oldest NEW or RETRY row (0 if none).
 func (s *Store) OutboxCounts(ctx context.Context) (map[string]int64, time.Duration, error) {

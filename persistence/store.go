@@ -102,10 +102,16 @@ func (s *Store) Close() error { return s.DB.Close() }
 // Ping checks that MySQL answers.
 func (s *Store) Ping(ctx context.Context) error { return s.DB.PingContext(ctx) }
 
-// WithTx runs fn in a transaction: committed if fn returns nil, rolled back
-// otherwise (also on panic, which is re-raised).
+// WithTx runs fn in a READ COMMITTED transaction: committed if fn returns
+// nil, rolled back otherwise (also on panic, which is re-raised).
+//
+// READ COMMITTED, not InnoDB's REPEATABLE READ: every invariant here rests on
+// row locks (SELECT … FOR UPDATE on the order row), conditional updates and
+// unique keys, never on a repeatable snapshot, and REPEATABLE READ's gap and
+// next-key locks made the relay's claim (FOR UPDATE SKIP LOCKED) deadlock
+// with concurrent outbox inserts.
 func (s *Store) WithTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
-	tx, err := s.DB.BeginTx(ctx, nil)
+	tx, err := s.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("persistence: begin: %w", err)
 	}

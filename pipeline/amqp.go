@@ -52,7 +52,7 @@ type QueueSpec struct {
 // A later retry/dead-letter topology is added here (and to the exchanges
 // DeclareTopology declares); tests use the list to reset a vhost.
 func Topology() []QueueSpec {
-	return []QueueSpec{
+	return append([]QueueSpec{
 		{Name: QueueOrderCreated, Bindings: []string{order.RouteCreated}},
 		{Name: QueueStockRelease, Bindings: []string{order.RouteStatus(order.Cancelled), order.RouteStatus(order.Failed)}},
 		{Name: QueuePayTimeoutDelay, Args: amqp.Table{
@@ -60,7 +60,8 @@ func Topology() []QueueSpec {
 			"x-dead-letter-routing-key": order.RoutePayTimeout,
 		}},
 		{Name: QueueOrderClose, Bindings: []string{order.RoutePayTimeout}},
-	}
+		{Name: QueueDLQ},
+	}, retryQueues()...)
 }
 
 // DeclareTopology declares, all durable and idempotently: the topic exchange
@@ -80,7 +81,7 @@ func DeclareTopology(ch *amqp.Channel) error {
 			}
 		}
 	}
-	return nil
+	return declareRetryExchanges(ch)
 }
 
 // mustRoute reports whether a message published to exchange with routing key

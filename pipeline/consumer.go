@@ -55,11 +55,29 @@ type ConsumerConfig struct {
 	// worker. Defaults 500ms and 10s.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+	// MaxAttempts is the most deliveries of one message that fail with a
+	// transient error: after the MaxAttempts-th it goes to QueueDLQ instead
+	// of a delay queue (STAMPEDE_CONSUMER_MAX_ATTEMPTS). Default 5.
+	MaxAttempts int
+	// PublishTimeout bounds a retry or dead-letter republish and its
+	// publisher confirm. Default 5s.
+	PublishTimeout time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the consumer's series. Default: private, unregistered.
 	Metrics *Metrics
+
+	// BeforeHandle, if set, runs before each decoded message's handler with
+	// the handler name, the event and the delivery attempt (1, 2, …). A
+	// non-nil error replaces the handling: it counts as transient unless it
+	// wraps ErrPoison. It exists for fault injection; leave it nil in
+	// production.
+	BeforeHandle func(handler string, ev order.Event, attempt int) error
 }
+
+// ErrPoison marks an error as permanent for the consumer: the message goes to
+// the dead-letter queue at once (see ConsumerConfig.BeforeHandle).
+var ErrPoison = errors.New("consumer: poison message")
 
 func (c *ConsumerConfig) setDefaults() {
 	if c.Name == "" {
@@ -76,6 +94,10 @@ func (c *ConsumerConfig) setDefaults() {
 	setDur(&c.HandleTimeout, 30*time.Second)
 	setDur(&c.RetryBackoff, 500*time.Millisecond)
 	setDur(&c.MaxRetryBackoff, 10*time.Second)
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	setDur(&c.PublishTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -96,6 +118,10 @@ func (c *ConsumerConfig) Validate() error {
 		return fmt.Errorf("invalid config: consumer release marker TTL %v below 1s", c.ReleaseMarkerTTL)
 	case c.RetryBackoff <= 0 || c.MaxRetryBackoff < c.RetryBackoff:
 		return fmt.Errorf("invalid config: consumer retry backoff %v…%v", c.RetryBackoff, c.MaxRetryBackoff)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
+		return fmt.Errorf("invalid config: consumer max attempts %d not in 1…100", c.MaxAttempts)
+	case c.PublishTimeout <= 0:
+		return fmt.Errorf("invalid config: consumer publish timeout %v", c.PublishTimeout)
 	}
 	return nil
 }
@@ -103,8 +129,8 @@ func (c *ConsumerConfig) Validate() error {
 // ConsumerStats counts, over every handler, what a Consumer did.
 type ConsumerStats struct {
 	Acked    int64 // messages handled and acknowledged
-	Requeued int64 // messages requeued after a transient error
-	Rejected int64 // poison messages rejected without requeue
+	Requeued int64 // messages sent to a delay queue (or, when that failed, requeued after a backoff)
+	Rejected int64 // messages dead-lettered: poison, or out of attempts
 }
 
 // Consumer runs the order-lock, stock-release and order-close handlers
@@ -114,11 +140,13 @@ type ConsumerStats struct {
 // redelivered and the consume log / release marker / conditional update
 // makes the second application a no-op.
 //
-// A message that cannot be decoded or does not fit its queue is logged and
-// rejected without requeue (a later issue routes it to a dead-letter queue).
-// A transient error (persistence.IsRetryable, Redis unreachable) makes the
-// worker wait with exponential backoff, then requeue the message, so an
-// outage never becomes a hot loop.
+// A message that cannot be decoded or does not fit its queue goes to the
+// dead-letter queue QueueDLQ at once. A transient error
+// (persistence.IsRetryable, Redis unreachable) sends it to a delay queue
+// (see QueueDLQ's doc for the topology) until MaxAttempts deliveries failed,
+// then to the dead-letter queue. The original is acked only after the broker
+// confirmed the copy; if the republish fails, the worker waits with
+// exponential backoff and requeues, so an outage never becomes a hot loop.
 type Consumer struct {
 	cfg   ConsumerConfig
 	store *persistence.Store
@@ -128,6 +156,7 @@ type Consumer struct {
 	m     *Metrics
 
 	acked, requeued, rejected atomic.Int64
+	breakers                  map[string]*breaker // by handler name; read-only after NewConsumer
 }
 
 // NewConsumer returns a Consumer; cfg is completed with defaults and
@@ -137,8 +166,14 @@ func NewConsumer(store *persistence.Store, rdb redis.UniversalClient, conn *Conn
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: cfg.Logger.With("component", "consumer"),
-		m: orNew(cfg.Metrics)}, nil
+	log := cfg.Logger.With("component", "consumer")
+	// One breaker per handler: order-lock and order-close guard MySQL,
+	// stock-release guards Redis.
+	breakers := map[string]*breaker{}
+	for _, h := range []string{ConsumerOrderLock, ConsumerStockRelease, ConsumerOrderClose} {
+		breakers[h] = newBreaker("consumer-"+h, log)
+	}
+	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: log, m: orNew(cfg.Metrics), breakers: breakers}, nil
 }
 
 // Stats returns the counters so far.
@@ -237,9 +272,14 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 		return fmt.Errorf("consumer %s: consume %s: %w", h.name, h.queue, err)
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	pub, err := c.publisher(ctx, ch)
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", h.name, err)
+	}
+	defer pub.ch.Close()
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
-		wg.Go(func() { c.work(ctx, h, deliveries) })
+		wg.Go(func() { c.work(ctx, h, deliveries, pub) })
 	}
 	wg.Wait()
 	select {
@@ -254,7 +294,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 }
 
 // work handles deliveries until the channel closes or ctx is cancelled.
-func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.Delivery) {
+func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.Delivery, pub *confirmPublisher) {
 	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
 	failing := 0
 	inFlight := c.m.inFlight.WithLabelValues(h.name)
@@ -270,7 +310,21 @@ func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.D
 			}
 		}
 		inFlight.Inc()
-		v, ev, err := c.handle(ctx, h, d.Body)
+		attempt := attemptOf(d.Headers)
+		routingKey := strHeader(d.Headers, HeaderRoutingKey) // kept through the delay queues
+		if routingKey == "" {
+			routingKey = d.RoutingKey
+		}
+		v, ev, err := c.handle(ctx, h, d.Body, attempt)
+		outcome := v.outcome()
+		// An outage (the dependency did not answer) is no fault of the
+		// message: it waits in a delay queue without spending its attempt
+		// budget, so an outage of any length never dead-letters good orders
+		// (SPEC §5.5). Only failures the dependency answered count.
+		outage := v == retry && isOutage(err)
+		if v == retry && !outage && attempt >= c.cfg.MaxAttempts {
+			v, err = discard, fmt.Errorf("out of attempts (%d): %w", attempt, err)
+		}
 		switch v {
 		case ack, ackDuplicate, ackSkipped:
 			failing = 0
@@ -284,28 +338,83 @@ func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.D
 			}
 			c.acked.Add(1)
 		case discard:
-			// No dead-letter queue yet: the log line keeps the message.
+			outcome = OutcomeDeadLetter
 			body := d.Body
 			if len(body) > maxLoggedBody {
 				body = body[:maxLoggedBody]
 			}
-			c.log.Error("consumer: rejecting poison message", "handler", h.name, "eventId", d.MessageId,
-				"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "body", string(body), "err", err)
-			_ = d.Nack(false, false)
+			c.log.Error("consumer: dead-lettering message", "handler", h.name, "eventId", d.MessageId,
+				"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "attempt", attempt, "body", string(body), "err", err)
+			reason := "unknown"
+			if err != nil {
+				reason = truncate(err.Error(), 500)
+			}
+			perr := pub.publish(ctx, "", QueueDLQ, republish(d, amqp.Table{
+				HeaderQueue: h.queue, HeaderHandler: h.name, HeaderReason: reason,
+				HeaderAttempts: int32(attempt), HeaderRoutingKey: routingKey,
+				HeaderDeadAt: time.Now().UTC().Format(time.RFC3339Nano),
+			}))
+			if perr != nil {
+				c.requeueLater(ctx, h, d, bo, perr)
+				outcome = OutcomeRetry
+				break
+			}
+			_ = d.Ack(false)
 			c.rejected.Add(1)
 		case retry:
 			failing++
 			if failing == 1 || failing%20 == 0 {
-				c.log.Warn("consumer: transient failure, requeueing after backoff", "handler", h.name,
-					"eventId", d.MessageId, "orderNo", ev.OrderNo, "consecutive", failing, "err", err)
+				c.log.Warn("consumer: transient failure, retrying through a delay queue", "handler", h.name,
+					"eventId", d.MessageId, "orderNo", ev.OrderNo, "attempt", attempt, "consecutive", failing, "err", err)
 			}
-			sleep(ctx, bo.next()) // cut short on shutdown: requeue at once
-			_ = d.Nack(false, true)
+			level, next := retryLevel(attempt), attempt+1
+			if outage {
+				level, next = outageRetryLevel, attempt
+			}
+			perr := pub.publish(ctx, RetryQueue(level), h.queue, republish(d, amqp.Table{HeaderAttempt: int32(next), HeaderRoutingKey: routingKey}))
+			if perr != nil {
+				c.requeueLater(ctx, h, d, bo, perr)
+				break
+			}
+			// The worker also slows down: a broken dependency fails every
+			// message, and the delay queues hold them meanwhile.
+			_ = d.Ack(false)
 			c.requeued.Add(1)
+			sleep(ctx, bo.next())
 		}
 		inFlight.Dec()
-		c.m.consumed(h.name, v.outcome())
+		c.m.consumed(h.name, outcome)
 	}
+}
+
+// requeueLater is the fallback when a retry or dead-letter republish failed
+// (the broker is away or the publish channel broke): wait the worker's
+// backoff, then requeue, so the message is not lost and not spun on.
+func (c *Consumer) requeueLater(ctx context.Context, h handler, d amqp.Delivery, bo *backoff, err error) {
+	c.log.Warn("consumer: republish failed, requeueing after backoff", "handler", h.name, "eventId", d.MessageId, "err", err)
+	sleep(ctx, bo.next())
+	_ = d.Nack(false, true)
+	c.requeued.Add(1)
+}
+
+// publisher opens the confirm-mode channel for retries and dead letters of
+// one handler; when it closes, it closes the consuming channel ch too, so
+// the handler reconnects both.
+func (c *Consumer) publisher(ctx context.Context, ch *amqp.Channel) (*confirmPublisher, error) {
+	pch, err := c.conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := pch.Confirm(false); err != nil {
+		pch.Close()
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	closed := pch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		<-closed // closed by the library when pch closes, for whatever reason
+		ch.Close()
+	}()
+	return &confirmPublisher{ch: pch, timeout: c.cfg.PublishTimeout}, nil
 }
 
 // maxLoggedBody is the most bytes of a rejected message's body logged.
@@ -314,14 +423,34 @@ const maxLoggedBody = 2048
 // handle decodes a body and runs the handler with a context that survives
 // shutdown for up to HandleTimeout, so a message in hand is finished. It
 // returns the decoded event (zero if the body did not decode) for logging.
-func (c *Consumer) handle(ctx context.Context, h handler, body []byte) (verdict, order.Event, error) {
+func (c *Consumer) handle(ctx context.Context, h handler, body []byte, attempt int) (verdict, order.Event, error) {
 	ev, err := order.DecodeEvent(body)
 	if err != nil {
 		return discard, ev, err
 	}
+	if c.cfg.BeforeHandle != nil {
+		if err := c.cfg.BeforeHandle(h.name, ev, attempt); err != nil {
+			if errors.Is(err, ErrPoison) {
+				return discard, ev, err
+			}
+			return retry, ev, err
+		}
+	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
 	defer cancel()
-	v, err := h.fn(hctx, ev)
+	var v verdict
+	var herr error
+	err = guard(c.breakers[h.name], func() error {
+		v, herr = h.fn(hctx, ev)
+		if v != retry {
+			return nil // the dependency answered
+		}
+		return herr
+	})
+	if isBreakerRejection(err) {
+		return retry, ev, err
+	}
+	err = herr
 	return v, ev, err
 }
 

@@ -13,10 +13,16 @@
 //     confirmed, RETRY (then DEAD) otherwise.
 //   - Consumer: the order-lock, stock-release and order-close handlers on
 //     their RabbitMQ queues, manual ack after the MySQL commit or the Redis
-//     script returned.
+//     script returned; transient failures go through the delay queues
+//     stampede.retry.<n>, poison and exhausted messages to QueueDLQ.
 //   - Sweeper: closes WAITING_PAY orders past their pay deadline (the safety
-//     net of the delayed close message) and, given Redis, runs Reconcile
-//     every ReconcileInterval and exports the drift per product.
+//     net of the delayed close message) and, given Redis, releases lost
+//     reservations (RepairLostReservations) and runs Reconcile every
+//     ReconcileInterval, exporting the drift per product.
+//
+// Dead letters are inspected and replayed through the outbox with
+// InspectDLQ and ReplayDLQ (Ops bundles them for the gateway). Writer, relay
+// and consumer each guard their dependencies with circuit breakers.
 //
 // plus Reconcile (SPEC §5 checked across Redis and MySQL), the AMQP topology
 // (DeclareTopology, Topology), a reconnecting AMQP connection (Conn), the

@@ -47,10 +47,11 @@ type Metrics struct {
 	writerClaimed  prometheus.Counter
 	writerFailures prometheus.Counter
 
-	confirm    prometheus.Observer
-	publishes  [numPublishOutcomes]prometheus.Counter
-	relayDead  prometheus.Counter
-	luaRelease prometheus.Observer
+	confirm      prometheus.Observer
+	publishes    [numPublishOutcomes]prometheus.Counter
+	relayDead    prometheus.Counter
+	lostReleased prometheus.Counter
+	luaRelease   prometheus.Observer
 
 	consumer *prometheus.CounterVec
 	inFlight *prometheus.GaugeVec
@@ -141,6 +142,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_relay_dead_rows_total",
 		Help: "Outbox rows marked DEAD after their retry budget.",
 	}))
+	m.lostReleased = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_sweeper_lost_reservations_released_total",
+		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",
+	}))
 	m.luaRelease = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "stampede_lua_call_duration_seconds",
 		Help:    "Latency of one Redis Lua script call (EVALSHA round trip), by script.",
@@ -149,7 +154,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 	m.consumer = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_consumer_messages_total",
-		Help: "Messages handled by the consumers, by handler and outcome: ok, duplicate (applied before), retry (requeued after a transient error), dead_letter (poison: rejected without requeue), skipped (order moved on).",
+		Help: "Messages handled by the consumers, by handler and outcome: ok, duplicate (applied before), retry (transient error: sent to a delay queue stampede.retry.<n>, or requeued after a backoff when that publish failed), dead_letter (poison or out of attempts: sent to the dead-letter queue stampede.dlq), skipped (order moved on).",
 	}, []string{"handler", "outcome"}))
 	m.inFlight = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_consumer_in_flight_messages",

@@ -131,6 +131,7 @@ type Relay struct {
 	m     *Metrics
 
 	claimed, sent, failed, returned, reconnects atomic.Int64
+	mysql                                       *breaker // around ClaimOutbox
 }
 
 // NewRelay returns a Relay publishing through conn; cfg is completed with
@@ -140,7 +141,8 @@ func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, store: store, conn: conn, log: cfg.Logger.With("component", "relay", "owner", cfg.Owner),
+	log := cfg.Logger.With("component", "relay", "owner", cfg.Owner)
+	return &Relay{cfg: cfg, store: store, conn: conn, log: log, mysql: newBreaker("relay-mysql", log),
 		m: orNew(cfg.Metrics)}, nil
 }
 
@@ -206,7 +208,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		// Claim only with a working channel: while the broker is away, rows
 		// stay NEW instead of burning their retry budget.
-		rows, err := r.store.ClaimOutbox(ctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.Lease)
+		var rows []persistence.OutboxRow
+		err := guard(r.mysql, func() (err error) {
+			rows, err = r.store.ClaimOutbox(ctx, r.cfg.Owner, r.cfg.BatchSize, r.cfg.Lease)
+			return err
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -371,25 +377,35 @@ drain:
 		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", cause,
 			"eventId", rows[i].EventID, "orderNo", rows[i].OrderNo)
 	}
+	// One statement per distinct cause (a batch usually fails for one).
+	byCause := map[string][]int{}
 	for i, cause := range failed {
-		row := rows[i]
-		delay := r.cfg.RetryBackoff << min(row.RetryCount, 30)
-		if delay > r.cfg.MaxRetryBackoff || delay <= 0 {
-			delay = r.cfg.MaxRetryBackoff
+		byCause[cause] = append(byCause[cause], i)
+	}
+	for cause, idx := range byCause {
+		ids := make([]int64, len(idx))
+		for j, i := range idx {
+			ids[j] = rows[i].ID
 		}
-		err := r.mark(ctx, func(mctx context.Context) error {
-			return r.store.MarkRetry(mctx, row.ID, cause, delay, r.cfg.MaxRetries)
+		var dead []int64
+		err := r.mark(ctx, func(mctx context.Context) (err error) {
+			dead, err = r.store.MarkRetryBatch(mctx, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
+			return err
 		})
 		if err != nil {
-			r.log.Error("relay: mark retry failed; row is retried after its lease", "id", row.ID,
-				"eventId", row.EventID, "orderNo", row.OrderNo, "err", err)
+			r.log.Error("relay: mark retry failed; rows are retried after their lease", "rows", len(ids),
+				"eventId", rows[idx[0]].EventID, "err", err)
 			continue
 		}
-		r.failed.Add(1)
-		if row.RetryCount+1 >= r.cfg.MaxRetries {
+		r.failed.Add(int64(len(ids)))
+		for _, id := range dead {
 			r.m.relayDead.Inc()
-			r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
-				"retries", row.RetryCount+1, "cause", cause)
+			for _, i := range idx {
+				if row := rows[i]; row.ID == id {
+					r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
+						"retries", row.RetryCount+1, "cause", cause)
+				}
+			}
 		}
 	}
 	return nil

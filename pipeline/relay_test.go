@@ -78,6 +78,14 @@ func TestRelaysPublishEveryRowConcurrently(t *testing.T) {
 		run(t, fmt.Sprintf("relay %d", i), r.Run)
 	}
 	e.waitCount(20*time.Second, 1000, `SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENT'`)
+	// A relay counts its rows just after MarkSent committed them.
+	pipelinetest.WaitFor(t, 5*time.Second, "relay stats", func() (bool, string) {
+		var n int64
+		for _, r := range relays {
+			n += r.Stats().Sent
+		}
+		return n == 1000, fmt.Sprintf("%d sent", n)
+	})
 	var sent int64
 	working := 0
 	for _, r := range relays {

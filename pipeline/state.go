@@ -82,9 +82,9 @@ func (c *StateConfig) setDefaults() {
 //	rabbitmq_queue_consumers{queue}        consumers per Stampede queue
 //	dlq_depth{source}                      dead-lettered work: intake_dead_stream (entries in the
 //	                                       writers' dead streams), outbox_dead (DEAD outbox rows),
+//	                                       dlq_queue (messages in stampede.dlq, passive declare),
 //	                                       consumer_rejected (messages this process's consumers
-//	                                       rejected without requeue since it started; RabbitMQ
-//	                                       drops them, their body is in the error log)
+//	                                       dead-lettered since it started)
 //	state_up{source}                       1 if the last read of redis, mysql, rabbitmq succeeded
 type StateCollector struct {
 	cfg StateConfig
@@ -118,7 +118,7 @@ func NewStateCollector(cfg StateConfig) *StateCollector {
 		overdue:    d("stampede_orders_waiting_pay_overdue", "WAITING_PAY orders whose pay deadline has passed (database clock) and that are not closed yet.", nil, nil),
 		ready:      d("stampede_rabbitmq_queue_messages_ready", "Messages ready for delivery in a Stampede queue (passive queue.declare). RabbitMQ does not report unacknowledged messages over AMQP 0-9-1: see stampede_consumer_in_flight_messages.", []string{"queue"}, nil),
 		consumers:  d("stampede_rabbitmq_queue_consumers", "Consumers attached to a Stampede queue.", []string{"queue"}, nil),
-		dlq:        d("stampede_dlq_depth", "Dead-lettered work by source: intake_dead_stream (entries in the writers' <stream>:dead streams), outbox_dead (DEAD outbox rows), consumer_rejected (messages this process's consumers rejected without requeue since start; there is no dead-letter queue yet, the body is in the error log).", []string{"source"}, nil),
+		dlq:        d("stampede_dlq_depth", "Dead-lettered work by source: intake_dead_stream (entries in the writers' <stream>:dead streams), outbox_dead (DEAD outbox rows), dlq_queue (messages in the dead-letter queue stampede.dlq), consumer_rejected (messages this process's consumers dead-lettered since start).", []string{"source"}, nil),
 		up:         d("stampede_state_up", "1 if the last scrape-time read of the source (redis, mysql, rabbitmq) succeeded, else 0.", []string{"source"}, nil),
 	}
 }
@@ -306,6 +306,9 @@ func (c *StateCollector) collectRabbit(ctx context.Context) ([]prometheus.Metric
 			return out, fmt.Errorf("inspect %s: %w", q.Name, err)
 		}
 		out = append(out, gauge(c.ready, float64(info.Messages), q.Name), gauge(c.consumers, float64(info.Consumers), q.Name))
+		if q.Name == QueueDLQ {
+			out = append(out, gauge(c.dlq, float64(info.Messages), "dlq_queue"))
+		}
 	}
 	return out, nil
 }

@@ -42,12 +42,18 @@ type SweeperConfig struct {
 	ReconcileInterval time.Duration
 	// ReconcileTimeout bounds one reconciliation. Default 30s.
 	ReconcileTimeout time.Duration
+	// LostGrace is the age after which a Redis reservation with neither an
+	// intake entry nor a MySQL order counts as lost and is released
+	// (RepairLostReservations), before each reconciliation. Default 2m;
+	// negative: off.
+	LostGrace time.Duration
 }
 
 func (c *SweeperConfig) setDefaults() {
 	setDur(&c.Interval, time.Second)
 	setDur(&c.ReconcileInterval, 30*time.Second)
 	setDur(&c.ReconcileTimeout, 30*time.Second)
+	setDur(&c.LostGrace, 2*time.Minute)
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
 	}
@@ -79,6 +85,8 @@ type SweeperStats struct {
 	Errors int64 // failed queries or closes
 	// Reconciles counts finished reconciliations (any result).
 	Reconciles int64
+	// LostReleased counts reservations released as lost.
+	LostReleased int64
 }
 
 // Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
@@ -96,7 +104,7 @@ type Sweeper struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	closed, lost, errs, reconciles atomic.Int64
+	closed, lost, errs, reconciles, lostReleased atomic.Int64
 }
 
 // NewSweeper returns a Sweeper; cfg is completed with defaults and validated.
@@ -110,7 +118,8 @@ func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
 
 // Stats returns the counters so far.
 func (s *Sweeper) Stats() SweeperStats {
-	return SweeperStats{Closed: s.closed.Load(), Lost: s.lost.Load(), Errors: s.errs.Load(), Reconciles: s.reconciles.Load()}
+	return SweeperStats{Closed: s.closed.Load(), Lost: s.lost.Load(), Errors: s.errs.Load(), Reconciles: s.reconciles.Load(),
+		LostReleased: s.lostReleased.Load()}
 }
 
 // Run sweeps every Interval, and reconciles every ReconcileInterval when
@@ -187,8 +196,35 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 // moment; a real drift stays, run after run).
 func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	for sleep(ctx, s.cfg.ReconcileInterval) {
+		if s.cfg.LostGrace > 0 {
+			s.RepairLost(ctx)
+		}
+		if applied, err := RepairAdjustments(ctx, s.cfg.Redis, s.store); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("sweeper: stock repair sync failed", "err", err)
+			}
+		} else if len(applied) > 0 {
+			s.log.Warn("sweeper: applied stock repairs missing in Redis", "repairNos", applied)
+		}
 		s.ReconcileOnce(ctx)
 	}
+}
+
+// RepairLost runs RepairLostReservations once with LostGrace, counting and
+// logging what it released.
+func (s *Sweeper) RepairLost(ctx context.Context) (LostReport, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
+	defer cancel()
+	rep, err := RepairLostReservations(rctx, s.cfg.Redis, s.store, LostConfig{Grace: s.cfg.LostGrace})
+	for _, no := range rep.Released {
+		s.log.Warn("sweeper: released a reservation that never became an order", "orderNo", no)
+	}
+	s.lostReleased.Add(int64(len(rep.Released)))
+	s.m.lostReleased.Add(float64(len(rep.Released)))
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("sweeper: lost reservation repair failed", "err", err)
+	}
+	return rep, err
 }
 
 // ReconcileOnce runs one reconciliation, exports its drift and returns its

@@ -157,6 +157,7 @@ type Writer struct {
 	names map[int64]string // product names, flusher goroutine only
 
 	batches, written, duplicates, reused, dead, claimed, failures atomic.Int64
+	mysql                                                         *breaker // around a batch's MySQL transaction
 }
 
 // NewWriter returns a Writer; cfg is completed with defaults and validated.
@@ -165,7 +166,8 @@ func NewWriter(store *persistence.Store, rdb redis.UniversalClient, cfg WriterCo
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Writer{cfg: cfg, store: store, rdb: rdb, log: cfg.Logger.With("component", "writer", "consumer", cfg.Consumer),
+	log := cfg.Logger.With("component", "writer", "consumer", cfg.Consumer)
+	return &Writer{cfg: cfg, store: store, rdb: rdb, log: log, mysql: newBreaker("writer-mysql", log),
 		m: orNew(cfg.Metrics), names: map[int64]string{}}, nil
 }
 
@@ -477,7 +479,10 @@ func (w *Writer) finalFlush(batch []entry) {
 }
 
 // flush writes batch, retrying with backoff until it succeeds (true) or ctx
-// is cancelled (false: the batch is still unwritten).
+// is cancelled (false: the batch is still unwritten). A batch that MySQL
+// rejects with a permanent error (not persistence.IsRetryable) is split in
+// halves that are flushed on their own, recursively; a single entry that
+// still fails is moved to its stream's dead stream with the error.
 func (w *Writer) flush(ctx context.Context, batch []entry) bool {
 	bo := newBackoff(w.cfg.RetryMin, w.cfg.RetryMax)
 	for attempt := 1; ctx.Err() == nil; attempt++ {
@@ -490,6 +495,24 @@ func (w *Writer) flush(ctx context.Context, batch []entry) bool {
 		}
 		if ctx.Err() != nil {
 			return false
+		}
+		if !persistence.IsRetryable(err) {
+			// MySQL rejected the batch for good (a value it cannot store,
+			// a constraint): split it to isolate the entries at fault, down
+			// to single entries, which go to the dead stream.
+			if len(batch) > 1 {
+				w.log.Warn("writer: batch rejected, splitting", "entries", len(batch), "err", err)
+				h := len(batch) / 2
+				ok := w.flush(ctx, batch[:h])
+				return w.flush(ctx, batch[h:]) && ok
+			}
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FlushTimeout)
+			berr := w.bury(actx, batch, []error{err})
+			cancel()
+			if berr == nil {
+				return true
+			}
+			err = berr
 		}
 		w.failures.Add(1)
 		w.m.writerFailures.Inc()
@@ -525,12 +548,16 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		done = append(done, e)
 	}
 	if len(res) > 0 {
-		names, err := w.productNames(ctx, res)
-		if err != nil {
-			return fmt.Errorf("writer: flush batch: %w", err)
-		}
 		start := time.Now()
-		out, err := w.store.InsertReservations(ctx, res, names)
+		var out persistence.InsertResult
+		err := guard(w.mysql, func() error {
+			names, err := w.productNames(ctx, res)
+			if err != nil {
+				return err
+			}
+			out, err = w.store.InsertReservations(ctx, res, names)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("writer: flush batch: %w", err)
 		}

@@ -25,6 +25,8 @@ type benchFlags struct {
 	scenarios     string
 	url           string
 	baselineURL   string
+	baselineAddr  string
+	noBaseline    bool
 	gatewayPID    int
 	baselinePID   int
 	quick         bool
@@ -39,6 +41,7 @@ type benchFlags struct {
 	spikeStock     int64
 	spikeRate      float64
 	sustainedRates string
+	baselineRates  string
 	step           time.Duration
 	soldOutRate    float64
 	duplicateRate  float64
@@ -52,6 +55,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.StringVar(&f.scenarios, "scenarios", strings.Join(bench.All, ","), "comma-separated scenarios: "+strings.Join(bench.All, ","))
 		fs.StringVar(&f.url, "url", "", "base URL of the gateway to load, e.g. http://127.0.0.1:8080 (loopback only); empty = start every role in this process, if this binary can")
 		fs.StringVar(&f.baselineURL, "baseline-url", "", "base URL of a second gateway, the synchronous-intake baseline (STAMPEDE_INTAKE=sync), reported side by side as \"sync\"")
+		fs.StringVar(&f.baselineAddr, "baseline-addr", "127.0.0.1:8090", "without --url and --baseline-url: listen address of the in-process synchronous-intake gateway started as the baseline")
+		fs.BoolVar(&f.noBaseline, "no-baseline", false, "without --url: do not start the in-process sync baseline gateway")
 		fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
 		fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
 		fs.BoolVar(&f.quick, "quick", false, "smoke run: every scenario shrunk to about two seconds of load")
@@ -65,6 +70,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.Int64Var(&f.spikeStock, "spike-stock", 0, "spike: units on sale (default 1000)")
 		fs.Float64Var(&f.spikeRate, "spike-rate", 0, "spike: arrival rate, requests/s (default 25000)")
 		fs.StringVar(&f.sustainedRates, "sustained-rates", "", "sustained: comma-separated rates to step through, e.g. 2k,4k,8k (default 2k,4k,8k,12k,…,32k)")
+		fs.StringVar(&f.baselineRates, "baseline-rates", "", "sustained: rates to step through against the sync baseline (default 250,500,1k,2k,3k,4k,6k,8k)")
 		fs.DurationVar(&f.step, "step", 0, "sustained: measured length of each step (default 5s)")
 		fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
 		fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
@@ -95,6 +101,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		if startForBench == nil {
 			return fmt.Errorf("%w: --url of a running gateway is required (this build cannot start the app in-process)", errUsage)
 		}
+		if cfg.NodeID == -1 {
+			cfg.NodeID = 1 // the baseline gateway takes node 2
+		}
+		cfg.Intake = "stream"
 		stop, err := startForBench(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("bench: start the app: %w", err)
@@ -104,8 +114,23 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		sut.GatewayPID, sut.InProcess = os.Getpid(), true
 	}
 	targets := []bench.Target{sut}
-	if f.baselineURL != "" {
+	switch {
+	case f.baselineURL != "":
 		targets = append(targets, bench.Target{Label: "sync", URL: f.baselineURL, GatewayPID: f.baselinePID})
+	case f.url == "" && !f.noBaseline:
+		// The baseline: a second gateway in this process with synchronous
+		// intake, on the same Redis and MySQL; the first app's relay,
+		// consumers and sweeper carry its orders on.
+		bc := *cfg
+		bc.Roles, bc.Intake, bc.HTTPAddr = "gateway", "sync", f.baselineAddr
+		bc.NodeID = (cfg.NodeID + 1) % 1024
+		bc.MetricsAddr, bc.PprofAddr = "", ""
+		stop, err := startForBench(ctx, &bc)
+		if err != nil {
+			return fmt.Errorf("bench: start the sync baseline gateway: %w", err)
+		}
+		defer stop()
+		targets = append(targets, bench.Target{Label: "sync", URL: "http://" + bc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true})
 	}
 
 	store, err := persistence.Open(ctx, cfg.MySQLDSN)
@@ -183,6 +208,13 @@ func (f *benchFlags) params() (bench.Params, error) {
 			return p, err
 		}
 		p.SustainedRates = rates
+	}
+	if f.baselineRates != "" {
+		rates, err := parseRates(f.baselineRates)
+		if err != nil {
+			return p, err
+		}
+		p.BaselineRates = rates
 	}
 	return p, p.Validate()
 }

@@ -67,9 +67,22 @@ func TestBenchQuick(t *testing.T) {
 	}
 	defer func() { stopApp(); a.wait() }()
 
+	// The synchronous-intake baseline: a second, gateway-only app.
+	syncAddr := freeAddr(t)
+	bcfg, err := parse("serve", append(append([]string{"--roles", "gateway"}, svc...), "--intake", "sync", "--http-addr", syncAddr, "--node-id", "11"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := startApp(appCtx, bcfg, newLogger("error", os.Stderr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopApp(); b.wait() }()
+
 	dir := t.TempDir()
 	var out bytes.Buffer
-	args := append([]string{"--quick", "--url", "http://" + addr, "--gateway-pid", "0", "--out", dir, "--ceiling=false"}, svc...)
+	args := append([]string{"--quick", "--url", "http://" + addr, "--gateway-pid", "0", "--out", dir, "--ceiling=false",
+		"--baseline-url", "http://" + syncAddr}, svc...)
 	err = runBench(ctx, args, &out)
 	t.Log(out.String())
 	if err != nil {
@@ -80,7 +93,8 @@ func TestBenchQuick(t *testing.T) {
 	if len(md) != 1 || len(js) != 1 {
 		t.Fatalf("report files: %v %v", md, js)
 	}
-	for _, want := range []string{"| spike | stream |", "| sustained | stream |", "| soldout | stream |", "| duplicate | stream |", "| e2e | stream |"} {
+	for _, want := range []string{"| spike | stream |", "| sustained | stream |", "| soldout | stream |", "| duplicate | stream |", "| e2e | stream |",
+		"| spike | sync |", "| e2e | sync |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q", want)
 		}

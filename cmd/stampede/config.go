@@ -15,35 +15,46 @@ import (
 // environment variable and may be overridden by the flag of the same name
 // (SPEC §7). The table in README.md lists them all.
 type Config struct {
-	HTTPAddr         string        // STAMPEDE_HTTP_ADDR, -http-addr: gateway listen address (127.0.0.1:8080)
-	RedisAddr        string        // STAMPEDE_REDIS_ADDR, -redis-addr: host:port; a comma-separated list = Redis Cluster
-	RedisDB          int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
-	MySQLDSN         string        // STAMPEDE_MYSQL_DSN, -mysql-dsn: go-sql-driver DSN
-	AMQPURL          string        // STAMPEDE_AMQP_URL, -amqp-url
-	JWTSecret        string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens
-	PaymentSecret    string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
-	PayTimeout       time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
-	DemoLogin        bool          // STAMPEDE_DEMO_LOGIN, -demo-login: POST /api/auth/login issues tokens (true)
-	AdminUsers       string        // STAMPEDE_ADMIN_USERS, -admin-users: comma-separated userIds that demo login makes admins ("")
-	Roles            string        // STAMPEDE_ROLES, -roles: comma-separated roles to run (all)
-	NodeID           int64         // STAMPEDE_NODE_ID, -node-id: orderNo node 0..1023; -1 = random (-1)
-	WriterBatch      int           // STAMPEDE_WRITER_BATCH, -writer-batch: entries per writer transaction (500)
-	WriterWait       time.Duration // STAMPEDE_WRITER_WAIT, -writer-wait: longest wait to fill a batch (20ms)
-	ConsumerWorkers  int           // STAMPEDE_CONSUMER_WORKERS, -consumer-workers: concurrent messages per queue (8)
-	ConsumerPrefetch int           // STAMPEDE_CONSUMER_PREFETCH, -consumer-prefetch: AMQP prefetch per queue (64)
-	RelayBatch       int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
-	SweepInterval    time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
-	PushAddr         string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
-	PushURL          string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = ws://<host>:<push port>/ws)
-	StaticDir        string        // STAMPEDE_STATIC_DIR, -static-dir: built client files served at / ("client/dist" if present)
-	LogLevel         string        // STAMPEDE_LOG_LEVEL, -log-level: debug, info, warn, error (info)
-	Migrate          bool          // STAMPEDE_MIGRATE, -migrate: apply migrations at start-up (false)
-	ShutdownTimeout  time.Duration // STAMPEDE_SHUTDOWN_TIMEOUT, -shutdown-timeout: bound on draining at SIGTERM (20s)
+	HTTPAddr            string        // STAMPEDE_HTTP_ADDR, -http-addr: gateway listen address (127.0.0.1:8080)
+	RedisAddr           string        // STAMPEDE_REDIS_ADDR, -redis-addr: host:port; a comma-separated list = Redis Cluster
+	RedisDB             int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
+	MySQLDSN            string        // STAMPEDE_MYSQL_DSN, -mysql-dsn: go-sql-driver DSN
+	AMQPURL             string        // STAMPEDE_AMQP_URL, -amqp-url
+	JWTSecret           string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens
+	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
+	PayTimeout          time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
+	DemoLogin           bool          // STAMPEDE_DEMO_LOGIN, -demo-login: POST /api/auth/login issues tokens (true)
+	AdminUsers          string        // STAMPEDE_ADMIN_USERS, -admin-users: comma-separated userIds that demo login makes admins ("")
+	Roles               string        // STAMPEDE_ROLES, -roles: comma-separated roles to run (all)
+	NodeID              int64         // STAMPEDE_NODE_ID, -node-id: orderNo node 0..1023; -1 = random (-1)
+	WriterBatch         int           // STAMPEDE_WRITER_BATCH, -writer-batch: entries per writer transaction (500)
+	WriterWait          time.Duration // STAMPEDE_WRITER_WAIT, -writer-wait: longest wait to fill a batch (20ms)
+	WriterClaimIdle     time.Duration // STAMPEDE_WRITER_CLAIM_IDLE, -writer-claim-idle: reclaim intake entries pending this long from dead writers (30s)
+	ConsumerWorkers     int           // STAMPEDE_CONSUMER_WORKERS, -consumer-workers: concurrent messages per queue (8)
+	ConsumerPrefetch    int           // STAMPEDE_CONSUMER_PREFETCH, -consumer-prefetch: AMQP prefetch per queue (64)
+	ConsumerMaxAttempts int           // STAMPEDE_CONSUMER_MAX_ATTEMPTS, -consumer-max-attempts: deliveries before a failing message is dead-lettered (5)
+	RelayBatch          int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
+	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
+	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
+	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = ws://<host>:<push port>/ws)
+	StaticDir           string        // STAMPEDE_STATIC_DIR, -static-dir: built client files served at / ("client/dist" if present)
+	LogLevel            string        // STAMPEDE_LOG_LEVEL, -log-level: debug, info, warn, error (info)
+	Migrate             bool          // STAMPEDE_MIGRATE, -migrate: apply migrations at start-up (false)
+	ShutdownTimeout     time.Duration // STAMPEDE_SHUTDOWN_TIMEOUT, -shutdown-timeout: bound on draining at SIGTERM (20s)
 
 	MetricsAddr       string        // STAMPEDE_METRICS_ADDR, -metrics-addr: extra listener for GET /metrics ("": only on the gateway's port)
 	PprofAddr         string        // STAMPEDE_PPROF_ADDR, -pprof-addr: admin-only net/http/pprof listener ("": off)
 	ReconcileInterval time.Duration // STAMPEDE_RECONCILE_INTERVAL, -reconcile-interval: sweeper's reconciliation period, 0 = off (30s)
 	StuckAfter        time.Duration // STAMPEDE_STUCK_AFTER, -stuck-after: PROCESSING age counted as stuck in metrics (1m)
+
+	// Gateway intake (issue 5).
+	Intake          string        // STAMPEDE_INTAKE, -intake: "stream" (Redis intake stream, batched writers) or "sync" (MySQL in the request) (stream)
+	RateGlobal      float64       // STAMPEDE_RATE_GLOBAL, -rate-global: order requests/s per gateway instance, 0 = no limit (0)
+	RateGlobalBurst int           // STAMPEDE_RATE_GLOBAL_BURST, -rate-global-burst: global bucket size, 0 = one second's worth (0)
+	RateUser        float64       // STAMPEDE_RATE_USER, -rate-user: order requests/s per user, 0 = no limit (20)
+	RateUserBurst   int           // STAMPEDE_RATE_USER_BURST, -rate-user-burst: per-user bucket size, 0 = two seconds' worth (40)
+	ReservePipeline int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
+	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
 }
 
 // Roles the binary can run.
@@ -125,8 +136,10 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = random"))
 	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, "reservations per writer transaction (1..5000)")
 	dur(&c.WriterWait, "writer-wait", "STAMPEDE_WRITER_WAIT", 20*time.Millisecond, "longest wait to fill a writer batch")
+	dur(&c.WriterClaimIdle, "writer-claim-idle", "STAMPEDE_WRITER_CLAIM_IDLE", 30*time.Second, "reclaim intake entries left pending this long by a dead writer")
 	integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
 	integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
+	integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
 	integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
 	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
 	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
@@ -139,6 +152,24 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "admin-only net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off); keep it on loopback")
 	dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
 	dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
+	f64 := func(p *float64, name, env string, def float64, text string) {
+		if v, ok := os.LookupEnv(env); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				*errs = append(*errs, fmt.Errorf("%s=%q: not a number", env, v))
+			} else {
+				def = f
+			}
+		}
+		fs.Float64Var(p, name, def, help(env, text))
+	}
+	str(&c.Intake, "intake", "STAMPEDE_INTAKE", "stream", "order intake: stream (Redis intake stream, batched MySQL writers) or sync (the order is written to MySQL within the request: the baseline)")
+	f64(&c.RateGlobal, "rate-global", "STAMPEDE_RATE_GLOBAL", 0, "order requests/s one gateway instance accepts (token bucket; 0: no limit)")
+	integer(&c.RateGlobalBurst, "rate-global-burst", "STAMPEDE_RATE_GLOBAL_BURST", 0, "global token bucket size (0: one second's worth)")
+	f64(&c.RateUser, "rate-user", "STAMPEDE_RATE_USER", 20, "order requests/s one user may send (token bucket; 0: no limit)")
+	integer(&c.RateUserBurst, "rate-user-burst", "STAMPEDE_RATE_USER_BURST", 40, "per-user token bucket size (0: two seconds' worth)")
+	integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
+	dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
 }
 
 // Validate returns "invalid config: ..." for settings that cannot work.
@@ -152,6 +183,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WriterBatch < 1 || c.WriterBatch > 5000 {
 		errs = append(errs, fmt.Errorf("writer batch %d is outside 1..5000", c.WriterBatch))
+	}
+	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
+		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
 	}
 	if c.ConsumerWorkers < 1 || c.ConsumerPrefetch < 1 || c.RelayBatch < 1 {
 		errs = append(errs, errors.New("consumer workers, consumer prefetch and relay batch must be >= 1"))
@@ -168,8 +202,17 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("shutdown timeout %s is under 1s", c.ShutdownTimeout))
 	}
-	if c.WriterWait <= 0 || c.SweepInterval <= 0 {
-		errs = append(errs, errors.New("writer wait and sweep interval must be positive"))
+	if c.WriterWait <= 0 || c.SweepInterval <= 0 || c.WriterClaimIdle < time.Second {
+		errs = append(errs, errors.New("writer wait and sweep interval must be positive, writer claim idle at least 1s"))
+	}
+	if c.Intake != "stream" && c.Intake != "sync" {
+		errs = append(errs, fmt.Errorf("intake %q is neither stream nor sync", c.Intake))
+	}
+	if c.ReservePipeline < 0 || c.ReservePipeline > 1024 {
+		errs = append(errs, fmt.Errorf("reserve pipeline %d is outside 0..1024", c.ReservePipeline))
+	}
+	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 {
+		errs = append(errs, errors.New("rate limits, bursts and sold-out TTL must be >= 0"))
 	}
 	if c.ReconcileInterval < 0 || c.StuckAfter <= 0 {
 		errs = append(errs, errors.New("reconcile interval must be >= 0 and stuck-after > 0"))

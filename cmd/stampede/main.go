@@ -5,6 +5,7 @@
 //	stampede demo [--once]
 //	stampede token --user 42 [--admin]
 //	stampede reconcile
+//	stampede dlq list|replay [--all|--event-id X]
 //
 // Settings come from STAMPEDE_* environment variables, overridden by flags;
 // `stampede <command> -h` lists them.
@@ -37,6 +38,7 @@ func init() {
 		{"migrate", "apply the embedded schema migrations (idempotent)", runMigrate},
 		{"demo", "start every role, run a 1,000-buyer flash sale, print the audit (--once: exit after it)", runDemo},
 		{"reconcile", "print the Redis ⇄ MySQL reconciliation of every product (exit 1 on drift)", runReconcile},
+		{"dlq", "dead letters: `dlq list` shows the dead-letter queue and DEAD outbox rows, `dlq replay --all|--event-id X` re-publishes them through the outbox", runDLQ},
 		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
 		{"bench", "run the benchmark scenarios, write bench/results/<date>.{json,md}", runBench},
 		{"bench-push", "10,000 WebSocket subscribers on one push process: delivery latency and memory per connection", runBenchPush},

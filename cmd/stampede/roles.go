@@ -50,6 +50,10 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		} else {
 			return fail(err)
 		}
+		opsConn, err := newConn("stampede-gateway-admin")
+		if err != nil {
+			return fail(err)
+		}
 		gw, err := gateway.New(gateway.Config{
 			Addr:             cfg.HTTPAddr,
 			JWTSecret:        []byte(cfg.JWTSecret),
@@ -61,7 +65,15 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			StaticDir:        cfg.StaticDir,
 			ShutdownTimeout:  cfg.ShutdownTimeout * 3 / 4, // within the process's bound
 			ReadyCheck:       ready,
+			Ops:              pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
 			Metrics:          a.tel.gateway,
+			RateGlobal:       cfg.RateGlobal,
+			RateGlobalBurst:  cfg.RateGlobalBurst,
+			RateUser:         cfg.RateUser,
+			RateUserBurst:    cfg.RateUserBurst,
+			SoldOutTTL:       cfg.SoldOutTTL,
+			ReservePipeline:  cfg.ReservePipeline,
+			SyncIntake:       cfg.Intake == "sync",
 		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
 			return fail(err)
@@ -72,7 +84,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 	}
 	if roles["writer"] {
 		w, err := pipeline.NewWriter(a.store, a.rdb, pipeline.WriterConfig{
-			BatchSize: cfg.WriterBatch, BatchWait: cfg.WriterWait, Logger: log.With("role", "writer"),
+			BatchSize: cfg.WriterBatch, BatchWait: cfg.WriterWait, ClaimIdle: cfg.WriterClaimIdle, Logger: log.With("role", "writer"),
 			FlushTimeout: min(5*time.Second, cfg.ShutdownTimeout/2), Metrics: a.tel.pipeline,
 		})
 		if err != nil {
@@ -99,7 +111,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		}
 		c, err := pipeline.NewConsumer(a.store, a.rdb, conn, pipeline.ConsumerConfig{
 			Prefetch: cfg.ConsumerPrefetch, Workers: cfg.ConsumerWorkers, PayTimeout: cfg.PayTimeout,
-			Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
+			MaxAttempts: cfg.ConsumerMaxAttempts, Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
 		})
 		if err != nil {
 			return fail(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -106,6 +107,12 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 		store.Close()
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", cfg.RedisAddr, err)
+	}
+	// Refuse a Redis that may evict stock keys (gateway.CheckRedis).
+	if err := gateway.CheckRedis(ctx, rdb, logger); err != nil {
+		store.Close()
+		rdb.Close()
+		return nil, err
 	}
 	a := &app{cfg: cfg, rdb: rdb, store: store, logger: logger, tel: newTelemetry()}
 	rctx, cancel := context.WithCancel(ctx)

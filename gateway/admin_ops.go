@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// AdminOps are the operator actions behind GET /api/admin/reconcile,
+// GET /api/admin/dlq and POST /api/admin/dlq/replay. pipeline.Ops implements
+// it; the gateway declares it so it does not import the pipeline. Every
+// result must encode with encoding/json.
+type AdminOps interface {
+	Reconcile(ctx context.Context) (report any, ok bool, err error)
+	DLQ(ctx context.Context, limit int) (any, error)
+	ReplayDLQ(ctx context.Context, eventIDs []string, all, dropPoison bool) (any, error)
+}
+
+// adminOpsTimeout bounds one admin operation (a reconcile reads every
+// product; a replay may move thousands of messages).
+const adminOpsTimeout = 60 * time.Second
+
+// adjustMarkerTTL is the life of the Redis marker that makes a stock repair
+// apply once per shard; a retry of the same repairNo after it expired would
+// apply the repair to Redis again. pipeline.AdjustMarkerTTL is the same.
+const adjustMarkerTTL = 90 * 24 * time.Hour
+
+// CodeConflict is a 409 for a repairNo reused with different content.
+const CodeConflict = "CONFLICT"
+
+var errNoOps = &apiError{status: fasthttp.StatusServiceUnavailable, code: CodeUnavailable,
+	message: "admin operations are not configured on this gateway", retryAfter: true}
+
+// adminReconcile is GET /api/admin/reconcile: pipeline.Reconcile's report,
+// 200 whether or not the invariants hold (see its "ok").
+func (s *Server) adminReconcile(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	if s.cfg.Ops == nil {
+		s.fail(ctx, errNoOps)
+		return
+	}
+	c, cancel := s.callCtx(adminOpsTimeout)
+	defer cancel()
+	rep, _, err := s.cfg.Ops.Reconcile(c)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, rep)
+}
+
+// adminDLQ is GET /api/admin/dlq?limit=100 (1…1000): the dead-letter queue's
+// depth, its first messages (peeked, not removed) and the DEAD outbox rows.
+func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	if s.cfg.Ops == nil {
+		s.fail(ctx, errNoOps)
+		return
+	}
+	limit := 100
+	if v := ctx.QueryArgs().Peek("limit"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > 1000 {
+			s.fail(ctx, invalidArg("limit must be an integer from 1 to 1000"))
+			return
+		}
+		limit = n
+	}
+	c, cancel := s.callCtx(adminOpsTimeout)
+	defer cancel()
+	rep, err := s.cfg.Ops.DLQ(c, limit)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, rep)
+}
+
+// adminReplay is POST /api/admin/dlq/replay
+//
+//	{"eventIds": ["..."]} or {"all": true}, optional "dropPoison": true
+//
+// It sets the outbox rows of the selected dead events back to NEW (the relay
+// publishes them again; consumers deduplicate by event id) and removes their
+// messages from the dead-letter queue. 200 with what it did; 400.
+func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	if s.cfg.Ops == nil {
+		s.fail(ctx, errNoOps)
+		return
+	}
+	var req struct {
+		EventIDs   []string `json:"eventIds"`
+		All        bool     `json:"all"`
+		DropPoison bool     `json:"dropPoison"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
+	dec.DisallowUnknownFields()
+	if len(ctx.PostBody()) > 1<<20 {
+		s.fail(ctx, invalidArg("body too large"))
+		return
+	}
+	if err := dec.Decode(&req); err != nil {
+		s.fail(ctx, invalidArg("body must be {\"eventIds\": [...]} or {\"all\": true}: %v", err))
+		return
+	}
+	if req.All == (len(req.EventIDs) > 0) {
+		s.fail(ctx, invalidArg("give either eventIds (non-empty) or all: true"))
+		return
+	}
+	if len(req.EventIDs) > 10000 {
+		s.fail(ctx, invalidArg("at most 10000 eventIds per call"))
+		return
+	}
+	c, cancel := s.callCtx(adminOpsTimeout)
+	defer cancel()
+	res, err := s.cfg.Ops.ReplayDLQ(c, req.EventIDs, req.All, req.DropPoison)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.log.Info("dead letters replayed", "eventIds", len(req.EventIDs), "all", req.All)
+	s.writeJSON(ctx, fasthttp.StatusOK, res)
+}
+
+// adjustJSON is the answer of POST /api/admin/products/{id}/stock.
+type adjustJSON struct {
+	ProductID      int64  `json:"productId"`
+	RepairNo       string `json:"repairNo"`
+	Delta          int64  `json:"delta"`
+	Applied        bool   `json:"applied"`        // false: this repairNo was applied before (a no-op replay)
+	MySQLAvailable int64  `json:"mysqlAvailable"` // stock.available after the repair
+	RedisAvailable int64  `json:"redisAvailable"` // shard 0's available after the repair
+}
+
+// adminAdjustStock is POST /api/admin/products/{id}/stock
+//
+//	{"delta": -3, "repairNo": "R-2026-11-29-1", "reason": "damaged units"}
+//
+// It repairs a product's stock by delta, once per repairNo: one MySQL
+// transaction writes the (ADJUST, repairNo) flow and adds delta to
+// stock.available, then adjust.lua adds delta to shard 0's Redis available,
+// guarded by a per-repairNo marker. The same repairNo again answers 200 and
+// changes nothing (applied false); with another delta 409 CONFLICT. 409
+// INSUFFICIENT_STOCK if MySQL or Redis available would go below 0. If Redis
+// fails after the MySQL commit the answer is 503: sending the same request
+// again is safe and completes the Redis half (the MySQL half is then a no-op);
+// otherwise the sweeper applies it (pipeline.RepairAdjustments).
+func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	pid, err := strconv.ParseInt(ctx.UserValue("id").(string), 10, 64)
+	if err != nil || pid <= 0 {
+		s.fail(ctx, errProductNotFound)
+		return
+	}
+	var (
+		delta            int64
+		repairNo, reason string
+		hasReason        bool
+	)
+	fields := [...]field{
+		intField("delta", &delta),
+		stringField("repairNo", &repairNo),
+		optional(stringField("reason", &reason), &hasReason),
+	}
+	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	switch {
+	case delta == 0:
+		s.fail(ctx, invalidArg("delta must not be 0"))
+		return
+	case !order.ValidRequestID(repairNo):
+		s.fail(ctx, invalidArg("repairNo must be 1–64 characters of [A-Za-z0-9._:-]"))
+		return
+	case len(reason) > 200:
+		s.fail(ctx, invalidArg("reason must be at most 200 bytes"))
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	res, err := s.store.AdjustStock(sctx, pid, repairNo, delta, reason)
+	cancel()
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		s.fail(ctx, errProductNotFound)
+		return
+	case errors.Is(err, persistence.ErrConflict):
+		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
+			message: "repairNo was already used with a different delta or product"})
+		return
+	case errors.Is(err, persistence.ErrNegativeStock):
+		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
+			message: "the adjustment would make MySQL available stock negative"})
+		return
+	case err != nil:
+		s.fail(ctx, err)
+		return
+	}
+	var redisAvail int64
+	err = s.redisCall(func(c context.Context) error {
+		_, redisAvail, err = lua.Adjust(c, s.rdb, lua.ShardKeys(pid, 0), repairNo, delta, adjustMarkerTTL)
+		return err
+	})
+	if errors.Is(err, lua.ErrNegativeAdjust) {
+		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", "productId", pid,
+			"repairNo", repairNo, "delta", delta, "redisAvailable", redisAvail)
+		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
+			message: "applied in MySQL, but Redis shard 0 has too little available stock; reconcile shows the drift"})
+		return
+	}
+	if err != nil {
+		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", "productId", pid,
+			"repairNo", repairNo, "err", err)
+		s.fail(ctx, err)
+		return
+	}
+	s.products.invalidate()
+	s.log.Info("stock repaired", "productId", pid, "repairNo", repairNo, "delta", delta, "applied", res.Applied,
+		"reason", reason)
+	s.writeJSON(ctx, fasthttp.StatusOK, adjustJSON{ProductID: pid, RepairNo: repairNo, Delta: delta,
+		Applied: res.Applied, MySQLAvailable: res.Available, RedisAvailable: redisAvail})
+}

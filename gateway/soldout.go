@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+)
+
+// Local sold-out cache. Once reserve answered SOLD_OUT for a product (on a
+// sharded product: every shard dry, no transfer in flight), this gateway
+// answers its order requests from memory for Config.SoldOutTTL instead of
+// running reserve.lua. When the entry expires the next request runs the
+// script again, so stock given back (release, adjust) is sold again within
+// SoldOutTTL: no unit stays unsold.
+//
+// A cache hit is not a blind 409: a replay of a request that was accepted
+// before the sell-out must still get 200 with its orderNo. So a hit costs one
+// plain GET of the (user, requestId) idempotency record in the user's home
+// shard — no script, no write — and answers the replay (200, or 422 for a
+// different quantity) when the record exists, 409 SOLD_OUT otherwise. A
+// request the cache answers skips the script's other checks (sale window,
+// per-order maximum): it gets SOLD_OUT where the script would have said
+// SALE_NOT_ACTIVE or INVALID_ARGUMENT.
+type soldOutCache struct {
+	ttl time.Duration // 0: off
+	m   sync.Map      // productId → *atomic.Int64, unix ns until which it is sold out
+}
+
+func (c *soldOutCache) hit(productID int64, now time.Time) bool {
+	if c.ttl <= 0 {
+		return false
+	}
+	v, ok := c.m.Load(productID)
+	return ok && now.UnixNano() < v.(*atomic.Int64).Load()
+}
+
+func (c *soldOutCache) mark(productID int64, now time.Time) {
+	if c.ttl <= 0 {
+		return
+	}
+	until := now.Add(c.ttl).UnixNano()
+	if v, ok := c.m.Load(productID); ok {
+		v.(*atomic.Int64).Store(until)
+		return
+	}
+	a := new(atomic.Int64)
+	a.Store(until)
+	if v, loaded := c.m.LoadOrStore(productID, a); loaded {
+		v.(*atomic.Int64).Store(until)
+	}
+}
+
+// answerSoldOut answers an order request for a product the cache holds sold
+// out: the stored answer of a replay, else 409 SOLD_OUT.
+func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Keys, requestID string, quantity int64) {
+	var seen string
+	err := s.redisCall(func(rctx context.Context) (err error) {
+		seen, err = s.rdb.Get(rctx, k.Request(c.UserID, requestID)).Result()
+		return err
+	})
+	switch {
+	case errors.Is(err, redis.Nil):
+		s.metrics.reserveOutcome(lua.ErrSoldOut)
+		s.fail(ctx, lua.ErrSoldOut)
+		return
+	case err != nil:
+		s.metrics.reserveOutcome(err)
+		s.failWith(ctx, err, "", requestID)
+		return
+	}
+	no, q, ok := strings.Cut(seen, " ")
+	if !ok {
+		s.metrics.reserveOutcome(lua.ErrSoldOut)
+		s.fail(ctx, lua.ErrSoldOut)
+		return
+	}
+	if q != strconv.FormatInt(quantity, 10) {
+		s.metrics.reserveOutcome(lua.ErrKeyReused)
+		s.failWith(ctx, lua.ErrKeyReused, no, requestID)
+		return
+	}
+	s.metrics.reserveOutcome(lua.ErrDuplicate)
+	s.replay(ctx, no, requestID)
+}
+
+// replay answers 200 with orderNo's current status.
+func (s *Server) replay(ctx *fasthttp.RequestCtx, orderNo, requestID string) {
+	st, err := s.currentStatus(orderNo)
+	if err != nil {
+		s.failWith(ctx, err, orderNo, requestID)
+		return
+	}
+	writeOrderState(ctx, fasthttp.StatusOK, orderNo, requestID, st)
+}

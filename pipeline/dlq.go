@@ -1,0 +1,260 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// DLQMessage is one message of the dead-letter queue QueueDLQ.
+type DLQMessage struct {
+	EventID    string    `json:"eventId"`
+	Type       string    `json:"type,omitempty"`
+	Queue      string    `json:"queue,omitempty"`
+	Handler    string    `json:"handler,omitempty"`
+	RoutingKey string    `json:"routingKey,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Attempts   int       `json:"attempts"`
+	DeadAt     string    `json:"deadAt,omitempty"`
+	Body       string    `json:"body"` // at most 2 KiB
+	Published  time.Time `json:"publishedAt,omitzero"`
+	// OutboxStatus is the status of the event's mq_outbox row, "" when it
+	// has none (a poison body that no outbox row produced): only messages
+	// with a row can be replayed.
+	OutboxStatus string `json:"outboxStatus"`
+}
+
+// DLQReport is what InspectDLQ saw.
+type DLQReport struct {
+	// Depth is the number of messages ready in QueueDLQ.
+	Depth int `json:"depth"`
+	// Messages are the first of them (up to the limit), oldest first.
+	Messages []DLQMessage `json:"messages"`
+	// DeadOutbox are outbox rows the relay gave up on (status DEAD), up to
+	// the limit; they are replayable the same way.
+	DeadOutbox []persistence.DeadOutboxRow `json:"deadOutbox"`
+}
+
+// maxDLQScan bounds how many dead-letter messages one inspect or replay holds
+// unacknowledged at once.
+const maxDLQScan = 10000
+
+// InspectDLQ peeks at up to limit messages of QueueDLQ and lists up to limit
+// DEAD outbox rows. The peek takes messages with basic.get without
+// acknowledging them and then nacks them all with requeue, so they stay in
+// the queue (RabbitMQ puts them back at their original positions, but
+// marks them redelivered). Nothing consumes QueueDLQ, so a peek never races
+// a consumer; two concurrent peeks each see only the messages the other does
+// not hold at that moment.
+func InspectDLQ(ctx context.Context, conn *Conn, store *persistence.Store, limit int) (DLQReport, error) {
+	limit = min(max(limit, 1), maxDLQScan)
+	rep := DLQReport{Messages: []DLQMessage{}}
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("dlq: %w", err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(QueueDLQ, true, false, false, false, nil)
+	if err != nil {
+		return rep, fmt.Errorf("dlq: inspect %s: %w", QueueDLQ, err)
+	}
+	rep.Depth = q.Messages
+	ds, err := getN(ch, min(limit, q.Messages))
+	if len(ds) > 0 {
+		defer ch.Nack(ds[len(ds)-1].DeliveryTag, true, true)
+	}
+	if err != nil {
+		return rep, err
+	}
+	ids := make([]string, 0, len(ds))
+	for _, d := range ds {
+		ids = append(ids, d.MessageId)
+	}
+	st, err := store.OutboxStatuses(ctx, ids)
+	if err != nil {
+		return rep, err
+	}
+	for _, d := range ds {
+		m := toDLQMessage(d)
+		m.OutboxStatus = st[d.MessageId]
+		rep.Messages = append(rep.Messages, m)
+	}
+	if rep.DeadOutbox, err = store.DeadOutbox(ctx, limit); err != nil {
+		return rep, err
+	}
+	if rep.DeadOutbox == nil {
+		rep.DeadOutbox = []persistence.DeadOutboxRow{}
+	}
+	return rep, nil
+}
+
+// getN basic.gets up to n messages without acknowledging them.
+func getN(ch *amqp.Channel, n int) ([]amqp.Delivery, error) {
+	var out []amqp.Delivery
+	for len(out) < n {
+		d, ok, err := ch.Get(QueueDLQ, false)
+		if err != nil {
+			return out, fmt.Errorf("dlq: get: %w", err)
+		}
+		if !ok {
+			break
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func toDLQMessage(d amqp.Delivery) DLQMessage {
+	body := d.Body
+	if len(body) > maxLoggedBody {
+		body = body[:maxLoggedBody]
+	}
+	return DLQMessage{
+		EventID: d.MessageId, Type: d.Type, Queue: strHeader(d.Headers, HeaderQueue),
+		Handler: strHeader(d.Headers, HeaderHandler), RoutingKey: strHeader(d.Headers, HeaderRoutingKey),
+		Reason: strHeader(d.Headers, HeaderReason), Attempts: intHeader(d.Headers, HeaderAttempts),
+		DeadAt: strHeader(d.Headers, HeaderDeadAt), Body: string(body), Published: d.Timestamp,
+	}
+}
+
+// ReplayRequest selects what ReplayDLQ replays.
+type ReplayRequest struct {
+	// EventIDs selects dead-letter messages and DEAD outbox rows by event id.
+	EventIDs []string
+	// All selects every dead-letter message and every DEAD outbox row.
+	All bool
+	// DropPoison acknowledges (drops) selected dead-letter messages that
+	// have no outbox row and so cannot be replayed. Default false: they stay.
+	DropPoison bool
+}
+
+// ReplayResult is what ReplayDLQ did.
+type ReplayResult struct {
+	// Replayed are event ids whose outbox row was set back to NEW (from
+	// the dead-letter queue or DEAD rows); the relay publishes them again.
+	Replayed []string `json:"replayed"`
+	// Acked is the number of dead-letter messages removed from QueueDLQ
+	// because their event was replayed (or is on its way already).
+	Acked int `json:"acked"`
+	// Dropped are selected messages without an outbox row that were
+	// removed because DropPoison was set.
+	Dropped []string `json:"dropped"`
+	// Kept are selected messages without an outbox row, left in QueueDLQ.
+	Kept []string `json:"kept"`
+	// NotFound are requested event ids found neither in QueueDLQ nor among
+	// the DEAD outbox rows.
+	NotFound []string `json:"notFound"`
+}
+
+// ReplayDLQ replays dead events through the outbox, so consumers still
+// deduplicate them by event id: for each selected message of QueueDLQ whose
+// event has an outbox row, the row is set back to NEW (persistence.Store.
+// ReplayOutbox; a row already NEW/RETRY/SENDING is on its way and left alone)
+// and, after that commit, the message is acked off the queue. Selected DEAD
+// outbox rows are set back to NEW too. Messages not selected, and poison
+// messages without an outbox row unless DropPoison, are nacked back into the
+// queue. At most 10,000 dead-letter messages are handled per call.
+func ReplayDLQ(ctx context.Context, conn *Conn, store *persistence.Store, req ReplayRequest) (ReplayResult, error) {
+	res := ReplayResult{Replayed: []string{}, Dropped: []string{}, Kept: []string{}, NotFound: []string{}}
+	if !req.All && len(req.EventIDs) == 0 {
+		return res, errors.New("dlq: replay needs event ids or all")
+	}
+	want := make(map[string]bool, len(req.EventIDs))
+	for _, id := range req.EventIDs {
+		want[id] = true
+	}
+	selected := func(id string) bool { return req.All || want[id] }
+	seen := map[string]bool{}
+
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return res, fmt.Errorf("dlq: %w", err)
+	}
+	defer ch.Close() // anything still unacked goes back to the queue
+	q, err := ch.QueueDeclarePassive(QueueDLQ, true, false, false, false, nil)
+	if err != nil {
+		return res, fmt.Errorf("dlq: inspect %s: %w", QueueDLQ, err)
+	}
+	ds, err := getN(ch, min(q.Messages, maxDLQScan))
+	if err != nil {
+		return res, err
+	}
+	var ids []string
+	for _, d := range ds {
+		if selected(d.MessageId) {
+			ids = append(ids, d.MessageId)
+		}
+	}
+	var status map[string]string
+	if len(ids) > 0 {
+		if status, err = store.OutboxStatuses(ctx, ids); err != nil {
+			return res, err
+		}
+	}
+	// DEAD outbox rows: selected ones are replayed with the queue's.
+	dead, err := store.DeadOutbox(ctx, maxDLQScan)
+	if err != nil {
+		return res, err
+	}
+	replay := make([]string, 0, len(ids)+len(dead))
+	for _, id := range ids {
+		if _, ok := status[id]; ok {
+			replay = append(replay, id)
+		}
+	}
+	for _, r := range dead {
+		if selected(r.EventID) {
+			replay = append(replay, r.EventID)
+			seen[r.EventID] = true
+		}
+	}
+	slices.Sort(replay)
+	replay = slices.Compact(replay)
+	if len(replay) > 0 {
+		if res.Replayed, err = store.ReplayOutbox(ctx, replay); err != nil {
+			return res, err
+		}
+	}
+	// Committed: ack what was replayed (or was pending anyway), drop poison
+	// if asked, requeue the rest.
+	for _, d := range ds {
+		id := d.MessageId
+		if !selected(id) {
+			continue
+		}
+		seen[id] = true
+		var err error
+		switch _, has := status[id]; {
+		case has:
+			err = d.Ack(false)
+			res.Acked++
+		case req.DropPoison:
+			err = d.Ack(false)
+			res.Dropped = append(res.Dropped, id)
+		default:
+			res.Kept = append(res.Kept, id)
+		}
+		if err != nil {
+			return res, fmt.Errorf("dlq: ack %s: %w", id, err)
+		}
+	}
+	for _, d := range ds {
+		if !selected(d.MessageId) || (!req.DropPoison && status[d.MessageId] == "") {
+			if err := d.Nack(false, true); err != nil {
+				return res, fmt.Errorf("dlq: requeue %s: %w", d.MessageId, err)
+			}
+		}
+	}
+	for _, id := range req.EventIDs {
+		if !seen[id] {
+			res.NotFound = append(res.NotFound, id)
+		}
+	}
+	return res, nil
+}

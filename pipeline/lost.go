@@ -1,0 +1,186 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// LostConfig bounds RepairLostReservations.
+type LostConfig struct {
+	// Grace is how old (by its accepted time) a reservation must be before
+	// it may count as lost. Default 2m.
+	Grace time.Duration
+	// MaxScan is the most order records examined per shard per call.
+	// Default 5000.
+	MaxScan int
+	// ReleaseMarkerTTL is the life of the release marker (as the consumer's).
+	// Default 7 days.
+	ReleaseMarkerTTL time.Duration
+}
+
+// LostReport is what RepairLostReservations did.
+type LostReport struct {
+	Scanned  int      `json:"scanned"`  // pending order records examined
+	Released []string `json:"released"` // orderNos released
+}
+
+// RepairLostReservations releases Redis reservations that never became
+// orders (SPEC §1 "sweeper": reservations lost between Redis and MySQL, e.g.
+// an intake entry lost with a Redis failover, or a gateway that died between
+// reserve and its synchronous MySQL write). For every shard of every product
+// it SCANs the shard's pending order records (lua.Keys.Order, written by
+// reserve.lua with the accepted time t) and releases, with lua.Release
+// (idempotent by its marker), an orderNo only when all of these hold:
+//
+//  1. it was accepted more than Grace ago and was not released before;
+//  2. its intake entry is no longer in the shard's stream: the oldest entry
+//     still there (unacked ones included — writers delete only what they
+//     acknowledged after the commit) is younger than t, or the stream is
+//     empty. Reserve appends the entry in the same script that writes the
+//     record, so the entry's id time is t;
+//  3. MySQL has no order_info row for it — checked after 2, so an entry
+//     written and deleted meanwhile is seen in MySQL.
+//
+// An order in the stream or in MySQL is therefore never released.
+func RepairLostReservations(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, cfg LostConfig) (LostReport, error) {
+	setDur(&cfg.Grace, 2*time.Minute)
+	setDur(&cfg.ReleaseMarkerTTL, 7*24*time.Hour)
+	if cfg.MaxScan == 0 {
+		cfg.MaxScan = 5000
+	}
+	rep := LostReport{Released: []string{}}
+	products, err := store.ListProducts(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for _, p := range products {
+		for sh := range max(p.Shards, 1) {
+			if err := repairShard(ctx, rdb, store, lua.ShardKeys(p.ID, sh), cfg, &rep); err != nil {
+				return rep, fmt.Errorf("lost reservations of product %d shard %d: %w", p.ID, sh, err)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// lostIDMargin: an intake entry id may be later than its record's accepted
+// time by this much and still be recognised.
+const lostIDMargin = time.Minute
+
+type pendingOrder struct {
+	no       string
+	user     int64
+	qty      int64
+	accepted int64 // unix ms
+}
+
+func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, k lua.Keys, cfg LostConfig, rep *LostReport) error {
+	node := redis.Cmdable(rdb)
+	if cc, ok := rdb.(*redis.ClusterClient); ok { // SCAN the node that owns the shard's slot
+		c, err := cc.MasterForKey(ctx, k.Stock())
+		if err != nil {
+			return err
+		}
+		node = c
+	}
+	prefix := k.Order("")
+	cutoff := time.Now().Add(-cfg.Grace).UnixMilli()
+	var old []pendingOrder
+	var cursor uint64
+	scanned := 0
+	for {
+		keys, next, err := node.Scan(ctx, cursor, prefix+"*", 500).Result()
+		if err != nil {
+			return err
+		}
+		for _, key := range keys {
+			if scanned >= cfg.MaxScan {
+				break
+			}
+			scanned++
+			vals, err := rdb.HMGet(ctx, key, "u", "q", "t").Result()
+			if err != nil {
+				return err
+			}
+			po := pendingOrder{no: strings.TrimPrefix(key, prefix)}
+			u, _ := vals[0].(string)
+			q, _ := vals[1].(string)
+			t, _ := vals[2].(string)
+			var e1, e2, e3 error
+			po.user, e1 = strconv.ParseInt(u, 10, 64)
+			po.qty, e2 = strconv.ParseInt(q, 10, 64)
+			po.accepted, e3 = strconv.ParseInt(t, 10, 64)
+			if e1 != nil || e2 != nil || e3 != nil || po.qty <= 0 || po.accepted > cutoff {
+				continue
+			}
+			old = append(old, po)
+		}
+		cursor = next
+		if cursor == 0 || scanned >= cfg.MaxScan {
+			break
+		}
+	}
+	rep.Scanned += scanned
+	if len(old) == 0 {
+		return nil
+	}
+	// 2: the oldest entry left in the stream.
+	oldest := int64(-1) // -1: stream empty
+	first, err := rdb.XRangeN(ctx, k.Intake(), "-", "+", 1).Result()
+	if err != nil {
+		return err
+	}
+	if len(first) == 1 {
+		ms, _, _ := strings.Cut(first[0].ID, "-")
+		if oldest, err = strconv.ParseInt(ms, 10, 64); err != nil {
+			return fmt.Errorf("stream id %q: %w", first[0].ID, err)
+		}
+	}
+	var candidates []pendingOrder
+	for _, po := range old {
+		// The entry's id time is t, or later if the Redis clock went back
+		// (stream ids never decrease): keep a wide margin.
+		if oldest >= 0 && oldest <= po.accepted+lostIDMargin.Milliseconds() {
+			continue // its entry may still be in the stream
+		}
+		if n, err := rdb.Exists(ctx, k.Released(po.no)).Result(); err != nil {
+			return err
+		} else if n > 0 {
+			continue // released before
+		}
+		candidates = append(candidates, po)
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	// 3: not in MySQL.
+	nos := make([]string, len(candidates))
+	for i, po := range candidates {
+		nos[i] = po.no
+	}
+	inMySQL, err := store.ExistingOrders(ctx, nos)
+	if err != nil {
+		return err
+	}
+	for _, po := range candidates {
+		if inMySQL[po.no] {
+			continue
+		}
+		released, _, err := lua.Release(ctx, rdb, k, po.no, po.user, po.qty, cfg.ReleaseMarkerTTL)
+		if err != nil {
+			return err
+		}
+		if released {
+			rep.Released = append(rep.Released, po.no)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Retry and dead-letter topology of the consumers (SPEC §1 "consumer",
+// §6 "poison message").
+//
+// A message whose handling failed with a transient error (MySQL unavailable,
+// deadlock 1213, lock wait timeout 1205, Redis errors, an open circuit
+// breaker) is republished to the delay queue of its attempt,
+// RetryQueue(level): a durable queue with a fixed x-message-ttl and
+// x-dead-letter-exchange "" (the default exchange) and no dead-letter routing
+// key, so when its TTL runs out RabbitMQ routes it back by its own routing
+// key, which is the name of the work queue it came from. Each delay queue is
+// bound to a fanout exchange of the same name, which the consumer publishes
+// to with routing key = the work queue. Every queue of a level holds messages
+// of one TTL, so expiry is FIFO (per-message TTLs in one queue would wait for
+// the head).
+//
+// The republished copy carries HeaderAttempt = the number of its next
+// delivery; the original is acked only after the broker confirmed the copy.
+// After ConsumerConfig.MaxAttempts deliveries, or at once for a poison
+// message (undecodable body, unknown event type, invalid payload), the
+// message goes to QueueDLQ with the Header* headers saying why, and the
+// original is acked. Nothing is ever nack-requeued in a loop: a consumer
+// whose publish channel is broken waits its backoff before it requeues.
+const (
+	// QueueDLQ is the durable dead-letter queue. Nothing consumes it; see
+	// InspectDLQ and ReplayDLQ.
+	QueueDLQ = "stampede.dlq"
+	// retryPrefix + level names a delay queue and its fanout exchange.
+	retryPrefix = "stampede.retry."
+
+	// HeaderAttempt is the delivery attempt (1 for the first delivery,
+	// which carries no header) of a message coming back from a delay queue.
+	HeaderAttempt = "x-stampede-attempt"
+	// Headers of a dead-lettered message.
+	HeaderQueue      = "x-stampede-queue"       // the work queue it was consumed from
+	HeaderHandler    = "x-stampede-handler"     // the handler (ConsumerOrderLock, …)
+	HeaderReason     = "x-stampede-reason"      // the last error, at most 500 bytes
+	HeaderAttempts   = "x-stampede-attempts"    // deliveries made
+	HeaderRoutingKey = "x-stampede-routing-key" // its original routing key (also carried through the delay queues)
+	HeaderDeadAt     = "x-stampede-dead-at"     // RFC 3339 time it was dead-lettered
+)
+
+// retryDelays are the TTLs of the delay queues: the message that failed its
+// n-th delivery waits retryDelays[min(n, len)-1] before its next one. They
+// are part of the queues' declarations, so changing one needs new queue
+// names (PRECONDITION_FAILED otherwise).
+var retryDelays = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+
+// RetryDelays returns the delay before each retry: element n-1 after the
+// n-th failed delivery; the last one repeats.
+func RetryDelays() []time.Duration { return append([]time.Duration(nil), retryDelays...) }
+
+// RetryQueue is the name of the delay queue (and of its fanout exchange) of
+// level 1…len(RetryDelays()).
+func RetryQueue(level int) string { return retryPrefix + strconv.Itoa(level) }
+
+func retryQueues() []QueueSpec {
+	out := make([]QueueSpec, len(retryDelays))
+	for i, d := range retryDelays {
+		out[i] = QueueSpec{Name: RetryQueue(i + 1), Args: amqp.Table{
+			"x-message-ttl":          d.Milliseconds(),
+			"x-dead-letter-exchange": "",
+		}}
+	}
+	return out
+}
+
+// declareRetryExchanges declares the delay queues' fanout exchanges and binds
+// each queue to its own (the queues themselves are in Topology).
+func declareRetryExchanges(ch *amqp.Channel) error {
+	for i := range retryDelays {
+		name := RetryQueue(i + 1)
+		if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("topology: declare exchange %s: %w", name, err)
+		}
+		if err := ch.QueueBind(name, "", name, false, nil); err != nil {
+			return fmt.Errorf("topology: bind %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// retryLevel is the delay queue level for a message whose attempt-th
+// delivery failed.
+func retryLevel(attempt int) int { return min(max(attempt, 1), len(retryDelays)) }
+
+// attemptOf reads HeaderAttempt (1 when absent or malformed).
+func attemptOf(h amqp.Table) int {
+	switch v := h[HeaderAttempt].(type) {
+	case int:
+		return max(v, 1)
+	case int8:
+		return max(int(v), 1)
+	case int16:
+		return max(int(v), 1)
+	case int32:
+		return max(int(v), 1)
+	case int64:
+		return max(int(v), 1)
+	case uint8:
+		return max(int(v), 1)
+	case uint16:
+		return max(int(v), 1)
+	case uint32:
+		return max(int(v), 1)
+	case string:
+		if n, err := strconv.Atoi(v); err == nil {
+			return max(n, 1)
+		}
+	}
+	return 1
+}
+
+// intHeader reads an integer header (0 when absent).
+func intHeader(h amqp.Table, key string) int {
+	if _, ok := h[key]; !ok {
+		return 0
+	}
+	return attemptOf(amqp.Table{HeaderAttempt: h[key]})
+}
+
+func strHeader(h amqp.Table, key string) string {
+	s, _ := h[key].(string)
+	return s
+}
+
+// republish copies d into a new publishing with headers extra (x-death and
+// the attempt header dropped from the original ones).
+func republish(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range d.Headers {
+		if k == "x-death" || k == "x-first-death-exchange" || k == "x-first-death-queue" ||
+			k == "x-first-death-reason" || k == "x-last-death-exchange" || k == "x-last-death-queue" ||
+			k == "x-last-death-reason" || k == HeaderAttempt {
+			continue
+		}
+		h[k] = v
+	}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return amqp.Publishing{
+		Headers:      h,
+		ContentType:  d.ContentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    d.MessageId,
+		Type:         d.Type,
+		AppId:        d.AppId,
+		Timestamp:    d.Timestamp,
+		Body:         d.Body,
+	}
+}
+
+// errPublishNacked is a republish the broker nacked.
+var errPublishNacked = errors.New("consumer: republish nacked by broker")
+
+// confirmPublisher is a confirm-mode channel shared by one handler's workers
+// for retry and dead-letter publishes.
+type confirmPublisher struct {
+	ch      *amqp.Channel
+	timeout time.Duration
+}
+
+// publish sends msg and waits for its confirm (at most timeout).
+func (p *confirmPublisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+	defer cancel()
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(pctx, exchange, key, false, false, msg)
+	if err != nil {
+		return fmt.Errorf("consumer: republish to %q/%s: %w", exchange, key, err)
+	}
+	ok, err := dc.WaitContext(pctx)
+	if err != nil {
+		return fmt.Errorf("consumer: confirm of republish to %q/%s: %w", exchange, key, err)
+	}
+	if !ok {
+		return errPublishNacked
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
