@@ -27,8 +27,8 @@ import (
 //	                                                     reserve step: accepted, duplicate, sold_out,
 //	                                                     insufficient, limited, not_active, key_reused,
 //	                                                     not_found, invalid, rate_limited, unavailable
-//	lua_call_duration_seconds{script}                    latency of one Redis script call (shared with
-//	                                                     package pipeline's release calls)
+//	lua_call_duration_seconds{script}                    latency of one Redis script call (defined in package lua,
+//	                                                     shared with the release calls of package pipeline)
 type Metrics struct {
 	requests *prometheus.HistogramVec
 	reserve  [numReserveResults]prometheus.Counter
@@ -76,9 +76,6 @@ var reserveResultNames = [numReserveResults]string{
 // 250µs to 5s, dense where a 202 should land.
 var HTTPBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 
-// LuaBuckets are the bucket bounds of stampede_lua_call_duration_seconds.
-var LuaBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
-
 // NewMetrics creates the gateway's collectors and registers them with reg
 // (nil: unregistered). Calling it twice with one registry returns collectors
 // that share the registered series, so several Servers can report into one
@@ -97,19 +94,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for i, name := range reserveResultNames {
 		m.reserve[i] = reserve.WithLabelValues(name)
 	}
-	m.lua = register(reg, NewLuaHistogram()).WithLabelValues("reserve")
+	m.lua = register(reg, lua.NewCallHistogram()).WithLabelValues("reserve")
 	return m
-}
-
-// NewLuaHistogram returns the unregistered stampede_lua_call_duration_seconds
-// histogram vector {script}. Package pipeline builds the same one; the second
-// registration with a registry reuses the first.
-func NewLuaHistogram() *prometheus.HistogramVec {
-	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "stampede_lua_call_duration_seconds",
-		Help:    "Latency of one Redis Lua script call (EVALSHA round trip), by script.",
-		Buckets: LuaBuckets,
-	}, []string{"script"})
 }
 
 // register registers c with reg and returns it, or the collector already

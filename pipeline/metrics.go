@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stampede-sh/stampede/lua"
 )
 
 // Metrics are the Prometheus collectors of the writer, relay, consumer and
@@ -26,7 +28,7 @@ import (
 //	relay_dead_rows_total                     outbox rows that spent their retry budget (DEAD)
 //	consumer_messages_total{handler,outcome}  ok, duplicate, retry, dead_letter, skipped
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
-//	lua_call_duration_seconds{script}         release script latency (shared with package gateway)
+//	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
 //	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
@@ -91,10 +93,6 @@ var publishOutcomeNames = [numPublishOutcomes]string{"acked", "nacked", "returne
 var (
 	batchBuckets   = []float64{1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000}
 	latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-	// luaBuckets must equal gateway.LuaBuckets: both packages register
-	// stampede_lua_call_duration_seconds, and a registry accepts the second
-	// registration only if it is identical.
-	luaBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 )
 
 // NewMetrics creates the pipeline's collectors and registers them with reg
@@ -146,11 +144,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",
 	}))
-	m.luaRelease = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "stampede_lua_call_duration_seconds",
-		Help:    "Latency of one Redis Lua script call (EVALSHA round trip), by script.",
-		Buckets: luaBuckets,
-	}, []string{"script"})).WithLabelValues("release")
+	m.luaRelease = register(reg, lua.NewCallHistogram()).WithLabelValues("release")
 
 	m.consumer = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_consumer_messages_total",
