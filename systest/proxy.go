@@ -1,14 +1,17 @@
-// Package faults holds Stampede's fault-injection tests (issue 4, SPEC §6):
-// each test runs the real binary against real services, injects one real
-// fault — a broker or database cut off, a Redis restart, a process killed
-// with SIGKILL — and ends with the SPEC §5 check (pipeline.WaitIdle, then
-// pipeline.Reconcile) for its product.
+// Package systest holds Stampede's system tests: each runs the real binary
+// (`stampede serve`, one or many processes) against real services and ends
+// with the SPEC §5 check (pipeline.WaitIdle, then pipeline.Reconcile).
+//
+// The fault-injection tests (TestFault*, issue 4, SPEC §6) inject one real
+// fault each — a broker or database cut off, a Redis restart, a process
+// killed with SIGKILL. The scale-out tests (issue 8) run every role as
+// several processes, on a real Redis Cluster and on quorum queues.
 //
 // The only non-test code is Proxy, a loopback TCP proxy put between the
 // processes under test and a shared service, so a test can cut or refuse
 // connections to that service without touching the service itself, which
 // other tests use at the same time. It must never be used in production.
-package faults
+package systest
 
 import (
 	"errors"

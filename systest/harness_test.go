@@ -1,4 +1,4 @@
-package faults
+package systest
 
 import (
 	"bufio"
@@ -87,8 +87,10 @@ type env struct {
 	ctx   context.Context
 	bin   string
 	store *persistence.Store // direct, never through a proxy
-	redis *redisServer
-	rdb   *redis.Client // direct to the private redis-server
+	redis *redisServer         // the private redis-server; nil when redisAddr is a cluster
+	rdb   redis.UniversalClient // direct to redisAddr
+
+	redisAddr string // what the processes use: host:port, or a comma-separated cluster seed list
 
 	mysqlDSN  string // what the processes use (maybe through a proxy)
 	amqpURL   string // idem
@@ -111,6 +113,7 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, ctx: ctx, bin: binary(t)}
 	e.store = persistencetest.New(t, "faults")
 	e.redis = startRedisServer(t)
+	e.redisAddr = e.redis.addr()
 	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.addr(), DialTimeout: time.Second})
 	t.Cleanup(func() { e.rdb.Close() })
 	e.directAMQ = pipelinetest.Vhost(t, "faults")
@@ -281,7 +284,7 @@ func (e *env) serve(name, roles string, extra ...string) *proc {
 		httpAddr = e.httpAddr
 	}
 	args := append([]string{"serve", "--roles", roles,
-		"--mysql-dsn", e.mysqlDSN, "--redis-addr", e.redis.addr(), "--amqp-url", e.amqpURL,
+		"--mysql-dsn", e.mysqlDSN, "--redis-addr", e.redisAddr, "--amqp-url", e.amqpURL,
 		"--http-addr", httpAddr, "--push-addr", freeAddr(e.t), "--metrics-addr", p.metricsAddr,
 		"--jwt-secret", jwtSecret, "--log-level", "warn", "--node-id", fmt.Sprint(e.nodeID.Add(1)),
 		"--shutdown-timeout", "5s",
