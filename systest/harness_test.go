@@ -86,8 +86,8 @@ type env struct {
 	t     *testing.T
 	ctx   context.Context
 	bin   string
-	store *persistence.Store // direct, never through a proxy
-	redis *redisServer         // the private redis-server; nil when redisAddr is a cluster
+	store *persistence.Store    // direct, never through a proxy
+	redis *redisServer          // the private redis-server; nil when redisAddr is a cluster
 	rdb   redis.UniversalClient // direct to redisAddr
 
 	redisAddr string // what the processes use: host:port, or a comma-separated cluster seed list
