@@ -11,6 +11,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates tzdata \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /stampede /usr/local/bin/stampede
+# The built Vue client (committed in client/dist), served by the gateways.
+COPY --from=build /src/client/dist /srv/stampede/client
 EXPOSE 8080
 ENV STAMPEDE_HTTP_ADDR=0.0.0.0:8080
 ENTRYPOINT ["stampede"]

@@ -43,8 +43,12 @@ type Config struct {
 	RequestTTL time.Duration
 
 	// NodeID is the orderNo node id, 0…1023; two live gateways must not share
-	// one. -1 picks a random node when New runs. Default 0.
+	// one. -1 leases a free id from Redis when Serve starts and renews it
+	// (NodeLease); until a lease is held, orders answer 503. Default 0.
 	NodeID int
+	// NodeLeaseTTL is the life of a node lease without renewal (NodeID -1);
+	// it is renewed every third of it. Default 30s, at least 3s.
+	NodeLeaseTTL time.Duration
 
 	// MaxBodyBytes is the largest request body accepted, in bytes; larger
 	// bodies answer 400 INVALID_ARGUMENT. Default 4096.
@@ -135,6 +139,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.TokenTTL, 24*time.Hour)
 	setDur(&c.PayTimeout, 15*time.Minute)
 	setDur(&c.RequestTTL, 24*time.Hour)
+	setDur(&c.NodeLeaseTTL, 30*time.Second)
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -182,7 +187,9 @@ func (c *Config) Validate() error {
 	case c.RequestTTL < c.PayTimeout:
 		return bad("RequestTTL %v is shorter than PayTimeout %v", c.RequestTTL, c.PayTimeout)
 	case c.NodeID < -1 || c.NodeID > 1023:
-		return bad("NodeID %d is outside 0..1023 (or -1 for random)", c.NodeID)
+		return bad("NodeID %d is outside 0..1023 (or -1 for a leased one)", c.NodeID)
+	case c.NodeID < 0 && c.NodeLeaseTTL < 3*time.Second:
+		return bad("NodeLeaseTTL %v is below 3s", c.NodeLeaseTTL)
 	case c.MaxBodyBytes < 256:
 		return bad("MaxBodyBytes %d is below 256", c.MaxBodyBytes)
 	case c.RedisTimeout < 0, c.StoreTimeout < 0, c.BreakerOpen < 0, c.ProductCacheTTL < 0, c.ReadTimeout < 0,

@@ -44,6 +44,9 @@ func (s *Server) Ready(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("redis: answers again, circuit breaker still %s", st))
 		}
 	}
+	if !s.nodeValid(time.Now()) {
+		errs = append(errs, errors.New("no orderNo node id leased yet"))
+	}
 	if err := s.store.Ping(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("mysql: %w", err))
 	}

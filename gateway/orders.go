@@ -63,8 +63,13 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	home := homeShard(c.UserID, shards)
-	if s.soldOut.hit(productID, time.Now()) {
+	now := time.Now()
+	if s.soldOut.hit(productID, now) {
 		s.answerSoldOut(ctx, c, lua.ShardKeys(productID, home), requestID, quantity)
+		return
+	}
+	if !s.nodeValid(now) { // nodeid.go: no orderNo without a node id of our own
+		s.fail(ctx, errNoNode)
 		return
 	}
 	args := lua.ReserveArgs{

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/router"
@@ -41,6 +41,7 @@ type Server struct {
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	soldOut    soldOutCache
 	routing    routeCache
+	lease      atomic.Pointer[NodeLease] // with NodeID -1: the leased orderNo node id (nodeid.go)
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
@@ -63,7 +64,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	logger = logger.With("component", "gateway")
 	node := int64(cfg.NodeID)
 	if node < 0 {
-		node = rand.Int64N(1024)
+		node = 0 // replaced by the leased id before any order is taken (keepNode)
 	}
 	gen, err := order.NewNoGenerator(node)
 	if err != nil {
@@ -184,6 +185,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	rctx, stopRepair := context.WithCancel(ctx)
 	repairDone := s.startTransferRepair(rctx) // shards.go
 	defer func() { stopRepair(); <-repairDone }()
+	if s.cfg.NodeID < 0 {
+		leaseDone := make(chan struct{})
+		go func() { defer close(leaseDone); s.keepNode(rctx, s.gen) }() // nodeid.go
+		defer func() { stopRepair(); <-leaseDone }()
+	}
 	if s.batcher != nil {
 		batchDone := s.batcher.start(rctx) // reserve_batch.go
 		defer func() { stopRepair(); <-batchDone }()

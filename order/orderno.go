@@ -104,3 +104,23 @@ func ParseNo(no string) (id int64, shard int, productID int64, err error) {
 func NoTime(id int64) time.Time {
 	return Epoch.Add(time.Duration(id>>(nodeBits+seqBits)) * time.Millisecond)
 }
+
+// Node is the node id the generator writes into new orderNos.
+func (g *NoGenerator) Node() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.node
+}
+
+// SetNode changes the node id of later orderNos (0…1023); the millisecond and
+// sequence state is kept, so ids stay increasing. Used when a gateway's
+// leased node id (gateway.NodeLease) had to be replaced.
+func (g *NoGenerator) SetNode(node int64) error {
+	if node < 0 || node > maxNode {
+		return fmt.Errorf("order: node id %d out of range 0..%d", node, maxNode)
+	}
+	g.mu.Lock()
+	g.node = node
+	g.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// composeService is the part of a docker-compose.yml service the test reads.
+type composeService struct {
+	Image         string            `yaml:"image"`
+	Command       []string          `yaml:"command"`
+	Environment   map[string]string `yaml:"environment"`
+	Ports         []string          `yaml:"ports"`
+	ContainerName string            `yaml:"container_name"`
+	DependsOn     map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+}
+
+// TestComposeScalesEveryRole keeps docker-compose.yml `--scale` friendly:
+// every role is a service of its own running only that role, with no fixed
+// container name and no published port (the lb service is the one entry
+// point), waiting for the one-shot migrate service; gateways lease their
+// node ids; every STAMPEDE_ variable set is one the binary reads, with a
+// value it accepts.
+func TestComposeScalesEveryRole(t *testing.T) {
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]composeService `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	known, _ := settingFlags(t)
+	envs := map[string]bool{}
+	for _, env := range known {
+		envs[env] = true
+	}
+	for _, role := range allRoles {
+		s, ok := doc.Services[role]
+		if !ok {
+			t.Errorf("no service %q", role)
+			continue
+		}
+		if want := []string{"serve", "--roles", role}; !slices.Equal(s.Command, want) {
+			t.Errorf("%s: command %q, want %q", role, s.Command, want)
+		}
+		if s.ContainerName != "" || len(s.Ports) > 0 {
+			t.Errorf("%s: container_name %q, ports %q: cannot be scaled", role, s.ContainerName, s.Ports)
+		}
+		if d := s.DependsOn["migrate"]; d.Condition != "service_completed_successfully" {
+			t.Errorf("%s: does not wait for migrate to complete (%q)", role, d.Condition)
+		}
+		if s.Image != "stampede:local" {
+			t.Errorf("%s: image %q", role, s.Image)
+		}
+		if s.Environment["STAMPEDE_AMQP_QUEUE_TYPE"] != "quorum" {
+			t.Errorf("%s: queue type %q, want quorum in the deployment", role, s.Environment["STAMPEDE_AMQP_QUEUE_TYPE"])
+		}
+		if s.Environment["STAMPEDE_NODE_ID"] != "-1" {
+			t.Errorf("%s: STAMPEDE_NODE_ID %q: replicas must lease their node ids (-1)", role, s.Environment["STAMPEDE_NODE_ID"])
+		}
+		// The binary accepts the service's environment as it is.
+		for k := range s.Environment {
+			if strings.HasPrefix(k, "STAMPEDE_") && !envs[k] {
+				t.Errorf("%s: %s is not a setting of the binary", role, k)
+			}
+		}
+		for k, v := range s.Environment {
+			t.Setenv(k, v)
+		}
+		cfg, err := parse("serve", s.Command[1:], nil)
+		if err != nil {
+			t.Errorf("%s: the binary refuses the service's settings: %v", role, err)
+		} else if roles, _ := cfg.roleSet(); len(roles) != 1 || !roles[role] {
+			t.Errorf("%s: runs roles %v", role, roles)
+		}
+		for k := range s.Environment {
+			os.Unsetenv(k)
+		}
+	}
+	if m := doc.Services["migrate"]; !slices.Equal(m.Command, []string{"migrate"}) {
+		t.Errorf("migrate service command %q", m.Command)
+	}
+	lb := doc.Services["lb"]
+	if len(lb.Ports) != 1 || !strings.HasPrefix(lb.Ports[0], "127.0.0.1:") {
+		t.Errorf("lb ports %q: want one, on loopback", lb.Ports)
+	}
+	conf, err := os.ReadFile("../../deploy/nginx/stampede.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"http://gateway:8080", "http://push:8081", "resolver 127.0.0.11"} {
+		if !strings.Contains(string(conf), want) {
+			t.Errorf("deploy/nginx/stampede.conf lacks %q", want)
+		}
+	}
+}
