@@ -30,6 +30,8 @@ import (
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
 //	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
+//	sweeper_lost_closes_total                 due orders another closer changed between the sweep's read and its close (wasted attempts)
+//	sweeper_passes_total{pass,result}         pass close or reconcile: done, skipped (another sweeper holds the pass lock, or reconciled recently), error
 //	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
 //	reconcile_runs_total{result}              ok, failed (some invariant did not hold), error
@@ -60,6 +62,8 @@ type Metrics struct {
 	rejected atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
 
 	sweeperClosed  prometheus.Counter
+	sweeperLost    prometheus.Counter
+	sweeperPasses  *prometheus.CounterVec
 	drift          *prometheus.GaugeVec
 	reconBacklog   *prometheus.GaugeVec
 	reconRuns      *prometheus.CounterVec
@@ -165,6 +169,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_sweeper_closed_orders_total",
 		Help: "WAITING_PAY orders the sweeper cancelled because their pay deadline passed.",
 	}))
+	m.sweeperLost = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_sweeper_lost_closes_total",
+		Help: "Due orders the sweeper tried to close that another closer (the close consumer, a payment, a user cancel; never another sweeper while the pass lock works) changed first: wasted close attempts.",
+	}))
+	m.sweeperPasses = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_sweeper_passes_total",
+		Help: "Sweeper passes by pass (close: one batch of due orders; reconcile: lost-reservation repair, stock repair sync and reconciliation) and result: done, skipped (another sweeper held the pass's MySQL advisory lock, or reconciled less than an interval ago), error.",
+	}, []string{"pass", "result"}))
+	for _, p := range []string{"close", "reconcile"} {
+		for _, r := range []string{"done", "skipped", "error"} {
+			m.sweeperPasses.WithLabelValues(p, r)
+		}
+	}
 	m.drift = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_drift",
 		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",

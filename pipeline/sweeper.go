@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -87,6 +87,13 @@ type SweeperStats struct {
 	Reconciles int64
 	// LostReleased counts reservations released as lost.
 	LostReleased int64
+	// Passes counts close passes (one batch each) this sweeper ran while
+	// holding the close lock; Skipped those it left because another sweeper
+	// held it.
+	Passes, Skipped int64
+	// ReconcileSkipped counts reconciliation rounds left to another sweeper
+	// (it held the lock, or reconciled less than ReconcileInterval ago).
+	ReconcileSkipped int64
 }
 
 // Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
@@ -98,6 +105,29 @@ type SweeperStats struct {
 // consumer and a racing payment can never both win, and a paid order is never
 // cancelled. Its release of MySQL stock happens in the same transaction; the
 // Redis release follows through the CANCELLED status event.
+//
+// Many sweepers (one per process with the sweeper role) share the work
+// without duplicating it. A close pass (read one batch of due orders, close
+// them) runs only while holding the MySQL advisory lock "close" of the
+// database (persistence.Store.TryLock: GET_LOCK on a pinned connection,
+// released after the batch); a sweeper that finds it held skips that pass
+// (stampede_sweeper_passes_total{pass="close",result="skipped"}). Passes are
+// therefore serial and each reads the due list after the previous pass
+// committed its closes: no sweeper tries an order another sweeper closed.
+// The lock lives in the server session, so a sweeper that dies or loses its
+// connection mid-pass frees it at once and the next sweeper carries on; the
+// orders that sweeper had not closed are still WAITING_PAY and due. Should
+// the lock ever fail (a network partition keeping a dead holder's session
+// open until the server times it out), passes merely wait; and two
+// overlapping passes would still be safe, CloseOrder's conditional update
+// picking one winner per order.
+//
+// The reconciliation round (lost-reservation repair, stock-repair sync,
+// Reconcile) is expensive and pointless twice: a sweeper runs it only while
+// holding the advisory lock "reconcile" and only if no sweeper started one
+// less than ReconcileInterval ago (a Redis key set with NX and that TTL).
+// The drift gauges are exported by the sweeper that ran the last round; the
+// others drop theirs when they skip, so a stale drift never lingers.
 type Sweeper struct {
 	cfg   SweeperConfig
 	store *persistence.Store
@@ -105,7 +135,19 @@ type Sweeper struct {
 	m     *Metrics
 
 	closed, lost, errs, reconciles, lostReleased atomic.Int64
+	passes, skipped, reconcileSkipped            atomic.Int64
 }
+
+// Advisory lock names (persistence.Store.TryLock scopes them per database)
+// and the Redis key that spaces reconciliation rounds.
+const (
+	sweepLockClose     = "sweeper.close"
+	sweepLockReconcile = "sweeper.reconcile"
+	// ReconcileMarkKey is set (NX, TTL ReconcileInterval) by the sweeper that
+	// starts a reconciliation round; while it exists other sweepers skip
+	// theirs.
+	ReconcileMarkKey = lua.Prefix + "sweeper:reconciled"
+)
 
 // NewSweeper returns a Sweeper; cfg is completed with defaults and validated.
 func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
@@ -119,7 +161,8 @@ func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
 // Stats returns the counters so far.
 func (s *Sweeper) Stats() SweeperStats {
 	return SweeperStats{Closed: s.closed.Load(), Lost: s.lost.Load(), Errors: s.errs.Load(), Reconciles: s.reconciles.Load(),
-		LostReleased: s.lostReleased.Load()}
+		LostReleased: s.lostReleased.Load(), Passes: s.passes.Load(), Skipped: s.skipped.Load(),
+		ReconcileSkipped: s.reconcileSkipped.Load()}
 }
 
 // Run sweeps every Interval, and reconciles every ReconcileInterval when
@@ -149,18 +192,44 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// Sweep closes one batch of due orders. more reports that the batch was full
-// and at least one order was closed, so another batch may be due at once.
-// A close lost to another closer is normal and not an error.
+// Sweep runs one close pass: under the close lock (see Sweeper), it closes
+// one batch of due orders. more reports that the batch was full and at least
+// one order was closed, so another batch may be due at once. When another
+// sweeper holds the lock it returns (false, nil) at once and counts a
+// skipped pass. A close lost to another closer (the close consumer, a
+// payment) is normal and not an error; it counts in Stats().Lost.
+//
+// Errors: MySQL failed (taking the lock, reading the due orders, or every
+// close of the batch).
 func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
+	lock, ok, err := s.store.TryLock(ctx, sweepLockClose)
+	if err != nil {
+		s.errs.Add(1)
+		s.m.sweeperPasses.WithLabelValues("close", "error").Inc()
+		return false, fmt.Errorf("sweeper: %w", err)
+	}
+	if !ok {
+		s.skipped.Add(1)
+		s.m.sweeperPasses.WithLabelValues("close", "skipped").Inc()
+		return false, nil
+	}
+	defer lock.Release()
+	more, err = s.sweepLocked(ctx)
+	result := "done"
+	if err != nil {
+		result = "error"
+	}
+	s.passes.Add(1)
+	s.m.sweeperPasses.WithLabelValues("close", result).Inc()
+	return more, err
+}
+
+func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
 	due, err := s.store.DueOrders(ctx, s.cfg.BatchSize)
 	if err != nil {
 		s.errs.Add(1)
 		return false, fmt.Errorf("sweeper: %w", err)
 	}
-	// Several sweepers read the same oldest-first list; starting at
-	// different places makes them contend less on the same rows.
-	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
 	closed := 0
 	var firstErr error
 	for _, no := range due {
@@ -173,6 +242,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 			s.m.sweeperClosed.Inc()
 		case errors.Is(err, persistence.ErrInvalidState), errors.Is(err, persistence.ErrNotDue), errors.Is(err, persistence.ErrNotFound):
 			s.lost.Add(1)
+			s.m.sweeperLost.Inc()
 		case ctx.Err() != nil:
 			return false, nil
 		default:
@@ -189,25 +259,76 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	return len(due) == s.cfg.BatchSize && closed > 0, nil
 }
 
-// reconcileLoop runs Reconcile over every product each ReconcileInterval
-// (the first run after one interval) and exports the drift per product. A
-// drift while the product has no intake backlog and no PROCESSING order is
-// logged at warn (a release on its way to Redis can still explain it for a
-// moment; a real drift stays, run after run).
+// reconcileLoop runs a reconciliation round each ReconcileInterval (the
+// first after one interval) unless another sweeper runs or ran it (see
+// Sweeper), and exports the drift per product. A drift while the product has
+// no intake backlog and no PROCESSING order is logged at warn (a release on
+// its way to Redis can still explain it for a moment; a real drift stays, run
+// after run).
 func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	for sleep(ctx, s.cfg.ReconcileInterval) {
-		if s.cfg.LostGrace > 0 {
-			s.RepairLost(ctx)
-		}
-		if applied, err := RepairAdjustments(ctx, s.cfg.Redis, s.store); err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("sweeper: stock repair sync failed", "err", err)
-			}
-		} else if len(applied) > 0 {
-			s.log.Warn("sweeper: applied stock repairs missing in Redis", "repairNos", applied)
-		}
-		s.ReconcileOnce(ctx)
+		s.ReconcileRound(ctx)
 	}
+}
+
+// ReconcileRound runs one reconciliation round (RepairLost when LostGrace >
+// 0, RepairAdjustments, ReconcileOnce) if this sweeper gets the reconcile
+// lock and no sweeper started a round less than ReconcileInterval ago. ran
+// reports whether it did; failures are logged and counted, not returned.
+// Requires Redis in the config.
+func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
+	skip := func() bool {
+		s.reconcileSkipped.Add(1)
+		s.m.sweeperPasses.WithLabelValues("reconcile", "skipped").Inc()
+		// The sweeper that runs the rounds exports the drift; a stale
+		// value here would outlive it.
+		s.m.drift.Reset()
+		s.m.reconBacklog.Reset()
+		return false
+	}
+	fail := func(err error) bool {
+		if ctx.Err() == nil {
+			s.m.sweeperPasses.WithLabelValues("reconcile", "error").Inc()
+			s.log.Warn("sweeper: reconcile round not started", "err", err)
+		}
+		return false
+	}
+	lock, ok, err := s.store.TryLock(ctx, sweepLockReconcile)
+	if err != nil {
+		return fail(err)
+	}
+	if !ok {
+		return skip()
+	}
+	defer lock.Release()
+	mark := s.cfg.ReconcileInterval
+	if mark <= 0 {
+		mark = time.Second
+	}
+	fresh, err := s.cfg.Redis.SetNX(ctx, ReconcileMarkKey, "1", mark*9/10).Result()
+	if err != nil {
+		return fail(err)
+	}
+	if !fresh {
+		return skip()
+	}
+	if s.cfg.LostGrace > 0 {
+		s.RepairLost(ctx)
+	}
+	if applied, err := RepairAdjustments(ctx, s.cfg.Redis, s.store); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("sweeper: stock repair sync failed", "err", err)
+		}
+	} else if len(applied) > 0 {
+		s.log.Warn("sweeper: applied stock repairs missing in Redis", "repairNos", applied)
+	}
+	_, err = s.ReconcileOnce(ctx)
+	result := "done"
+	if err != nil {
+		result = "error"
+	}
+	s.m.sweeperPasses.WithLabelValues("reconcile", result).Inc()
+	return true
 }
 
 // RepairLost runs RepairLostReservations once with LostGrace, counting and
