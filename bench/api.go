@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +20,22 @@ import (
 )
 
 // hostPort checks that raw is an http URL of a loopback host and returns its
-// host:port.
+// host:port. raw may list several gateways, comma-separated
+// ("http://127.0.0.1:8080,http://127.0.0.1:8082"): the result is then their
+// host:ports joined by commas, which fasthttp.HostClient dials round-robin,
+// so the load spreads over the gateways.
 func hostPort(raw string) (string, error) {
+	if strings.Contains(raw, ",") {
+		var addrs []string
+		for _, part := range strings.Split(raw, ",") {
+			a, err := hostPort(strings.TrimSpace(part))
+			if err != nil {
+				return "", err
+			}
+			addrs = append(addrs, a)
+		}
+		return strings.Join(addrs, ","), nil
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", fmt.Errorf("url %q: %w", raw, err)
@@ -60,7 +75,7 @@ func (a *api) do(ctx context.Context, method, path, token string, body any) (int
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
 	req.SetRequestURI(path)
-	req.Header.SetHost(a.addr)
+	req.Header.SetHost(strings.Split(a.addr, ",")[0])
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

@@ -333,16 +333,18 @@ func TestParseScenariosAndParams(t *testing.T) {
 
 func TestHostPort(t *testing.T) {
 	for in, want := range map[string]string{
-		"http://127.0.0.1:8080":  "127.0.0.1:8080",
-		"http://127.0.0.1:8080/": "127.0.0.1:8080",
-		"http://localhost":       "localhost:80",
-		"http://[::1]:9":         "[::1]:9",
+		"http://127.0.0.1:8080":                        "127.0.0.1:8080",
+		"http://127.0.0.1:8080/":                       "127.0.0.1:8080",
+		"http://localhost":                             "localhost:80",
+		"http://[::1]:9":                               "[::1]:9",
+		"http://127.0.0.1:8080,http://127.0.0.1:8082/": "127.0.0.1:8080,127.0.0.1:8082",
 	} {
 		if got, err := hostPort(in); err != nil || got != want {
 			t.Errorf("%s: %q %v", in, got, err)
 		}
 	}
-	for _, bad := range []string{"https://127.0.0.1:8080", "http://10.0.0.1:8080", "127.0.0.1:8080", "http://127.0.0.1:8080/api", ""} {
+	for _, bad := range []string{"https://127.0.0.1:8080", "http://10.0.0.1:8080", "127.0.0.1:8080", "http://127.0.0.1:8080/api", "",
+		"http://127.0.0.1:8080,http://10.0.0.1:8080", "http://127.0.0.1:8080,"} {
 		if _, err := hostPort(bad); err == nil {
 			t.Errorf("%s accepted", bad)
 		}

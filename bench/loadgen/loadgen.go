@@ -8,6 +8,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +20,10 @@ import (
 // Config is one constant-arrival-rate run. Request i (0-based) is scheduled
 // at t0 + i/Rate, whatever happened to the requests before it.
 type Config struct {
-	// Addr is the server's host:port. It must be a loopback address: the
-	// generator refuses to load anything but this machine.
+	// Addr is the server's host:port, or several comma-separated (requests
+	// then spread over them: fasthttp.HostClient dials them round-robin).
+	// Every one must be a loopback address: the generator refuses to load
+	// anything but this machine.
 	Addr string
 	// Rate is the arrival rate in requests per second. Required, > 0.
 	Rate float64
@@ -49,7 +52,7 @@ type Config struct {
 	// not keep up). Default 5ms.
 	LateAfter time.Duration
 	// Build fills the i-th request: method, URI (path and query) and headers
-	// and body. The Host header defaults to Addr. Required. Called from many
+	// and body. The Host header defaults to Addr (its first address). Required. Called from many
 	// goroutines; req is reset before each call.
 	Build func(i int64, req *fasthttp.Request)
 	// Classify names a request's outcome; the statistics are kept per class.
@@ -114,9 +117,18 @@ func (c *Config) total() int64 {
 	return max(int64(math.Ceil(c.Rate*(c.Warmup+c.Duration).Seconds())), 1)
 }
 
-// CheckLoopback returns an error unless addr is host:port with a host that
-// is, or resolves only to, loopback addresses.
+// CheckLoopback returns an error unless addr is host:port (or a
+// comma-separated list of them) with hosts that are, or resolve only to,
+// loopback addresses.
 func CheckLoopback(addr string) error {
+	if strings.Contains(addr, ",") { // several servers, dialed round-robin by fasthttp.HostClient
+		for _, a := range strings.Split(addr, ",") {
+			if err := CheckLoopback(a); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("address %q: %w", addr, err)
@@ -401,6 +413,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		lag:       NewHistogram(),
 	}
 	stopAt := at(n - 1).Add(cfg.Grace)
+	// Host header: the first server's address (fasthttp.HostClient dials the
+	// others round-robin).
+	host, _, _ := strings.Cut(cfg.Addr, ",")
 
 	var next, sent, abandoned atomic.Int64
 	var wg sync.WaitGroup
@@ -438,7 +453,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				resp.Reset()
 				cfg.Build(i, req)
 				if len(req.Header.Host()) == 0 {
-					req.Header.SetHost(cfg.Addr)
+					req.Header.SetHost(host)
 				}
 				sent.Add(1)
 				started := time.Now()

@@ -205,7 +205,10 @@ func TestLoopbackOnly(t *testing.T) {
 			t.Errorf("%s: %v", a, err)
 		}
 	}
-	for _, a := range []string{"10.0.0.1:80", "8.8.8.8:53", "[2001:db8::1]:80", "127.0.0.1", ""} {
+	if err := CheckLoopback("127.0.0.1:1,[::1]:2"); err != nil {
+		t.Errorf("list of loopback servers: %v", err)
+	}
+	for _, a := range []string{"10.0.0.1:80", "8.8.8.8:53", "[2001:db8::1]:80", "127.0.0.1", "", "127.0.0.1:1,10.0.0.1:80", "127.0.0.1:1,"} {
 		if err := CheckLoopback(a); err == nil {
 			t.Errorf("%s accepted", a)
 		}
@@ -213,6 +216,26 @@ func TestLoopbackOnly(t *testing.T) {
 	_, err := Run(context.Background(), Config{Addr: "192.0.2.1:80", Rate: 1, Requests: 1, Build: indexed})
 	if err == nil {
 		t.Fatal("Run loaded a non-loopback address")
+	}
+}
+
+// A comma-separated Addr spreads the requests over every server.
+func TestSeveralServersShareTheLoad(t *testing.T) {
+	t.Parallel()
+	var hits [2]atomic.Int64
+	a := serve(t, func(ctx *fasthttp.RequestCtx) { hits[0].Add(1); ctx.SetStatusCode(202) })
+	b := serve(t, func(ctx *fasthttp.RequestCtx) { hits[1].Add(1); ctx.SetStatusCode(202) })
+	res, err := Run(context.Background(), Config{Addr: a + "," + b, Rate: 2000, Requests: 400, Workers: 32, Build: indexed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Count("202") != 400 {
+		t.Fatalf("202s: %d of 400", res.Count("202"))
+	}
+	for i := range hits {
+		if n := hits[i].Load(); n < 40 {
+			t.Errorf("server %d answered %d of 400 requests", i, n)
+		}
 	}
 }
 

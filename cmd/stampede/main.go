@@ -6,6 +6,7 @@
 //	stampede token --user 42 [--admin]
 //	stampede reconcile
 //	stampede dlq list|replay [--all|--event-id X]
+//	stampede bench | bench-scale | bench-push
 //
 // Settings come from STAMPEDE_* environment variables, overridden by flags;
 // `stampede <command> -h` lists them.
@@ -41,6 +42,7 @@ func init() {
 		{"dlq", "dead letters: `dlq list` shows the dead-letter queue and DEAD outbox rows, `dlq replay --all|--event-id X` re-publishes them through the outbox", runDLQ},
 		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
 		{"bench", "run the benchmark scenarios, write bench/results/<date>.{json,md}", runBench},
+		{"bench-scale", "the benchmark against 1 and 2 gateway+writer pairs (separate processes), compared in one report", runBenchScale},
 		{"bench-push", "10,000 WebSocket subscribers on one push process: delivery latency and memory per connection", runBenchPush},
 	}
 }

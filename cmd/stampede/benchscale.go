@@ -1,0 +1,438 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stampede-sh/stampede/bench"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// runBenchScale is `stampede bench-scale`: the same benchmark scenarios
+// against 1, 2, … gateway+writer pairs, each pair its own `stampede serve
+// --roles gateway,writer` process, with one shared process running the relay,
+// consumers and sweeper. The pairs are started one after the other, so the
+// run with n pairs has exactly n gateways and n writers alive; the load
+// generator spreads its requests over the n gateways (round-robin
+// connections). The first count is the baseline the others are compared
+// with; the report also gives each component's share of the machine's CPU,
+// which says where the capacity went.
+func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
+	var f benchFlags
+	var pairsFlag string
+	var basePort int
+	cfg, err := parse("bench-scale", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&pairsFlag, "pairs", "1,2", "comma-separated gateway+writer pair counts to measure, in order; the first is the baseline")
+		fs.IntVar(&basePort, "base-port", 8180, "pair i's gateway listens on 127.0.0.1:<base-port+i>")
+		fs.StringVar(&f.scenarios, "scenarios", bench.Spike+","+bench.Sustained, "comma-separated scenarios: "+strings.Join(bench.All, ","))
+		fs.BoolVar(&f.quick, "quick", false, "smoke run: every scenario shrunk to about two seconds of load")
+		fs.StringVar(&f.out, "out", "bench/results", "directory for the reports")
+		fs.DurationVar(&f.idleWait, "idle-wait", 0, "longest wait for the pipeline to go idle before each audit (default 10m, 2m with --quick)")
+		fs.IntVar(&f.users, "users", 0, "distinct buyers with pre-issued tokens (default 100000, 5000 with --quick)")
+		fs.IntVar(&f.spikeBuyers, "spike-buyers", 0, "spike: buyers, one request each (default 100000)")
+		fs.Int64Var(&f.spikeStock, "spike-stock", 0, "spike: units on sale (default 1000)")
+		fs.Float64Var(&f.spikeRate, "spike-rate", 0, "spike: arrival rate, requests/s (default 25000)")
+		fs.StringVar(&f.sustainedRates, "sustained-rates", "", "sustained: comma-separated rates to step through (default 2k,4k,8k,…)")
+		fs.DurationVar(&f.step, "step", 0, "sustained: measured length of each step (default 5s)")
+		fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
+		fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
+		fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+	})
+	if err != nil {
+		return err
+	}
+	var counts []int
+	for _, p := range strings.Split(pairsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 16 || (len(counts) > 0 && n <= counts[len(counts)-1]) {
+			return fmt.Errorf("%w: --pairs %q: want increasing counts 1…16", errUsage, pairsFlag)
+		}
+		counts = append(counts, n)
+	}
+	scenarios, err := bench.ParseScenarios(f.scenarios)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	params, err := f.params()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	idleWait := f.idleWait
+	if idleWait == 0 {
+		idleWait = 10 * time.Minute
+		if f.quick {
+			idleWait = 2 * time.Minute
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	store, err := persistence.Open(ctx, cfg.MySQLDSN)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if _, err := persistence.Migrate(ctx, store.DB); err != nil {
+		return err
+	}
+	rdb := newRedis(cfg)
+	defer rdb.Close()
+
+	var procs []*scaleProc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	start := func(name, roles, httpAddr string) (*scaleProc, error) {
+		p, err := startScaleProc(exe, cfg, name, roles, httpAddr)
+		if err == nil {
+			procs = append(procs, p)
+		}
+		return p, err
+	}
+	pipe, err := start("pipeline", "relay,consumer,sweeper", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	var pairs []*scaleProc
+	runs := make([]scaleRun, 0, len(counts))
+	for _, n := range counts {
+		for len(pairs) < n {
+			i := len(pairs)
+			p, err := start(fmt.Sprintf("pair-%d", i+1), "gateway,writer", fmt.Sprintf("127.0.0.1:%d", basePort+i))
+			if err != nil {
+				return err
+			}
+			pairs = append(pairs, p)
+		}
+		urls := make([]string, n)
+		for i, p := range pairs {
+			urls[i] = "http://" + p.httpAddr
+		}
+		label := fmt.Sprintf("%d pair", n)
+		if n > 1 {
+			label += "s"
+		}
+		fmt.Fprintf(stdout, "== %s: %d × (gateway+writer) + 1 × (relay, consumer, sweeper)\n", label, n)
+		env := bench.Env{Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret), Log: stdout, IdleWait: idleWait}
+		cpu0 := sampleCPU(pipe, pairs)
+		rep, err := bench.Run(ctx, env, bench.Options{
+			Scenarios: scenarios, Params: params,
+			Targets: []bench.Target{{Label: label, URL: strings.Join(urls, ","), GatewayPID: pairs[0].cmd.Process.Pid}},
+		})
+		cpu := sampleCPU(pipe, pairs).since(cpu0)
+		if rep != nil && len(rep.Results) > 0 {
+			if _, md, werr := rep.WriteFiles(f.out); werr == nil {
+				fmt.Fprintf(stdout, "report: %s\n", md)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("bench-scale: %s: %w", label, err)
+		}
+		for _, p := range procs {
+			if !p.alive() {
+				return fmt.Errorf("bench-scale: %s exited during the run:\n%s", p.name, p.logs.String())
+			}
+		}
+		runs = append(runs, scaleRun{pairs: n, label: label, rep: rep, cpu: cpu})
+	}
+	md := scaleMarkdown(runs)
+	path := filepath.Join(f.out, time.Now().UTC().Format("2006-01-02T150405Z")+"-scale.md")
+	if err := os.MkdirAll(f.out, 0o755); err == nil {
+		if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "\n%s\nreport: %s\n", md, path)
+	for _, r := range runs {
+		if !r.rep.Pass {
+			return errors.New("bench-scale: a scenario FAILED its audit or could not run (see the reports)")
+		}
+	}
+	return nil
+}
+
+// scaleProc is one `stampede serve` child of bench-scale.
+type scaleProc struct {
+	name     string
+	httpAddr string
+	cmd      *exec.Cmd
+	logs     *tailBuffer
+	exited   chan struct{}
+}
+
+// startScaleProc starts `exe serve --roles roles` with cfg's services and
+// waits until its gateway (if any) answers /readyz, or 1s for other roles.
+// The child inherits the environment, so every STAMPEDE_ setting not passed
+// here (queue type, prefetch, …) is the parent's.
+func startScaleProc(exe string, cfg *Config, name, roles, httpAddr string) (*scaleProc, error) {
+	args := []string{"serve", "--roles", roles, "--http-addr", httpAddr,
+		"--redis-addr", cfg.RedisAddr, "--redis-db", strconv.Itoa(cfg.RedisDB), "--mysql-dsn", cfg.MySQLDSN,
+		"--amqp-url", cfg.AMQPURL, "--jwt-secret", cfg.JWTSecret, "--payment-secret", cfg.PaymentSecret,
+		"--node-id", "-1", "--metrics-addr", "", "--pprof-addr", "", "--log-level", "warn",
+		"--writer-batch", strconv.Itoa(cfg.WriterBatch), "--writer-wait", cfg.WriterWait.String(),
+	}
+	p := &scaleProc{name: name, httpAddr: httpAddr, cmd: exec.Command(exe, args...), logs: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench-scale: start %s: %w", name, err)
+	}
+	go func() { p.cmd.Wait(); close(p.exited) }()
+	if !strings.Contains(roles, "gateway") {
+		time.Sleep(time.Second)
+		if !p.alive() {
+			return nil, fmt.Errorf("bench-scale: %s exited at start:\n%s", name, p.logs.String())
+		}
+		return p, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-p.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := waitReady(ctx, "http://"+httpAddr, 30*time.Second) // demo.go
+	cancel()
+	if err != nil {
+		p.stop()
+		return nil, fmt.Errorf("bench-scale: %s not ready: %v\n%s", name, err, p.logs.String())
+	}
+	return p, nil
+}
+
+func (p *scaleProc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM (the roles drain) and waits, SIGKILL after 30s.
+func (p *scaleProc) stop() {
+	if !p.alive() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// ---- CPU accounting ---------------------------------------------------------
+
+// cpuSample is CPU seconds (user+system) per component, and the machine's
+// total busy and elapsed CPU seconds, from /proc.
+type cpuSample struct {
+	at        time.Time
+	wall      time.Duration // of a difference (since)
+	parts     map[string]float64
+	busy, all float64
+}
+
+// cpuComponents names the processes a sample accounts, by /proc/<pid>/comm.
+var cpuComponents = map[string]string{"redis-server": "Redis", "mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}
+
+func sampleCPU(pipe *scaleProc, pairs []*scaleProc) cpuSample {
+	s := cpuSample{at: time.Now(), parts: map[string]float64{}}
+	s.parts["load generator + audit (bench-scale)"] = procCPU(os.Getpid())
+	for _, p := range pairs {
+		s.parts["gateway+writer pairs"] += procCPU(p.cmd.Process.Pid)
+	}
+	s.parts["relay+consumer+sweeper"] = procCPU(pipe.cmd.Process.Pid)
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if err != nil {
+				continue
+			}
+			if name, ok := cpuComponents[strings.TrimSpace(string(comm))]; ok {
+				s.parts[name] += procCPU(pid)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		for i, v := range f[1:] {
+			x, _ := strconv.ParseFloat(v, 64)
+			s.all += x / 100
+			if i != 3 && i != 4 { // idle, iowait
+				s.busy += x / 100
+			}
+		}
+	}
+	return s
+}
+
+// since is the difference s - old, per component.
+func (s cpuSample) since(old cpuSample) cpuSample {
+	d := cpuSample{at: s.at, wall: s.at.Sub(old.at), parts: map[string]float64{}, busy: s.busy - old.busy, all: s.all - old.all}
+	for k, v := range s.parts {
+		d.parts[k] = v - old.parts[k]
+	}
+	return d
+}
+
+// procCPU is pid's user+system CPU seconds (Linux, USER_HZ 100); 0 if gone.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return 0
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// ---- report -----------------------------------------------------------------
+
+type scaleRun struct {
+	pairs int
+	label string
+	rep   *bench.Report
+	cpu   cpuSample
+}
+
+// scaleMarkdown compares the runs scenario by scenario against the first.
+func scaleMarkdown(runs []scaleRun) string {
+	var b strings.Builder
+	b.WriteString("# Stampede scale-out benchmark — gateway+writer pairs\n\n")
+	if len(runs) == 0 {
+		return b.String()
+	}
+	m := runs[0].rep.Machine
+	fmt.Fprintf(&b, "Machine: %s, %d cores; every process, the services and the load generator share it. ", m.CPU, m.Cores)
+	fmt.Fprintf(&b, "Each pair is one `stampede serve --roles gateway,writer` process; one more process runs relay, consumer and sweeper. The baseline is %s, measured in the same run.\n\n", runs[0].label)
+	b.WriteString("| scenario | pairs | headline | p50 | p95 | p99 | vs baseline | audit |\n|---|--:|---|--:|--:|--:|--:|:-:|\n")
+	var names []string
+	for _, r := range runs {
+		for _, s := range r.rep.Results {
+			if !slices.Contains(names, s.Scenario) {
+				names = append(names, s.Scenario)
+			}
+		}
+	}
+	for _, name := range names {
+		var base float64
+		for i, r := range runs {
+			for _, s := range r.rep.Results {
+				if s.Scenario != name {
+					continue
+				}
+				v := s.Headline.Value
+				if i == 0 {
+					base = v
+				}
+				ratio := "baseline"
+				if i > 0 && base > 0 {
+					ratio = fmt.Sprintf("%.2f×", v/base)
+				}
+				l := s.HeadlineLatency
+				audit := "FAIL"
+				if s.Pass {
+					audit = "PASS"
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s %s (%s) | %.2f ms | %.2f ms | %.2f ms | %s | %s |\n",
+					name, r.pairs, fmtFloat(v), s.Headline.Unit, s.Headline.Name, l.P50, l.P95, l.P99, ratio, audit)
+			}
+		}
+	}
+	b.WriteString("\n## Where the CPU went\n\nCPU seconds used during each run (user+system from /proc), and the share of the machine's capacity (cores × wall time) each took.\n\n")
+	b.WriteString("| pairs | wall | machine busy | ")
+	comps := []string{"gateway+writer pairs", "relay+consumer+sweeper", "Redis", "MariaDB", "RabbitMQ", "load generator + audit (bench-scale)"}
+	for _, c := range comps {
+		b.WriteString(c + " | ")
+	}
+	b.WriteString("everything else (kernel, other processes) |\n|--:|--:|--:|" + strings.Repeat("--:|", len(comps)+1) + "\n")
+	for _, r := range runs {
+		wall := r.cpu.wall.Seconds()
+		capacity := wall * float64(max(m.Cores, 1))
+		busy := 0.0
+		if r.cpu.all > 0 {
+			busy = 100 * r.cpu.busy / r.cpu.all
+		}
+		fmt.Fprintf(&b, "| %d | %.0f s | %.0f%% | ", r.pairs, wall, busy)
+		accounted := 0.0
+		for _, c := range comps {
+			accounted += r.cpu.parts[c]
+			fmt.Fprintf(&b, "%.1f s (%.0f%%) | ", r.cpu.parts[c], 100*r.cpu.parts[c]/capacity)
+		}
+		other := max(r.cpu.busy-accounted, 0)
+		fmt.Fprintf(&b, "%.1f s (%.0f%%) |\n", other, 100*other/capacity)
+	}
+	return b.String()
+}
+
+// fmtFloat prints v with thousands separators and no decimals (or one
+// decimal below 100).
+func fmtFloat(v float64) string {
+	if v < 100 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	s := strconv.FormatInt(int64(v+0.5), 10)
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
