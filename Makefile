@@ -3,7 +3,7 @@ GO ?= go
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 ARGS ?=
 
-.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench fmt clean
+.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench bench-scale fmt clean
 
 services:
 	bash scripts/services.sh
@@ -52,6 +52,10 @@ bench: services build
 	bin/stampede bench $(ARGS)
 	-rabbitmqctl -q add_vhost stampede_bench_push 2>/dev/null; rabbitmqctl -q set_permissions -p stampede_bench_push guest ".*" ".*" ".*"
 	bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
+
+# 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).
+bench-scale: services build
+	bin/stampede bench-scale $(ARGS)
 
 fmt:
 	@out=$$(find . -name '*.go' -not -path './.git/*' -not -path './client/node_modules/*' -print0 \
