@@ -97,6 +97,10 @@ type env struct {
 	directAMQ string // the vhost URL, direct
 	httpAddr  string // the gateway's address (fixed for restarts)
 	base      string
+	// bases are the base URLs of every gateway process when several run
+	// (serveGateways); buyers are spread over them. Empty: base only.
+	bases  []string
+	dbName string // MySQL database and RabbitMQ vhost suffix ("faults")
 
 	client *http.Client
 	admin  string
@@ -105,20 +109,28 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvFor(t, "faults")
+}
+
+// newEnvFor is newEnv on MySQL database and RabbitMQ vhost
+// "stampede_test_<name>", so tests with distinct names may run while others
+// use theirs.
+func newEnvFor(t *testing.T, name string) *env {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("fault test: builds the binary, runs it against real services and injects faults")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	e := &env{t: t, ctx: ctx, bin: binary(t)}
-	e.store = persistencetest.New(t, "faults")
+	e := &env{t: t, ctx: ctx, bin: binary(t), dbName: name}
+	e.store = persistencetest.New(t, name)
 	e.redis = startRedisServer(t)
 	e.redisAddr = e.redis.addr()
 	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.addr(), DialTimeout: time.Second})
 	t.Cleanup(func() { e.rdb.Close() })
-	e.directAMQ = pipelinetest.Vhost(t, "faults")
+	e.directAMQ = pipelinetest.Vhost(t, name)
 	e.amqpURL = e.directAMQ
-	e.mysqlDSN = mysqlDSN("")
+	e.mysqlDSN = dsnFor(name, "")
 	e.httpAddr = freeAddr(t)
 	e.base = "http://" + e.httpAddr
 	e.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -127,9 +139,13 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// mysqlDSN is the test database's DSN, through addr if not empty.
-func mysqlDSN(addr string) string {
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_faults"))
+// mysqlDSN is the fault tests' database DSN, through addr if not empty.
+func mysqlDSN(addr string) string { return dsnFor("faults", addr) }
+
+// dsnFor is the DSN of database "stampede_test_<name>", through addr if not
+// empty.
+func dsnFor(name, addr string) string {
+	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_" + name))
 	if err != nil {
 		panic(err)
 	}
@@ -143,7 +159,11 @@ func mysqlDSN(addr string) string {
 
 // mysqlProxy routes the processes' MySQL connections through a new proxy.
 func (e *env) mysqlProxy() *Proxy {
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_faults"))
+	name := e.dbName
+	if name == "" {
+		name = "faults"
+	}
+	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_" + name))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -152,7 +172,7 @@ func (e *env) mysqlProxy() *Proxy {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { p.Close() })
-	e.mysqlDSN = mysqlDSN(p.Addr())
+	e.mysqlDSN = dsnFor(name, p.Addr())
 	return p
 }
 
@@ -278,11 +298,47 @@ type proc struct {
 // Every process gets a metrics listener; the gateway listens on e.httpAddr.
 func (e *env) serve(name, roles string, extra ...string) *proc {
 	e.t.Helper()
-	p := &proc{name: name, stderr: &lockedBuffer{}, exited: make(chan struct{}), metricsAddr: freeAddr(e.t)}
 	httpAddr := freeAddr(e.t)
 	if strings.Contains(roles, "gateway") {
 		httpAddr = e.httpAddr
 	}
+	return e.serveAt(name, roles, httpAddr, extra...)
+}
+
+// serveGateways starts n processes with roles (which must include gateway)
+// named name0…: the first listens on e.httpAddr, the others on addresses of
+// their own; e.bases lists them all and the sale spreads buyers over them.
+// It waits until every one is ready.
+func (e *env) serveGateways(n int, name, roles string, extra ...string) []*proc {
+	e.t.Helper()
+	var out []*proc
+	e.bases = nil
+	for i := range n {
+		addr := e.httpAddr
+		if i > 0 {
+			addr = freeAddr(e.t)
+		}
+		out = append(out, e.serveAt(fmt.Sprintf("%s%d", name, i), roles, addr, extra...))
+		e.bases = append(e.bases, "http://"+addr)
+	}
+	for _, b := range e.bases {
+		e.waitReadyAt(b, 30*time.Second)
+	}
+	return out
+}
+
+// baseFor is the gateway base URL that serves user.
+func (e *env) baseFor(user int64) string {
+	if len(e.bases) == 0 {
+		return e.base
+	}
+	return e.bases[int(user%int64(len(e.bases)))]
+}
+
+// serveAt is serve with the gateway's listen address given.
+func (e *env) serveAt(name, roles, httpAddr string, extra ...string) *proc {
+	e.t.Helper()
+	p := &proc{name: name, stderr: &lockedBuffer{}, exited: make(chan struct{}), metricsAddr: freeAddr(e.t)}
 	args := append([]string{"serve", "--roles", roles,
 		"--mysql-dsn", e.mysqlDSN, "--redis-addr", e.redisAddr, "--amqp-url", e.amqpURL,
 		"--http-addr", httpAddr, "--push-addr", freeAddr(e.t), "--metrics-addr", p.metricsAddr,
@@ -385,10 +441,16 @@ func (p *proc) cpuSeconds(t *testing.T) float64 {
 // waitReady polls the gateway's /readyz until 200.
 func (e *env) waitReady(limit time.Duration) {
 	e.t.Helper()
+	e.waitReadyAt(e.base, limit)
+}
+
+// waitReadyAt polls base's /readyz until 200.
+func (e *env) waitReadyAt(base string, limit time.Duration) {
+	e.t.Helper()
 	deadline := time.Now().Add(limit)
 	var last string
 	for time.Now().Before(deadline) {
-		resp, err := e.client.Get(e.base + "/readyz")
+		resp, err := e.client.Get(base + "/readyz")
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -401,7 +463,7 @@ func (e *env) waitReady(limit time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e.t.Fatalf("gateway not ready after %s: %s", limit, last)
+	e.t.Fatalf("gateway %s not ready after %s: %s", base, limit, last)
 }
 
 // ---- HTTP -------------------------------------------------------------------
@@ -423,12 +485,17 @@ func (a answer) code() string {
 }
 
 func (e *env) call(method, path, token string, body any) (answer, error) {
+	return e.callAt(e.base, method, path, token, body)
+}
+
+// callAt is call on the gateway at base.
+func (e *env) callAt(base, method, path, token string, body any) (answer, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(e.ctx, method, e.base+path, rd)
+	req, err := http.NewRequestWithContext(e.ctx, method, base+path, rd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -485,10 +552,10 @@ func (e *env) newIntent(user int64) *intent {
 	return &intent{user: user, token: tok, requestID: fmt.Sprintf("fault-%d-%d", user, time.Now().UnixNano()%1e6)}
 }
 
-// buy sends the intent once.
+// buy sends the intent once, to the user's gateway (baseFor).
 func (e *env) buy(pid int64, in *intent) (answer, error) {
 	in.attempts++
-	a, err := e.call("POST", "/api/orders", in.token, map[string]any{"productId": pid, "quantity": 1, "requestId": in.requestID})
+	a, err := e.callAt(e.baseFor(in.user), "POST", "/api/orders", in.token, map[string]any{"productId": pid, "quantity": 1, "requestId": in.requestID})
 	if err != nil {
 		in.lastErr = err
 		return a, err
