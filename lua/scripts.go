@@ -146,7 +146,9 @@ type ReserveCall struct {
 // ReserveMany runs reserve.lua for every call in one pipeline (one write and
 // one read per connection instead of one round trip per call). Each call gets
 // the result Reserve would have given. Calls answered NOSCRIPT (a flushed
-// script cache; nothing ran for them) are run again after loading the script;
+// script cache; nothing ran for them) are run again after loading the script,
+// and calls a Redis Cluster refused before running them (TRYAGAIN while their
+// slot migrates, CLUSTERDOWN, a redirection left over) are run again alone;
 // a call that ran and is repeated for any reason answers ErrDuplicate with
 // its orderNo, never a second reservation.
 func ReserveMany(ctx context.Context, rdb redis.Cmdable, calls []ReserveCall) {
@@ -160,6 +162,14 @@ func ReserveMany(ctx context.Context, rdb redis.Cmdable, calls []ReserveCall) {
 	loaded := false
 	for i, cmd := range cmds {
 		res, err := cmd.Slice()
+		if notRun(err) {
+			// Cluster: the slot is being migrated (TRYAGAIN), the cluster
+			// is reconfiguring (CLUSTERDOWN) or the pipeline ran out of
+			// redirections. The script did not run: run the call alone,
+			// where the client retries and follows redirections.
+			calls[i].Result, calls[i].Err = Reserve(ctx, rdb, calls[i].Keys, calls[i].Args)
+			continue
+		}
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if !loaded {
 				loaded = true
@@ -173,6 +183,19 @@ func ReserveMany(ctx context.Context, rdb redis.Cmdable, calls []ReserveCall) {
 		}
 		calls[i].Result, calls[i].Err = reserveResult(res, err)
 	}
+}
+
+// notRun reports a Redis Cluster answer meaning the command was refused
+// before it ran: TRYAGAIN, CLUSTERDOWN, MOVED or ASK. A cluster client
+// retries these for single commands; in a pipeline they reach the caller.
+func notRun(err error) bool {
+	if err == nil {
+		return false
+	}
+	if redis.IsTryAgainError(err) || redis.IsClusterDownError(err) {
+		return true
+	}
+	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
 }
 
 // Release runs release.lua: gives quantity units of orderNo back to the shard

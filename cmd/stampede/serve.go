@@ -66,8 +66,19 @@ type app struct {
 	closers []func() error // AMQP connections, closed after every role returned
 }
 
+// newRedis makes the shared Redis client: a *redis.Client for one address, a
+// *redis.ClusterClient for several (the seeds of a Redis Cluster).
+//
+// On a cluster the client follows MOVED and ASK itself and retries TRYAGAIN
+// (a multi-key script on a slot that is being migrated: some of its keys
+// moved, some not) and CLUSTERDOWN with a short backoff: clusterRedirects
+// attempts, clusterMinBackoff to clusterMaxBackoff apart, about 0.8s in all,
+// so a slot migration of up to that long is invisible to callers (a
+// gateway request is bounded by its RedisTimeout anyway). Redirections and
+// retries within that budget are no errors to the caller, so they do not count
+// against the gateway's circuit breaker. One address: unchanged defaults.
 func newRedis(cfg *Config) redis.UniversalClient {
-	return redis.NewUniversalClient(&redis.UniversalOptions{
+	opt := &redis.UniversalOptions{
 		Addrs:        cfg.redisAddrs(),
 		DB:           cfg.RedisDB,
 		PoolSize:     256,
@@ -78,8 +89,25 @@ func newRedis(cfg *Config) redis.UniversalClient {
 		DialerRetries: 1,
 		ReadTimeout:   2 * time.Second,
 		WriteTimeout:  2 * time.Second,
-	})
+	}
+	if len(opt.Addrs) > 1 {
+		opt.MaxRedirects = clusterRedirects
+		opt.MinRetryBackoff = clusterMinBackoff
+		opt.MaxRetryBackoff = clusterMaxBackoff
+	}
+	return redis.NewUniversalClient(opt)
 }
+
+// Retry policy of the cluster client (newRedis). go-redis counts MOVED, ASK
+// and retried errors (TRYAGAIN, CLUSTERDOWN, LOADING, connection errors)
+// against the same MaxRedirects budget; its default of 3 is used up by a few
+// TRYAGAIN answers during a slot migration, and the next MOVED then reached
+// the caller.
+const (
+	clusterRedirects  = 16
+	clusterMinBackoff = 8 * time.Millisecond
+	clusterMaxBackoff = 64 * time.Millisecond
+)
 
 // startApp connects to the services, applies migrations when asked, and
 // starts every selected role. The roles stop when ctx is cancelled; wait
