@@ -172,12 +172,52 @@ func (s *Server) reserve(productID int64, shards, home int, args lua.ReserveArgs
 				return res, false, perr
 			}
 			if repaired == 0 {
-				return res, errors.Is(err, lua.ErrSoldOut), err
+				// The donors were read one after another: a transfer by
+				// another buyer may have moved units into a shard this
+				// request had already found dry. Call the product sold out
+				// only if one look at every shard finds nothing left.
+				var left int64
+				perr = s.redisCall(func(ctx context.Context) (err error) {
+					left, err = unitsLeft(ctx, s.rdb, productID, shards)
+					return err
+				})
+				if perr != nil {
+					return res, false, perr
+				}
+				if left == 0 {
+					return res, errors.Is(err, lua.ErrSoldOut), err
+				}
 			}
 		}
 		res, err = s.reserveOnce(productID, home, args)
 	}
 	return res, false, err
+}
+
+// unitsLeft is the units available in every shard of productID plus the
+// transfers still in flight (each counts as one: its units are on their way
+// to a shard), read in one pipelined round trip per Redis node.
+func unitsLeft(ctx context.Context, rdb redis.UniversalClient, productID int64, shards int) (int64, error) {
+	pipe := rdb.Pipeline()
+	avail := make([]*redis.StringCmd, shards)
+	xfers := make([]*redis.IntCmd, shards)
+	for sh := range shards {
+		k := lua.ShardKeys(productID, sh)
+		avail[sh] = pipe.HGet(ctx, k.Stock(), "available")
+		xfers[sh] = pipe.HLen(ctx, k.Transfers())
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	var left int64
+	for sh := range shards {
+		n, err := avail[sh].Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		left += max(n, 0) + xfers[sh].Val()
+	}
+	return left, nil
 }
 
 func short(err error) bool {
