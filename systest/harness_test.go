@@ -117,17 +117,25 @@ func newEnv(t *testing.T) *env {
 // use theirs.
 func newEnvFor(t *testing.T, name string) *env {
 	t.Helper()
+	e := baseEnv(t, name)
+	e.redis = startRedisServer(t)
+	e.redisAddr = e.redis.addr()
+	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.addr(), DialTimeout: time.Second})
+	t.Cleanup(func() { e.rdb.Close() })
+	return e
+}
+
+// baseEnv is an env on database and vhost name, without Redis: the caller
+// sets redis, redisAddr and rdb.
+func baseEnv(t *testing.T, name string) *env {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("fault test: builds the binary, runs it against real services and injects faults")
+		t.Skip("system test: builds the binary and runs it against real services")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, bin: binary(t), dbName: name}
 	e.store = persistencetest.New(t, name)
-	e.redis = startRedisServer(t)
-	e.redisAddr = e.redis.addr()
-	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.addr(), DialTimeout: time.Second})
-	t.Cleanup(func() { e.rdb.Close() })
 	e.directAMQ = pipelinetest.Vhost(t, name)
 	e.amqpURL = e.directAMQ
 	e.mysqlDSN = dsnFor(name, "")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,12 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/stampede-sh/stampede/auth"
-	"github.com/stampede-sh/stampede/persistence/persistencetest"
-	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
 // A real 3-master Redis Cluster on loopback for the scale-out tests.
@@ -341,30 +335,11 @@ const clusterDB = "cluster"
 // RabbitMQ vhost are "stampede_test_cluster".
 func newClusterEnv(t *testing.T) (*env, *redisCluster) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("redis cluster test: starts a Redis Cluster, builds the binary and runs it against real services")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	e := &env{t: t, ctx: ctx, bin: binary(t)}
+	e := baseEnv(t, clusterDB)
 	cl := startRedisCluster(t)
-	e.store = persistencetest.New(t, clusterDB)
 	e.redisAddr = cl.seeds()
 	e.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(cl.seeds(), ","), DialTimeout: time.Second,
 		MaxRedirects: 16})
 	t.Cleanup(func() { e.rdb.Close() })
-	e.directAMQ = pipelinetest.Vhost(t, clusterDB)
-	e.amqpURL = e.directAMQ
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_" + clusterDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ParseTime = true
-	e.mysqlDSN = cfg.FormatDSN()
-	e.httpAddr = freeAddr(t)
-	e.base = "http://" + e.httpAddr
-	e.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	t.Cleanup(e.client.CloseIdleConnections)
-	e.admin, _ = auth.Issue([]byte(jwtSecret), 1, true, time.Hour)
 	return e, cl
 }
