@@ -33,7 +33,11 @@ type ConsumerConfig struct {
 	// Default "<hostname>-<pid>-<random>".
 	Name string
 	// Prefetch is the most unacknowledged messages per handler (basic.qos on
-	// its channel). Default 64.
+	// its channel). Default 64 (see the README's RabbitMQ section for the
+	// measurements behind it). Every prefetched message that is still
+	// unacknowledged when the channel closes (shutdown, reconnect) goes back
+	// to its queue, and a quorum queue counts that against the message's
+	// delivery limit.
 	Prefetch int
 	// Workers is the number of goroutines handling messages, per handler.
 	// Default 8.
@@ -57,7 +61,9 @@ type ConsumerConfig struct {
 	MaxRetryBackoff time.Duration
 	// MaxAttempts is the most deliveries of one message that fail with a
 	// transient error: after the MaxAttempts-th it goes to QueueDLQ instead
-	// of a delay queue (STAMPEDE_CONSUMER_MAX_ATTEMPTS). Default 5.
+	// of a delay queue (STAMPEDE_CONSUMER_MAX_ATTEMPTS). Default 5. Give the
+	// Conn's TopologyConfig the same value: on quorum queues it sets the
+	// broker's delivery limit for messages that are never acknowledged.
 	MaxAttempts int
 	// PublishTimeout bounds a retry or dead-letter republish and its
 	// publisher confirm. Default 5s.
@@ -95,7 +101,7 @@ func (c *ConsumerConfig) setDefaults() {
 	setDur(&c.RetryBackoff, 500*time.Millisecond)
 	setDur(&c.MaxRetryBackoff, 10*time.Second)
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	setDur(&c.PublishTimeout, 5*time.Second)
 	if c.Logger == nil {

@@ -67,7 +67,7 @@ func InspectDLQ(ctx context.Context, conn *Conn, store *persistence.Store, limit
 	rep.Depth = q.Messages
 	ds, err := getN(ch, min(limit, q.Messages))
 	if len(ds) > 0 {
-		defer ch.Nack(ds[len(ds)-1].DeliveryTag, true, true)
+		defer requeueSettled(ch, ds[len(ds)-1].DeliveryTag, true, q.Messages)
 	}
 	if err != nil {
 		return rep, err
@@ -94,6 +94,25 @@ func InspectDLQ(ctx context.Context, conn *Conn, store *persistence.Store, limit
 	return rep, nil
 }
 
+// requeueSettled nacks with requeue the delivery tag (and every earlier one
+// if multiple), then waits, up to 2s, until QueueDLQ has at least want ready
+// messages again. A quorum queue applies a requeue asynchronously: without
+// the wait, a peek or replay right after this one could find the queue
+// empty.
+func requeueSettled(ch *amqp.Channel, tag uint64, multiple bool, want int) {
+	if err := ch.Nack(tag, multiple, true); err != nil {
+		return // the channel is gone: the broker requeues everything anyway
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		q, err := ch.QueueDeclarePassive(QueueDLQ, true, false, false, false, nil)
+		if err != nil || q.Messages >= want {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // getN basic.gets up to n messages without acknowledging them.
 func getN(ch *amqp.Channel, n int) ([]amqp.Delivery, error) {
 	var out []amqp.Delivery
@@ -115,12 +134,54 @@ func toDLQMessage(d amqp.Delivery) DLQMessage {
 	if len(body) > maxLoggedBody {
 		body = body[:maxLoggedBody]
 	}
-	return DLQMessage{
+	m := DLQMessage{
 		EventID: d.MessageId, Type: d.Type, Queue: strHeader(d.Headers, HeaderQueue),
 		Handler: strHeader(d.Headers, HeaderHandler), RoutingKey: strHeader(d.Headers, HeaderRoutingKey),
 		Reason: strHeader(d.Headers, HeaderReason), Attempts: intHeader(d.Headers, HeaderAttempts),
 		DeadAt: strHeader(d.Headers, HeaderDeadAt), Body: string(body), Published: d.Timestamp,
 	}
+	if m.Reason == "" {
+		brokerDeath(d.Headers, &m)
+	}
+	return m
+}
+
+// brokerDeath fills m from the x-death header of a message RabbitMQ itself
+// dead-lettered (a quorum work queue's delivery limit: its consumers died
+// holding it) rather than a consumer, which sets the Header* headers.
+func brokerDeath(h amqp.Table, m *DLQMessage) {
+	deaths, _ := h["x-death"].([]any)
+	if len(deaths) == 0 {
+		return
+	}
+	death, _ := deaths[0].(amqp.Table)
+	queue, _ := death["queue"].(string)
+	reason, _ := death["reason"].(string)
+	m.Queue = queue
+	m.Handler = handlerOf(queue)
+	m.Reason = "dead-lettered by RabbitMQ: " + reason
+	if reason == "delivery_limit" {
+		m.Reason += " (delivered again and again and never acknowledged: its consumers died or lost their channel while holding it)"
+	}
+	if keys, _ := death["routing-keys"].([]any); m.RoutingKey == "" && len(keys) > 0 {
+		m.RoutingKey, _ = keys[0].(string)
+	}
+	if t, ok := death["time"].(time.Time); ok {
+		m.DeadAt = t.UTC().Format(time.RFC3339Nano)
+	}
+}
+
+// handlerOf names the handler consuming a work queue ("" for others).
+func handlerOf(queue string) string {
+	switch queue {
+	case QueueOrderCreated:
+		return ConsumerOrderLock
+	case QueueStockRelease:
+		return ConsumerStockRelease
+	case QueueOrderClose:
+		return ConsumerOrderClose
+	}
+	return ""
 }
 
 // ReplayRequest selects what ReplayDLQ replays.
@@ -244,11 +305,20 @@ func ReplayDLQ(ctx context.Context, conn *Conn, store *persistence.Store, req Re
 			return res, fmt.Errorf("dlq: ack %s: %w", id, err)
 		}
 	}
+	var back []amqp.Delivery
 	for _, d := range ds {
 		if !selected(d.MessageId) || (!req.DropPoison && status[d.MessageId] == "") {
-			if err := d.Nack(false, true); err != nil {
-				return res, fmt.Errorf("dlq: requeue %s: %w", d.MessageId, err)
-			}
+			back = append(back, d)
+		}
+	}
+	for i, d := range back {
+		if i == len(back)-1 {
+			// The last one waits until the broker has them all back.
+			requeueSettled(ch, d.DeliveryTag, false, q.Messages-len(ds)+len(back))
+			break
+		}
+		if err := d.Nack(false, true); err != nil {
+			return res, fmt.Errorf("dlq: requeue %s: %w", d.MessageId, err)
 		}
 	}
 	for _, id := range req.EventIDs {

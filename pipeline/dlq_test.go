@@ -50,7 +50,11 @@ func (e *env) declare() {
 }
 
 func TestConsumerRetriesThroughDelayQueue(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testConsumerRetriesThroughDelayQueue)
+}
+
+func testConsumerRetriesThroughDelayQueue(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	e.declare()
 	p, k := e.product(10, 10)
 	var seen attempts
@@ -83,7 +87,11 @@ func TestConsumerRetriesThroughDelayQueue(t *testing.T) {
 }
 
 func TestConsumerDeadLettersAfterMaxAttemptsAndReplays(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testConsumerDeadLettersAfterMaxAttemptsAndReplays)
+}
+
+func testConsumerDeadLettersAfterMaxAttemptsAndReplays(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	e.declare()
 	p, k := e.product(10, 10)
 	var seen attempts
@@ -167,7 +175,11 @@ func TestConsumerDeadLettersAfterMaxAttemptsAndReplays(t *testing.T) {
 }
 
 func TestConsumerPoisonGoesToDLQAtOnce(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testConsumerPoisonGoesToDLQAtOnce)
+}
+
+func testConsumerPoisonGoesToDLQAtOnce(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	e.declare()
 	var deliveries atomic.Int64
 	c := e.consumer(pipeline.ConsumerConfig{BeforeHandle: func(string, order.Event, int) error {

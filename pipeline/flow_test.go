@@ -25,8 +25,10 @@ func startPipeline(e *env, ccfg pipeline.ConsumerConfig) (*pipeline.Writer, *pip
 	return w, r, c
 }
 
-func TestFlowLocksStockOnce(t *testing.T) {
-	e := newEnv(t)
+func TestFlowLocksStockOnce(t *testing.T) { forEachQueueType(t, testFlowLocksStockOnce) }
+
+func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	p, k := e.product(100, 100)
 	startPipeline(e, pipeline.ConsumerConfig{})
 	nos := e.reserve(p, k, 1, 20, 2)
@@ -68,7 +70,11 @@ func TestFlowLocksStockOnce(t *testing.T) {
 }
 
 func TestFlowStockShortFailsAndReleasesRedisOnce(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testFlowStockShortFailsAndReleasesRedisOnce)
+}
+
+func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	// Redis was loaded with more than MySQL has: three orders cannot lock.
 	p, k := e.product(5, 8)
 	_, _, c := startPipeline(e, pipeline.ConsumerConfig{})
@@ -109,7 +115,11 @@ func TestFlowStockShortFailsAndReleasesRedisOnce(t *testing.T) {
 }
 
 func TestFlowPayTimeoutClosesOrderAndReleasesOnce(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testFlowPayTimeoutClosesOrderAndReleasesOnce)
+}
+
+func testFlowPayTimeoutClosesOrderAndReleasesOnce(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	ctx := context.Background()
 	p, k := e.product(10, 10)
 	startPipeline(e, pipeline.ConsumerConfig{PayTimeout: time.Second})
@@ -159,7 +169,11 @@ func TestFlowPayTimeoutClosesOrderAndReleasesOnce(t *testing.T) {
 }
 
 func TestConsumerRejectsPoisonAndKeepsGoing(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testConsumerRejectsPoisonAndKeepsGoing)
+}
+
+func testConsumerRejectsPoisonAndKeepsGoing(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	p, k := e.product(10, 10)
 	_, _, c := startPipeline(e, pipeline.ConsumerConfig{})
 	// Make sure the topology exists, then publish garbage straight to the queues.
@@ -173,7 +187,7 @@ func TestConsumerRejectsPoisonAndKeepsGoing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	if err := pipeline.DeclareTopology(ch); err != nil {
+	if err := e.topology().Declare(ch); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{pipeline.QueueOrderCreated, pipeline.QueueStockRelease, pipeline.QueueOrderClose} {

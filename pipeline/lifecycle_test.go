@@ -34,7 +34,11 @@ func (e *env) reconciled(pid int64) {
 // exactly one RELEASE flow, PAID ones none; MySQL and Redis stock satisfy
 // SPEC §5 afterwards.
 func TestLifecyclePayVersusTimeoutRace(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testLifecyclePayVersusTimeoutRace)
+}
+
+func testLifecyclePayVersusTimeoutRace(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	ctx := context.Background()
 	p, k := e.product(400, 400)
 	// The delayed close messages stay out of the way (1h); the deadlines are
@@ -93,7 +97,11 @@ func TestLifecyclePayVersusTimeoutRace(t *testing.T) {
 // close messages and duplicate CANCELLED events arrive. One RELEASE flow;
 // stock back by exactly its quantity in MySQL and in Redis.
 func TestLifecycleReleaseTriggeredManyTimes(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testLifecycleReleaseTriggeredManyTimes)
+}
+
+func testLifecycleReleaseTriggeredManyTimes(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	ctx := context.Background()
 	p, k := e.product(10, 10)
 	startPipeline(e, pipeline.ConsumerConfig{PayTimeout: 100 * time.Millisecond})
@@ -174,7 +182,11 @@ func TestLifecycleReleaseTriggeredManyTimes(t *testing.T) {
 // released once; the FAILED path (MySQL short) followed by a cancel attempt
 // does not release a second time.
 func TestLifecycleCancelWhileProcessing(t *testing.T) {
-	e := newEnv(t)
+	forEachQueueType(t, testLifecycleCancelWhileProcessing)
+}
+
+func testLifecycleCancelWhileProcessing(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
 	ctx := context.Background()
 	p, k := e.product(1, 5) // MySQL has 1 unit, Redis 5: the second order fails in MySQL
 	w := e.writer(pipeline.WriterConfig{BatchWait: 5 * time.Millisecond})

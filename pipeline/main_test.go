@@ -34,9 +34,28 @@ type env struct {
 	rdb     *redis.Client
 	amqpURL string
 	gen     *order.NoGenerator
+	// qt is the type of the queues its Conns declare; maxAttempts their
+	// TopologyConfig.MaxAttempts (0: the default).
+	qt          pipeline.QueueType
+	maxAttempts int
 }
 
+// newEnv is newEnvType with the production default, quorum queues.
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvType(t, pipeline.DefaultQueueType)
+}
+
+// forEachQueueType runs test once per queue type, as subtests "classic" and
+// "quorum" (one after the other: they share the test vhost).
+func forEachQueueType(t *testing.T, test func(t *testing.T, qt pipeline.QueueType)) {
+	for _, qt := range []pipeline.QueueType{pipeline.QueueClassic, pipeline.QueueQuorum} {
+		t.Run(string(qt), func(t *testing.T) { test(t, qt) })
+	}
+}
+
+// newEnvType returns a fresh environment whose Conns declare queues of type qt.
+func newEnvType(t *testing.T, qt pipeline.QueueType) *env {
 	t.Helper()
 	gen, err := order.NewNoGenerator(7)
 	if err != nil {
@@ -48,6 +67,7 @@ func newEnv(t *testing.T) *env {
 		rdb:     luatest.New(t, luatest.DBPipeline),
 		amqpURL: pipelinetest.Vhost(t, "pipeline"),
 		gen:     gen,
+		qt:      qt,
 	}
 }
 
@@ -93,12 +113,18 @@ func (e *env) reserve(p persistence.Product, k lua.Keys, firstUser int64, n int,
 
 func (e *env) conn() *pipeline.Conn {
 	e.t.Helper()
-	c, err := pipeline.NewConn(pipeline.ConnConfig{URL: e.amqpURL, MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second})
+	c, err := pipeline.NewConn(pipeline.ConnConfig{URL: e.amqpURL, MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second,
+		Topology: e.topology()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// topology is what e's Conns declare.
+func (e *env) topology() pipeline.TopologyConfig {
+	return pipeline.TopologyConfig{QueueType: e.qt, MaxAttempts: e.maxAttempts}
 }
 
 func (e *env) writer(cfg pipeline.WriterConfig) *pipeline.Writer {

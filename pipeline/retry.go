@@ -32,6 +32,12 @@ import (
 // message goes to QueueDLQ with the Header* headers saying why, and the
 // original is acked. Nothing is ever nack-requeued in a loop: a consumer
 // whose publish channel is broken waits its backoff before it requeues.
+//
+// With quorum queues (TopologyConfig) RabbitMQ enforces the same budget on
+// deliveries that never come back at all: a message whose consumers die
+// holding it (a crash mid-handling, again and again) is dead-lettered by the
+// broker to QueueDLQ after DeliveryLimit(MaxAttempts)+1 deliveries, with
+// x-death reason "delivery_limit" instead of the Header* headers.
 const (
 	// QueueDLQ is the durable dead-letter queue. Nothing consumes it; see
 	// InspectDLQ and ReplayDLQ.
@@ -65,13 +71,18 @@ func RetryDelays() []time.Duration { return append([]time.Duration(nil), retryDe
 // level 1…len(RetryDelays()).
 func RetryQueue(level int) string { return retryPrefix + strconv.Itoa(level) }
 
-func retryQueues() []QueueSpec {
+// retryQueues returns the delay queues of queue type qt. Quorum ones
+// dead-letter at least once: an expired message leaves its delay queue only
+// after the work queue confirmed it.
+func retryQueues(qt QueueType) []QueueSpec {
 	out := make([]QueueSpec, len(retryDelays))
 	for i, d := range retryDelays {
-		out[i] = QueueSpec{Name: RetryQueue(i + 1), Args: amqp.Table{
-			"x-message-ttl":          d.Milliseconds(),
-			"x-dead-letter-exchange": "",
-		}}
+		args := amqp.Table{"x-dead-letter-exchange": ""}
+		if qt == QueueQuorum {
+			args = quorumArgs(true, "", "")
+		}
+		args["x-message-ttl"] = d.Milliseconds()
+		out[i] = QueueSpec{Name: RetryQueue(i + 1), Args: args}
 	}
 	return out
 }
@@ -135,12 +146,13 @@ func strHeader(h amqp.Table, key string) string {
 	return s
 }
 
-// republish copies d into a new publishing with headers extra (x-death and
-// the attempt header dropped from the original ones).
+// republish copies d into a new publishing with headers extra (x-death,
+// the quorum queues' x-delivery-count and the attempt header dropped from
+// the original ones).
 func republish(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
 	h := amqp.Table{}
 	for k, v := range d.Headers {
-		if k == "x-death" || k == "x-first-death-exchange" || k == "x-first-death-queue" ||
+		if k == "x-death" || k == "x-delivery-count" || k == "x-first-death-exchange" || k == "x-first-death-queue" ||
 			k == "x-first-death-reason" || k == "x-last-death-exchange" || k == "x-last-death-queue" ||
 			k == "x-last-death-reason" || k == HeaderAttempt {
 			continue

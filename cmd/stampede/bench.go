@@ -105,6 +105,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			cfg.NodeID = 1 // the baseline gateway takes node 2
 		}
 		cfg.Intake = "stream"
+		if err := adoptQueueType(ctx, cfg, args, stdout); err != nil {
+			return err
+		}
 		stop, err := startForBench(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("bench: start the app: %w", err)

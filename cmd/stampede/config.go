@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stampede-sh/stampede/pipeline"
 )
 
 // Config is every setting of the stampede binary. Each field is read from its
@@ -20,6 +22,7 @@ type Config struct {
 	RedisDB             int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
 	MySQLDSN            string        // STAMPEDE_MYSQL_DSN, -mysql-dsn: go-sql-driver DSN
 	AMQPURL             string        // STAMPEDE_AMQP_URL, -amqp-url
+	AMQPQueueType       string        // STAMPEDE_AMQP_QUEUE_TYPE, -amqp-queue-type: "quorum" (production default) or "classic" (quorum)
 	JWTSecret           string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens
 	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
 	PayTimeout          time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
@@ -127,6 +130,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
 	str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
 	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
 	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", devJWTSecret, "HS256 key of bearer tokens (set it in production)")
 	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", devPaymentSecret, "HMAC-SHA256 key of payment callbacks (set it in production)")
 	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
@@ -186,6 +190,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
+	}
+	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ConsumerWorkers < 1 || c.ConsumerPrefetch < 1 || c.RelayBatch < 1 {
 		errs = append(errs, errors.New("consumer workers, consumer prefetch and relay batch must be >= 1"))
@@ -283,4 +290,10 @@ func (c *Config) redisAddrs() []string {
 		}
 	}
 	return out
+}
+
+// topology is what this process declares on RabbitMQ: the configured queue
+// type, and the consumers' retry budget as the quorum delivery limit.
+func (c *Config) topology() pipeline.TopologyConfig {
+	return pipeline.TopologyConfig{QueueType: pipeline.QueueType(c.AMQPQueueType), MaxAttempts: c.ConsumerMaxAttempts}
 }

@@ -53,6 +53,9 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.buyers < 1 || o.stock < 0 || o.payShare < 0 || o.cancelShare < 0 || o.payShare+o.cancelShare > 1 {
 		return fmt.Errorf("%w: bad demo options", errUsage)
 	}
+	if err := adoptQueueType(ctx, cfg, args, stdout); err != nil {
+		return err
+	}
 	cfg.PayTimeout = o.payTimeout
 	cfg.Migrate = true
 	cfg.Roles = strings.Join(allRoles, ",")
@@ -458,4 +461,47 @@ func printAudit(out io.Writer, title string, rep pipeline.Report, pid int64, sto
 		fmt.Fprintf(out, "  [%s] invariant %s — %s\n", v, c.Name, c.Detail)
 	}
 	return ok
+}
+
+// adoptQueueType lets the demo and the in-process benchmark run on a vhost
+// that already holds Stampede's queues of the other type (classic queues
+// from a run before quorum became the default, typically in "/"): unless
+// the queue type was chosen explicitly (-amqp-queue-type or
+// STAMPEDE_AMQP_QUEUE_TYPE), it declares the configured topology once and,
+// if RabbitMQ says the queues exist as the other type, switches cfg to that
+// type and says so on out. Any other declaration failure is returned; a
+// broker that does not answer within 5s is left to the roles' own retries.
+func adoptQueueType(ctx context.Context, cfg *Config, args []string, out io.Writer) error {
+	if _, set := os.LookupEnv("STAMPEDE_AMQP_QUEUE_TYPE"); set {
+		return nil
+	}
+	for _, a := range args {
+		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); name == "amqp-queue-type" && strings.HasPrefix(a, "-") {
+			return nil
+		}
+	}
+	conn, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: "stampede-queue-type-probe", Topology: cfg.topology(),
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ch, err := conn.Channel(pctx)
+	if err == nil {
+		ch.Close()
+		return nil
+	}
+	var mm *pipeline.QueueMismatchError
+	if !errors.As(err, &mm) {
+		return nil
+	}
+	if mm.Existing == "" || mm.Existing == mm.Configured {
+		return err
+	}
+	fmt.Fprintf(out, "stampede: vhost %s already holds %s queues (queue %s); using %s queues for this run. "+
+		"Set STAMPEDE_AMQP_QUEUE_TYPE to choose; a queue's type changes only by deleting it.\n", mm.Vhost, mm.Existing, mm.Queue, mm.Existing)
+	cfg.AMQPQueueType = string(mm.Existing)
+	return nil
 }

@@ -59,7 +59,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	conn, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: "stampede-dlq-cli"})
+	conn, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: "stampede-dlq-cli", Topology: cfg.topology()})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,7 +23,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 	var closers []func() error
 
 	newConn := func(name string) (*pipeline.Conn, error) {
-		c, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: name, Logger: log})
+		c, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: name, Logger: log, Topology: cfg.topology()})
 		if err != nil {
 			return nil, err
 		}
@@ -36,6 +37,11 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		return err
 	}
 
+	if roles["gateway"] || roles["relay"] || roles["consumer"] {
+		if err := checkTopology(ctx, cfg); err != nil {
+			return fail(err)
+		}
+	}
 	if roles["gateway"] {
 		admins, _ := cfg.adminIDs()
 		var ready func(ctx context.Context) error
@@ -148,5 +154,30 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		g.Go(func() error { return run(ctx) })
 	}
 	a.closers = append(a.closers, closers...)
+	return nil
+}
+
+// checkTopology declares the configured topology once at start-up, so that a
+// queue of the other type (or with another delivery limit) stops the process
+// with pipeline.QueueMismatchError's explanation instead of every role
+// retrying forever. A broker that does not answer within 3s is not an error
+// here: the roles wait for it with backoff.
+func checkTopology(ctx context.Context, cfg *Config) error {
+	conn, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: "stampede-topology-check", Topology: cfg.topology(),
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	ch, err := conn.Channel(cctx)
+	var mm *pipeline.QueueMismatchError
+	if errors.As(err, &mm) {
+		return err
+	}
+	if err == nil {
+		ch.Close()
+	}
 	return nil
 }
