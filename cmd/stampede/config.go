@@ -21,6 +21,7 @@ type Config struct {
 	RedisAddr           string        // STAMPEDE_REDIS_ADDR, -redis-addr: host:port; a comma-separated list = Redis Cluster
 	RedisDB             int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
 	MySQLDSN            string        // STAMPEDE_MYSQL_DSN, -mysql-dsn: go-sql-driver DSN
+	MySQLMaxConns       int           // STAMPEDE_MYSQL_MAX_CONNS, -mysql-max-conns: MySQL connections per process (64)
 	AMQPURL             string        // STAMPEDE_AMQP_URL, -amqp-url
 	AMQPQueueType       string        // STAMPEDE_AMQP_QUEUE_TYPE, -amqp-queue-type: "quorum" (production default) or "classic" (quorum)
 	JWTSecret           string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens
@@ -29,7 +30,7 @@ type Config struct {
 	DemoLogin           bool          // STAMPEDE_DEMO_LOGIN, -demo-login: POST /api/auth/login issues tokens (true)
 	AdminUsers          string        // STAMPEDE_ADMIN_USERS, -admin-users: comma-separated userIds that demo login makes admins ("")
 	Roles               string        // STAMPEDE_ROLES, -roles: comma-separated roles to run (all)
-	NodeID              int64         // STAMPEDE_NODE_ID, -node-id: orderNo node 0..1023; -1 = random (-1)
+	NodeID              int64         // STAMPEDE_NODE_ID, -node-id: orderNo node 0..1023; -1 = leased from Redis (-1)
 	WriterBatch         int           // STAMPEDE_WRITER_BATCH, -writer-batch: entries per writer transaction (500)
 	WriterWait          time.Duration // STAMPEDE_WRITER_WAIT, -writer-wait: longest wait to fill a batch (20ms)
 	WriterClaimIdle     time.Duration // STAMPEDE_WRITER_CLAIM_IDLE, -writer-claim-idle: reclaim intake entries pending this long from dead writers (30s)
@@ -129,6 +130,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
 	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
 	str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
+	integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
 	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
 	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", devJWTSecret, "HS256 key of bearer tokens (set it in production)")
@@ -137,7 +139,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login")
 	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins")
 	str(&c.Roles, "roles", "STAMPEDE_ROLES", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
-	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = random"))
+	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = lease a free one from Redis"))
 	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, "reservations per writer transaction (1..5000)")
 	dur(&c.WriterWait, "writer-wait", "STAMPEDE_WRITER_WAIT", 20*time.Millisecond, "longest wait to fill a writer batch")
 	dur(&c.WriterClaimIdle, "writer-claim-idle", "STAMPEDE_WRITER_CLAIM_IDLE", 30*time.Second, "reclaim intake entries left pending this long by a dead writer")
@@ -184,6 +186,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeID < -1 || c.NodeID > 1023 {
 		errs = append(errs, fmt.Errorf("node id %d is outside -1..1023", c.NodeID))
+	}
+	if c.MySQLMaxConns < 2 || c.MySQLMaxConns > 1000 {
+		errs = append(errs, fmt.Errorf("mysql max conns %d is outside 2..1000", c.MySQLMaxConns))
 	}
 	if c.WriterBatch < 1 || c.WriterBatch > 5000 {
 		errs = append(errs, fmt.Errorf("writer batch %d is outside 1..5000", c.WriterBatch))

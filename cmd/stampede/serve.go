@@ -121,6 +121,8 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 	if err != nil {
 		return nil, err
 	}
+	store.DB.SetMaxOpenConns(cfg.MySQLMaxConns)
+	store.DB.SetMaxIdleConns(cfg.MySQLMaxConns)
 	if cfg.Migrate {
 		if _, err := persistence.Migrate(ctx, store.DB); err != nil {
 			store.Close()
