@@ -59,23 +59,12 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.BoolVar(&f.noBaseline, "no-baseline", false, "without --url: do not start the in-process sync baseline gateway")
 		fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
 		fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
-		fs.BoolVar(&f.quick, "quick", false, "smoke run: every scenario shrunk to about two seconds of load")
-		fs.StringVar(&f.out, "out", "bench/results", "directory for <date>.json and <date>.md")
-		fs.DurationVar(&f.idleWait, "idle-wait", 0, "longest wait for the pipeline to go idle before each audit (default 10m, 2m with --quick)")
 		fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
 		fs.StringVar(&f.reserveScript, "reserve-script", "lua/reserve.lua", "path of reserve.lua, for the redis-benchmark ceiling")
-		fs.IntVar(&f.users, "users", 0, "distinct buyers with pre-issued tokens (default 100000, 5000 with --quick)")
 		fs.IntVar(&f.shards, "shards", 0, "Redis stock shards of every product created (default 1)")
-		fs.IntVar(&f.spikeBuyers, "spike-buyers", 0, "spike: buyers, one request each (default 100000)")
-		fs.Int64Var(&f.spikeStock, "spike-stock", 0, "spike: units on sale (default 1000)")
-		fs.Float64Var(&f.spikeRate, "spike-rate", 0, "spike: arrival rate, requests/s (default 25000)")
-		fs.StringVar(&f.sustainedRates, "sustained-rates", "", "sustained: comma-separated rates to step through, e.g. 2k,4k,8k (default 2k,4k,8k,12k,…,32k)")
 		fs.StringVar(&f.baselineRates, "baseline-rates", "", "sustained: rates to step through against the sync baseline (default 250,500,1k,2k,3k,4k,6k,8k)")
-		fs.DurationVar(&f.step, "step", 0, "sustained: measured length of each step (default 5s)")
-		fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
 		fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
-		fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
-		fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+		f.registerScenarioFlags(fs)
 	})
 	if err != nil {
 		return err
@@ -88,13 +77,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	idleWait := f.idleWait
-	if idleWait == 0 {
-		idleWait = 10 * time.Minute
-		if f.quick {
-			idleWait = 2 * time.Minute
-		}
-	}
+	idleWait := f.idleWaitOrDefault()
 
 	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
 	if f.url == "" {
@@ -170,6 +153,34 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("bench: a scenario FAILED its audit or could not run (see the report)")
 	}
 	return nil
+}
+
+// registerScenarioFlags registers the flags `bench` and `bench-scale` share:
+// run size, output and the scenarios' sizes.
+func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&f.quick, "quick", false, "smoke run: every scenario shrunk to about two seconds of load")
+	fs.StringVar(&f.out, "out", "bench/results", "directory for the reports (<date>.json and <date>.md)")
+	fs.DurationVar(&f.idleWait, "idle-wait", 0, "longest wait for the pipeline to go idle before each audit (default 10m, 2m with --quick)")
+	fs.IntVar(&f.users, "users", 0, "distinct buyers with pre-issued tokens (default 100000, 5000 with --quick)")
+	fs.IntVar(&f.spikeBuyers, "spike-buyers", 0, "spike: buyers, one request each (default 100000)")
+	fs.Int64Var(&f.spikeStock, "spike-stock", 0, "spike: units on sale (default 1000)")
+	fs.Float64Var(&f.spikeRate, "spike-rate", 0, "spike: arrival rate, requests/s (default 25000)")
+	fs.StringVar(&f.sustainedRates, "sustained-rates", "", "sustained: comma-separated rates to step through, e.g. 2k,4k,8k (default 2k,4k,8k,12k,…,32k)")
+	fs.DurationVar(&f.step, "step", 0, "sustained: measured length of each step (default 5s)")
+	fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
+	fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
+	fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+}
+
+// idleWaitOrDefault is --idle-wait, or 10m (2m with --quick).
+func (f *benchFlags) idleWaitOrDefault() time.Duration {
+	switch {
+	case f.idleWait > 0:
+		return f.idleWait
+	case f.quick:
+		return 2 * time.Minute
+	}
+	return 10 * time.Minute
 }
 
 // params is the default (or quick) parameter set with the flags' overrides.

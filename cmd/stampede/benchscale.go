@@ -37,18 +37,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.StringVar(&pairsFlag, "pairs", "1,2", "comma-separated gateway+writer pair counts to measure, in order; the first is the baseline")
 		fs.IntVar(&basePort, "base-port", 8180, "pair i's gateway listens on 127.0.0.1:<base-port+i>")
 		fs.StringVar(&f.scenarios, "scenarios", bench.Spike+","+bench.Sustained, "comma-separated scenarios: "+strings.Join(bench.All, ","))
-		fs.BoolVar(&f.quick, "quick", false, "smoke run: every scenario shrunk to about two seconds of load")
-		fs.StringVar(&f.out, "out", "bench/results", "directory for the reports")
-		fs.DurationVar(&f.idleWait, "idle-wait", 0, "longest wait for the pipeline to go idle before each audit (default 10m, 2m with --quick)")
-		fs.IntVar(&f.users, "users", 0, "distinct buyers with pre-issued tokens (default 100000, 5000 with --quick)")
-		fs.IntVar(&f.spikeBuyers, "spike-buyers", 0, "spike: buyers, one request each (default 100000)")
-		fs.Int64Var(&f.spikeStock, "spike-stock", 0, "spike: units on sale (default 1000)")
-		fs.Float64Var(&f.spikeRate, "spike-rate", 0, "spike: arrival rate, requests/s (default 25000)")
-		fs.StringVar(&f.sustainedRates, "sustained-rates", "", "sustained: comma-separated rates to step through (default 2k,4k,8k,…)")
-		fs.DurationVar(&f.step, "step", 0, "sustained: measured length of each step (default 5s)")
-		fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
-		fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
-		fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+		f.registerScenarioFlags(fs)
 	})
 	if err != nil {
 		return err
@@ -69,13 +58,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	idleWait := f.idleWait
-	if idleWait == 0 {
-		idleWait = 10 * time.Minute
-		if f.quick {
-			idleWait = 2 * time.Minute
-		}
-	}
+	idleWait := f.idleWaitOrDefault()
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -166,6 +149,19 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// settingArgs is cfg as `serve` flags ("--name=value", one per setting), so a
+// child process runs with exactly the parent's settings, whether they came
+// from the environment or from flags.
+func settingArgs(cfg *Config) []string {
+	var c Config
+	var errs []error
+	fs := newFlagSet("serve", &c, &errs, nil)
+	c = *cfg // the flags point into c: they now read cfg's values
+	var args []string
+	fs.VisitAll(func(f *flag.Flag) { args = append(args, "--"+f.Name+"="+f.Value.String()) })
+	return args
+}
+
 // scaleProc is one `stampede serve` child of bench-scale.
 type scaleProc struct {
 	name     string
@@ -175,17 +171,13 @@ type scaleProc struct {
 	exited   chan struct{}
 }
 
-// startScaleProc starts `exe serve --roles roles` with cfg's services and
-// waits until its gateway (if any) answers /readyz, or 1s for other roles.
-// The child inherits the environment, so every STAMPEDE_ setting not passed
-// here (queue type, prefetch, …) is the parent's.
+// startScaleProc starts `exe serve --roles roles` with every setting of cfg
+// and waits until its gateway (if any) answers /readyz, or 1s for other
+// roles.
 func startScaleProc(exe string, cfg *Config, name, roles, httpAddr string) (*scaleProc, error) {
-	args := []string{"serve", "--roles", roles, "--http-addr", httpAddr,
-		"--redis-addr", cfg.RedisAddr, "--redis-db", strconv.Itoa(cfg.RedisDB), "--mysql-dsn", cfg.MySQLDSN,
-		"--amqp-url", cfg.AMQPURL, "--jwt-secret", cfg.JWTSecret, "--payment-secret", cfg.PaymentSecret,
-		"--node-id", "-1", "--metrics-addr", "", "--pprof-addr", "", "--log-level", "warn",
-		"--writer-batch", strconv.Itoa(cfg.WriterBatch), "--writer-wait", cfg.WriterWait.String(),
-	}
+	args := append(append([]string{"serve"}, settingArgs(cfg)...),
+		"--roles", roles, "--http-addr", httpAddr, "--node-id", "-1", "--metrics-addr", "", "--pprof-addr", "",
+		"--log-level", "warn", "--migrate=false")
 	p := &scaleProc{name: name, httpAddr: httpAddr, cmd: exec.Command(exe, args...), logs: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {

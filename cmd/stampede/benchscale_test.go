@@ -45,3 +45,21 @@ func TestScaleMarkdownComparesWithTheBaseline(t *testing.T) {
 		}
 	}
 }
+
+// A child of bench-scale runs with every setting of its parent.
+func TestSettingArgsCarryEverySetting(t *testing.T) {
+	cfg, err := parse("bench-scale", []string{"--amqp-queue-type", "classic", "--consumer-workers", "3", "--pay-timeout", "7s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := parse("serve", settingArgs(cfg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *child != *cfg {
+		t.Errorf("child config differs:\n%+v\n%+v", *child, *cfg)
+	}
+	if child.AMQPQueueType != "classic" || child.ConsumerWorkers != 3 || child.PayTimeout != 7*time.Second {
+		t.Errorf("child: %+v", *child)
+	}
+}
