@@ -34,7 +34,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	var pairsFlag string
 	var basePort int
 	cfg, err := parse("bench-scale", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&pairsFlag, "pairs", "1,2", "comma-separated gateway+writer pair counts to measure, in order; the first is the baseline")
+		fs.StringVar(&pairsFlag, "pairs", "1,2", "comma-separated gateway+writer pair counts to measure, in order (e.g. 1,2,2,1 to see the order's effect); the first is the baseline")
 		fs.IntVar(&basePort, "base-port", 8180, "pair i's gateway listens on 127.0.0.1:<base-port+i>")
 		fs.StringVar(&f.scenarios, "scenarios", bench.Spike+","+bench.Sustained, "comma-separated scenarios: "+strings.Join(bench.All, ","))
 		f.registerScenarioFlags(fs)
@@ -45,8 +45,8 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	var counts []int
 	for _, p := range strings.Split(pairsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || n < 1 || n > 16 || (len(counts) > 0 && n <= counts[len(counts)-1]) {
-			return fmt.Errorf("%w: --pairs %q: want increasing counts 1…16", errUsage, pairsFlag)
+		if err != nil || n < 1 || n > 16 {
+			return fmt.Errorf("%w: --pairs %q: want counts 1…16", errUsage, pairsFlag)
 		}
 		counts = append(counts, n)
 	}
@@ -93,7 +93,13 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var pairs []*scaleProc
 	runs := make([]scaleRun, 0, len(counts))
-	for _, n := range counts {
+	for run, n := range counts {
+		for len(pairs) > n { // the last pairs stop (SIGTERM: their writers drain)
+			last := pairs[len(pairs)-1]
+			last.stop()
+			last.stopped = true
+			pairs = pairs[:len(pairs)-1]
+		}
 		for len(pairs) < n {
 			i := len(pairs)
 			p, err := start(fmt.Sprintf("pair-%d", i+1), "gateway,writer", fmt.Sprintf("127.0.0.1:%d", basePort+i))
@@ -110,6 +116,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 		if n > 1 {
 			label += "s"
 		}
+		label += fmt.Sprintf(" (run %d)", run+1)
 		fmt.Fprintf(stdout, "== %s: %d × (gateway+writer) + 1 × (relay, consumer, sweeper)\n", label, n)
 		env := bench.Env{Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret), Log: stdout, IdleWait: idleWait}
 		cpu0 := sampleCPU(pipe, pairs)
@@ -127,7 +134,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench-scale: %s: %w", label, err)
 		}
 		for _, p := range procs {
-			if !p.alive() {
+			if !p.stopped && !p.alive() {
 				return fmt.Errorf("bench-scale: %s exited during the run:\n%s", p.name, p.logs.String())
 			}
 		}
@@ -164,6 +171,7 @@ func settingArgs(cfg *Config) []string {
 
 // scaleProc is one `stampede serve` child of bench-scale.
 type scaleProc struct {
+	stopped  bool // stopped on purpose (fewer pairs in a later run)
 	name     string
 	httpAddr string
 	cmd      *exec.Cmd
@@ -352,7 +360,7 @@ func scaleMarkdown(runs []scaleRun) string {
 	m := runs[0].rep.Machine
 	fmt.Fprintf(&b, "Machine: %s, %d cores; every process, the services and the load generator share it. ", m.CPU, m.Cores)
 	fmt.Fprintf(&b, "Each pair is one `stampede serve --roles gateway,writer` process; one more process runs relay, consumer and sweeper. The baseline is %s, measured in the same run.\n\n", runs[0].label)
-	b.WriteString("| scenario | pairs | headline | p50 | p95 | p99 | vs baseline | audit |\n|---|--:|---|--:|--:|--:|--:|:-:|\n")
+	b.WriteString("| scenario | run | headline | p50 | p95 | p99 | vs baseline | audit |\n|---|--:|---|--:|--:|--:|--:|:-:|\n")
 	var names []string
 	for _, r := range runs {
 		for _, s := range r.rep.Results {
@@ -381,13 +389,13 @@ func scaleMarkdown(runs []scaleRun) string {
 				if s.Pass {
 					audit = "PASS"
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s %s (%s) | %.2f ms | %.2f ms | %.2f ms | %s | %s |\n",
-					name, r.pairs, fmtFloat(v), s.Headline.Unit, s.Headline.Name, l.P50, l.P95, l.P99, ratio, audit)
+				fmt.Fprintf(&b, "| %s | %s | %s %s (%s) | %.2f ms | %.2f ms | %.2f ms | %s | %s |\n",
+					name, r.label, fmtFloat(v), s.Headline.Unit, s.Headline.Name, l.P50, l.P95, l.P99, ratio, audit)
 			}
 		}
 	}
 	b.WriteString("\n## Where the CPU went\n\nCPU seconds used during each run (user+system from /proc), and the share of the machine's capacity (cores × wall time) each took.\n\n")
-	b.WriteString("| pairs | wall | machine busy | ")
+	b.WriteString("| run | wall | machine busy | ")
 	comps := []string{"gateway+writer pairs", "relay+consumer+sweeper", "Redis", "MariaDB", "RabbitMQ", "load generator + audit (bench-scale)"}
 	for _, c := range comps {
 		b.WriteString(c + " | ")
@@ -400,7 +408,7 @@ func scaleMarkdown(runs []scaleRun) string {
 		if r.cpu.all > 0 {
 			busy = 100 * r.cpu.busy / r.cpu.all
 		}
-		fmt.Fprintf(&b, "| %d | %.0f s | %.0f%% | ", r.pairs, wall, busy)
+		fmt.Fprintf(&b, "| %s | %.0f s | %.0f%% | ", r.label, wall, busy)
 		accounted := 0.0
 		for _, c := range comps {
 			accounted += r.cpu.parts[c]
