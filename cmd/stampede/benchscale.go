@@ -156,17 +156,32 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// settingArgs is cfg as `serve` flags ("--name=value", one per setting), so a
-// child process runs with exactly the parent's settings, whether they came
-// from the environment or from flags.
-func settingArgs(cfg *Config) []string {
+// settingEnv is cfg as STAMPEDE_ environment variables (one per setting),
+// so a child process runs with exactly the parent's settings, whether they
+// came from the environment or from flags — and its secrets stay out of its
+// command line, which any user can read.
+func settingEnv(cfg *Config) []string {
 	var c Config
 	var errs []error
 	fs := newFlagSet("serve", &c, &errs, nil)
 	c = *cfg // the flags point into c: they now read cfg's values
-	var args []string
-	fs.VisitAll(func(f *flag.Flag) { args = append(args, "--"+f.Name+"="+f.Value.String()) })
-	return args
+	var env []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if name := settingVar(f.Usage); name != "" {
+			env = append(env, name+"="+f.Value.String())
+		}
+	})
+	return env
+}
+
+// settingVar is the STAMPEDE_ variable named at the end of a setting flag's
+// help ("… [$STAMPEDE_X]"), or "".
+func settingVar(usage string) string {
+	i := strings.LastIndex(usage, "[$STAMPEDE_")
+	if i < 0 || !strings.HasSuffix(usage, "]") {
+		return ""
+	}
+	return usage[i+2 : len(usage)-1]
 }
 
 // scaleProc is one `stampede serve` child of bench-scale.
@@ -183,11 +198,11 @@ type scaleProc struct {
 // and waits until its gateway (if any) answers /readyz, or 1s for other
 // roles.
 func startScaleProc(exe string, cfg *Config, name, roles, httpAddr string) (*scaleProc, error) {
-	args := append(append([]string{"serve"}, settingArgs(cfg)...),
-		"--roles", roles, "--http-addr", httpAddr, "--node-id", "-1", "--metrics-addr", "", "--pprof-addr", "",
-		"--log-level", "warn", "--migrate=false")
+	args := []string{"serve", "--roles", roles, "--http-addr", httpAddr, "--node-id", "-1", "--metrics-addr", "", "--pprof-addr", "",
+		"--log-level", "warn", "--migrate=false"}
 	p := &scaleProc{name: name, httpAddr: httpAddr, cmd: exec.Command(exe, args...), logs: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.Env = append(os.Environ(), settingEnv(cfg)...) // later entries win
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench-scale: start %s: %w", name, err)
 	}

@@ -48,12 +48,21 @@ func TestScaleMarkdownComparesWithTheBaseline(t *testing.T) {
 }
 
 // A child of bench-scale runs with every setting of its parent.
-func TestSettingArgsCarryEverySetting(t *testing.T) {
+func TestSettingEnvCarriesEverySetting(t *testing.T) {
 	cfg, err := parse("bench-scale", []string{"--amqp-queue-type", "classic", "--consumer-workers", "3", "--pay-timeout", "7s"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	child, err := parse("serve", settingArgs(cfg), nil)
+	env := settingEnv(cfg)
+	flags, _ := settingFlags(t)
+	if len(env) != len(flags) {
+		t.Errorf("%d variables for %d settings", len(env), len(flags))
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	child, err := parse("serve", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
