@@ -102,36 +102,48 @@ func StatusMessage(e order.Event) (OutboxMessage, error) {
 		Exchange: order.EventsExchange, RoutingKey: order.RouteStatus(e.Status), Payload: body}, nil
 }
 
-// ClaimOutbox leases up to limit rows that are due: NEW or RETRY rows whose
-// next_retry_at has passed, and SENDING rows whose lease ran out (their relay
-// died). Rows locked by another relay's claim are skipped (FOR UPDATE SKIP
-// LOCKED), so any number of relays can claim concurrently. Claimed rows are
-// SENDING until now + lease, owned by owner.
+// ClaimOutbox leases up to limit rows that are due: SENDING rows whose lease
+// ran out (their relay died) first, then RETRY rows whose next_retry_at has
+// passed, then NEW rows, each oldest due first. Rows locked by another
+// relay's claim are skipped (FOR UPDATE SKIP LOCKED), so any number of relays
+// can claim concurrently. Claimed rows are SENDING until now + lease, owned
+// by owner.
+//
+// Each status is read in order of the index (status, next_retry_at), so a
+// claim reads (and locks) only the rows it returns plus those it skips,
+// however many SENT rows the table holds; ORDER BY id over the three
+// statuses made MariaDB walk the primary key through every SENT row first
+// (1 s per claim at 550,000 rows, measured).
 func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease time.Duration) ([]OutboxRow, error) {
 	var out []OutboxRow
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT id, event_id, event_type, order_no, exchange_name, routing_key, payload, delay_ms, retry_count,
-				GREATEST(0, delay_ms - TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) DIV 1000)
-			FROM mq_outbox
-			WHERE status IN ('NEW', 'RETRY', 'SENDING') AND next_retry_at <= NOW(3)
-			ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`, limit)
-		if err != nil {
-			return fmt.Errorf("select: %w", err)
-		}
-		for rows.Next() {
-			var r OutboxRow
-			var et string
-			if err := rows.Scan(&r.ID, &r.EventID, &et, &r.OrderNo, &r.Exchange, &r.RoutingKey, &r.Payload, &r.DelayMS, &r.RetryCount, &r.RemainingMS); err != nil {
-				rows.Close()
+		for _, status := range []string{"SENDING", "RETRY", "NEW"} {
+			if len(out) >= limit {
+				break
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT id, event_id, event_type, order_no, exchange_name, routing_key, payload, delay_ms, retry_count,
+					GREATEST(0, delay_ms - TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)) DIV 1000)
+				FROM mq_outbox FORCE INDEX (idx_outbox_status_next)
+				WHERE status = ? AND next_retry_at <= NOW(3)
+				ORDER BY next_retry_at LIMIT ? FOR UPDATE SKIP LOCKED`, status, limit-len(out))
+			if err != nil {
+				return fmt.Errorf("select: %w", err)
+			}
+			for rows.Next() {
+				var r OutboxRow
+				var et string
+				if err := rows.Scan(&r.ID, &r.EventID, &et, &r.OrderNo, &r.Exchange, &r.RoutingKey, &r.Payload, &r.DelayMS, &r.RetryCount, &r.RemainingMS); err != nil {
+					rows.Close()
+					return err
+				}
+				r.EventType = order.EventType(et)
+				out = append(out, r)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
 				return err
 			}
-			r.EventType = order.EventType(et)
-			out = append(out, r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
 		}
 		if len(out) == 0 {
 			return nil
@@ -141,7 +153,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease 
 		for _, r := range out {
 			ids = append(ids, r.ID)
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE mq_outbox SET status = 'SENDING', lease_owner = ?,
+		_, err := tx.ExecContext(ctx, `UPDATE mq_outbox SET status = 'SENDING', lease_owner = ?,
 			next_retry_at = NOW(3) + INTERVAL ? MICROSECOND, updated_at = NOW(3)
 			WHERE id IN (`+marks(len(out))+`)`, ids...)
 		return err
@@ -166,6 +178,23 @@ func (s *Store) MarkSent(ctx context.Context, ids []int64) error {
 		}
 	}
 	return nil
+}
+
+// PurgeSentOutbox deletes up to limit SENT outbox rows published more than
+// olderThan ago, oldest first, and returns how many it deleted. The publish
+// time is taken from next_retry_at, which a claim sets to its lease expiry
+// (the publish time plus at most the lease). A purged event can no longer be
+// replayed from the dead-letter queue through the outbox (ReplayOutbox finds
+// no row), so olderThan must outlast the time an operator takes to look at
+// dead letters.
+func (s *Store) PurgeSentOutbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	res, err := s.DB.ExecContext(ctx, `DELETE FROM mq_outbox
+		WHERE status = 'SENT' AND next_retry_at < NOW(3) - INTERVAL ? MICROSECOND
+		ORDER BY next_retry_at LIMIT ?`, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("persistence: purge sent outbox: %w", err)
+	}
+	return res.RowsAffected()
 }
 
 // MarkRetry records a failed publish of row id: RETRY after backoff, or DEAD

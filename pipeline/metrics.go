@@ -63,6 +63,7 @@ type Metrics struct {
 
 	sweeperClosed  prometheus.Counter
 	sweeperLost    prometheus.Counter
+	outboxPurged   prometheus.Counter
 	sweeperPasses  *prometheus.CounterVec
 	drift          *prometheus.GaugeVec
 	reconBacklog   *prometheus.GaugeVec
@@ -172,6 +173,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.sweeperLost = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_closes_total",
 		Help: "Due orders the sweeper tried to close that another closer (the close consumer, a payment, a user cancel; never another sweeper while the pass lock works) changed first: wasted close attempts.",
+	}))
+	m.outboxPurged = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_outbox_purged_rows_total",
+		Help: "SENT outbox rows the sweeper deleted after the retention (STAMPEDE_OUTBOX_RETENTION).",
 	}))
 	m.sweeperPasses = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_sweeper_passes_total",

@@ -47,6 +47,15 @@ type SweeperConfig struct {
 	// (RepairLostReservations), before each reconciliation. Default 2m;
 	// negative: off.
 	LostGrace time.Duration
+	// OutboxRetention is how long SENT outbox rows are kept: each close pass
+	// also deletes up to PurgeBatch SENT rows published longer ago than this
+	// (persistence.PurgeSentOutbox), so the table holds the events in flight
+	// and a window of history, not every event ever. A dead letter whose
+	// outbox row was purged cannot be replayed through the outbox. Default
+	// 168h (7 days); negative: keep every row.
+	OutboxRetention time.Duration
+	// PurgeBatch bounds the rows one pass deletes. Default 5000.
+	PurgeBatch int
 }
 
 func (c *SweeperConfig) setDefaults() {
@@ -54,6 +63,10 @@ func (c *SweeperConfig) setDefaults() {
 	setDur(&c.ReconcileInterval, 30*time.Second)
 	setDur(&c.ReconcileTimeout, 30*time.Second)
 	setDur(&c.LostGrace, 2*time.Minute)
+	setDur(&c.OutboxRetention, 7*24*time.Hour)
+	if c.PurgeBatch == 0 {
+		c.PurgeBatch = 5000
+	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 500
 	}
@@ -68,6 +81,8 @@ func (c *SweeperConfig) Validate() error {
 	switch {
 	case c.Interval <= 0:
 		return fmt.Errorf("invalid config: sweeper interval %v", c.Interval)
+	case c.PurgeBatch < 1 || c.PurgeBatch > 100000:
+		return fmt.Errorf("invalid config: sweeper purge batch %d not in 1…100000", c.PurgeBatch)
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("invalid config: sweeper batch size %d not in 1…10000", c.BatchSize)
 	case c.ErrorBackoff < c.Interval:
@@ -193,8 +208,10 @@ func (s *Sweeper) Run(ctx context.Context) error {
 }
 
 // Sweep runs one close pass: under the close lock (see Sweeper), it closes
-// one batch of due orders. more reports that the batch was full and at least
-// one order was closed, so another batch may be due at once. When another
+// one batch of due orders, then purges SENT outbox rows past
+// OutboxRetention (up to PurgeBatch). more reports that the batch was full
+// and at least one order was closed, or the purge was full, so more work may
+// be due at once. When another
 // sweeper holds the lock it returns (false, nil) at once and counts a
 // skipped pass. A close lost to another closer (the close consumer, a
 // payment) is normal and not an error; it counts in Stats().Lost.
@@ -215,6 +232,14 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	}
 	defer lock.Release()
 	more, err = s.sweepLocked(ctx)
+	if err == nil && s.cfg.OutboxRetention > 0 {
+		n, perr := s.store.PurgeSentOutbox(ctx, s.cfg.OutboxRetention, s.cfg.PurgeBatch)
+		s.m.outboxPurged.Add(float64(n))
+		if perr != nil && ctx.Err() == nil {
+			s.log.Warn("sweeper: outbox purge failed", "err", perr)
+		}
+		more = more || n == int64(s.cfg.PurgeBatch)
+	}
 	result := "done"
 	if err != nil {
 		result = "error"

@@ -39,6 +39,7 @@ type Config struct {
 	ConsumerMaxAttempts int           // STAMPEDE_CONSUMER_MAX_ATTEMPTS, -consumer-max-attempts: deliveries before a failing message is dead-lettered (5)
 	RelayBatch          int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
 	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
+	OutboxRetention     time.Duration // STAMPEDE_OUTBOX_RETENTION, -outbox-retention: SENT outbox rows kept this long, 0 = forever (168h)
 	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
 	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = ws://<host>:<push port>/ws)
 	StaticDir           string        // STAMPEDE_STATIC_DIR, -static-dir: built client files served at / ("client/dist" if present)
@@ -148,6 +149,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
 	integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
 	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
+	dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
 	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
 	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers (empty: ws://<host>:<push port>/ws)")
 	str(&c.StaticDir, "static-dir", "STAMPEDE_STATIC_DIR", static, "built client files served at / (default client/dist if present)")
@@ -225,6 +227,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 {
 		errs = append(errs, errors.New("rate limits, bursts and sold-out TTL must be >= 0"))
+	}
+	if c.OutboxRetention < 0 {
+		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))
 	}
 	if c.ReconcileInterval < 0 || c.StuckAfter <= 0 {
 		errs = append(errs, errors.New("reconcile interval must be >= 0 and stuck-after > 0"))

@@ -129,8 +129,12 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		if reconcile == 0 {
 			reconcile = -1 // off
 		}
+		retention := cfg.OutboxRetention
+		if retention == 0 {
+			retention = -1 // keep every row
+		}
 		s, err := pipeline.NewSweeper(a.store, pipeline.SweeperConfig{Interval: cfg.SweepInterval, Logger: log.With("role", "sweeper"),
-			Metrics: a.tel.pipeline, Redis: a.rdb, ReconcileInterval: reconcile})
+			Metrics: a.tel.pipeline, Redis: a.rdb, ReconcileInterval: reconcile, OutboxRetention: retention})
 		if err != nil {
 			return fail(err)
 		}
