@@ -188,9 +188,30 @@ func (s *Store) MarkSent(ctx context.Context, ids []int64) error {
 // no row), so olderThan must outlast the time an operator takes to look at
 // dead letters.
 func (s *Store) PurgeSentOutbox(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	res, err := s.DB.ExecContext(ctx, `DELETE FROM mq_outbox
+	// A plain (non-locking) read picks the rows; the DELETE then locks only
+	// them, by primary key. A ranged DELETE … ORDER BY … LIMIT locked index
+	// records next to the range too and deadlocked with the relay's claims
+	// and MarkSent under load.
+	rows, err := s.DB.QueryContext(ctx, `SELECT id FROM mq_outbox FORCE INDEX (idx_outbox_status_next)
 		WHERE status = 'SENT' AND next_retry_at < NOW(3) - INTERVAL ? MICROSECOND
 		ORDER BY next_retry_at LIMIT ?`, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("persistence: purge sent outbox: %w", err)
+	}
+	var ids []any
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("persistence: purge sent outbox: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	res, err := s.DB.ExecContext(ctx, `DELETE FROM mq_outbox WHERE id IN (`+marks(len(ids))+`) AND status = 'SENT'`, ids...)
 	if err != nil {
 		return 0, fmt.Errorf("persistence: purge sent outbox: %w", err)
 	}
