@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -174,5 +178,65 @@ func TestNodeLeaseNoFreeNode(t *testing.T) {
 	}
 	if got := nodeOf(t, r.json(t)["orderNo"].(string)); got != 517 {
 		t.Errorf("orderNo carries node %d, want 517", got)
+	}
+}
+
+// A request in flight when the shutdown starts is still answered with an
+// order: the node lease (and the reserve batcher) outlive the drain of
+// requests in flight; they stop when Serve returns.
+func TestNodeLeaseOutlivesShutdownDrain(t *testing.T) {
+	for _, batch := range []int{0, 8} {
+		t.Run(fmt.Sprintf("reservePipeline=%d", batch), func(t *testing.T) {
+			e := newEnv(t)
+			pid := e.product(openSale(5))
+			cfg := baseConfig()
+			cfg.NodeID, cfg.ReservePipeline = -1, batch
+			srv, err := New(cfg, e.rdb, e.store, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln := fasthttputil.NewInmemoryListener()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ctx, ln) }()
+			node := waitNode(t, srv)
+
+			conn, err := ln.Dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			body := fmt.Sprintf(`{"productId":%d,"quantity":1,"requestId":"in-flight"}`, pid)
+			head := fmt.Sprintf("POST /api/orders HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+				token(t, 1), len(body))
+			if _, err := conn.Write([]byte(head + body[:10])); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // the server is reading the request
+			cancel()                           // SIGTERM: the drain starts
+			time.Sleep(300 * time.Millisecond)
+			if _, err := conn.Write([]byte(body[10:])); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 202 {
+				t.Fatalf("order in flight at shutdown: %d %s", resp.StatusCode, b)
+			}
+			var got struct{ OrderNo string }
+			if err := json.Unmarshal(b, &got); err != nil || nodeOf(t, got.OrderNo) != node {
+				t.Errorf("orderNo %q (%v), want node %d", got.OrderNo, err, node)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if n := e.rdb.Exists(context.Background(), nodeKey(node)).Val(); n != 0 {
+				t.Errorf("node %d still leased after Serve returned", node)
+			}
+		})
 	}
 }

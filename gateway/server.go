@@ -182,7 +182,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := s.httpServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	rctx, stopRepair := context.WithCancel(ctx)
+	// The background work that requests depend on (the node lease, the
+	// reserve batcher) must outlive the drain of requests in flight: it stops
+	// when Serve returns, after the shutdown, not when ctx is cancelled.
+	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
 	repairDone := s.startTransferRepair(rctx) // shards.go
 	defer func() { stopRepair(); <-repairDone }()
 	if s.cfg.NodeID < 0 {

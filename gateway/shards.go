@@ -178,7 +178,15 @@ func (s *Server) reserve(productID int64, shards, home int, args lua.ReserveArgs
 				// only if one look at every shard finds nothing left.
 				var left int64
 				perr = s.redisCall(func(ctx context.Context) (err error) {
-					left, err = unitsLeft(ctx, s.rdb, productID, shards)
+					// Twice: one look reads the shards in no fixed order
+					// (one pipeline per node, nodes in parallel), so a
+					// transfer completing during it can be missed on both
+					// ends — in the receiver read before its units came,
+					// in the donor read after its record went. Its units
+					// are in the receiver when the second look starts.
+					for look := 0; look < 2 && left == 0 && err == nil; look++ {
+						left, err = unitsLeft(ctx, s.rdb, productID, shards)
+					}
 					return err
 				})
 				if perr != nil {
@@ -196,7 +204,8 @@ func (s *Server) reserve(productID int64, shards, home int, args lua.ReserveArgs
 
 // unitsLeft is the units available in every shard of productID plus the
 // transfers still in flight (each counts as one: its units are on their way
-// to a shard), read in one pipelined round trip per Redis node.
+// to a shard), read in one pipelined round trip per Redis node. It is not
+// a snapshot: the reads of different shards are not atomic together.
 func unitsLeft(ctx context.Context, rdb redis.UniversalClient, productID int64, shards int) (int64, error) {
 	pipe := rdb.Pipeline()
 	avail := make([]*redis.StringCmd, shards)
@@ -215,7 +224,11 @@ func unitsLeft(ctx context.Context, rdb redis.UniversalClient, productID int64, 
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, err
 		}
-		left += max(n, 0) + xfers[sh].Val()
+		x, err := xfers[sh].Result()
+		if err != nil {
+			return 0, err
+		}
+		left += max(n, 0) + x
 	}
 	return left, nil
 }
