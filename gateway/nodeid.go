@@ -51,8 +51,11 @@ return 0`)
 
 // NodeLease is an orderNo node id (0…1023) leased from Redis, so that any
 // number of gateways started without a configured node id (NodeID -1, the
-// default of `stampede serve`) never share one while they live — the
-// precondition of order.NoGenerator's uniqueness. The lease is the key
+// default of `stampede serve`) do not share one while they live — the
+// precondition of order.NoGenerator's uniqueness. It relies on Redis keeping
+// its writes (as Stampede's stock does): a Redis that restarts empty, or a
+// failover that loses the last writes, can hand a live gateway's id to a new
+// one until the live one's next renewal finds it taken (at most TTL/3). The lease is the key
 // NodeKeyPrefix+id holding a per-process owner string with a TTL; the holder
 // renews it every TTL/3 (Renew). The idea is the worker-id lease of
 // Snowflake-style generators that register their worker id in a shared store

@@ -18,7 +18,7 @@ import (
 
 // BenchmarkLockStock measures the order-lock consumer's transaction
 // (Store.LockStock: consume log row, PROCESSING → WAITING_PAY, the product's
-// stock row available → locked, a stock flow and an outbox row; one
+// stock row available → locked, a stock flow and two outbox rows; one
 // transaction per order) with 16 concurrent workers, the consumer's default
 // concurrency × 2 consumers. Two cases in the same run:
 //

@@ -140,7 +140,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		runs = append(runs, scaleRun{pairs: n, label: label, rep: rep, cpu: cpu})
 	}
-	md := scaleMarkdown(runs)
+	md := scaleMarkdown(runs, "stampede bench-scale "+strings.Join(args, " "))
 	path := filepath.Join(f.out, time.Now().UTC().Format("2006-01-02T150405Z")+"-scale.md")
 	if err := os.MkdirAll(f.out, 0o755); err == nil {
 		if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
@@ -366,13 +366,14 @@ type scaleRun struct {
 }
 
 // scaleMarkdown compares the runs scenario by scenario against the first.
-func scaleMarkdown(runs []scaleRun) string {
+func scaleMarkdown(runs []scaleRun, command string) string {
 	var b strings.Builder
 	b.WriteString("# Stampede scale-out benchmark — gateway+writer pairs\n\n")
 	if len(runs) == 0 {
 		return b.String()
 	}
 	m := runs[0].rep.Machine
+	fmt.Fprintf(&b, "Command: `%s`\n\n", command)
 	fmt.Fprintf(&b, "Machine: %s, %d cores; every process, the services and the load generator share it. ", m.CPU, m.Cores)
 	fmt.Fprintf(&b, "Each pair is one `stampede serve --roles gateway,writer` process; one more process runs relay, consumer and sweeper. The baseline is %s, measured in the same run.\n\n", runs[0].label)
 	b.WriteString("| scenario | run | headline | p50 | p95 | p99 | vs baseline | audit |\n|---|--:|---|--:|--:|--:|--:|:-:|\n")

@@ -34,8 +34,9 @@ func TestScaleMarkdownComparesWithTheBaseline(t *testing.T) {
 		}, cpu: cpuSample{wall: 10 * time.Second, busy: 19, all: 20,
 			parts: map[string]float64{"gateway+writer pairs": 5, "Redis": 4}}}
 	}
-	md := scaleMarkdown([]scaleRun{run(1, 2000, 9), run(2, 3000, 12)})
+	md := scaleMarkdown([]scaleRun{run(1, 2000, 9), run(2, 3000, 12)}, "stampede bench-scale --pairs 1,2")
 	for _, want := range []string{
+		"Command: `stampede bench-scale --pairs 1,2`",
 		"| sustained | 1 pairs | 2,000 orders/s (accepted intake) | 1.00 ms | 2.00 ms | 9.00 ms | baseline | PASS |",
 		"| sustained | 2 pairs | 3,000 orders/s (accepted intake) | 1.00 ms | 2.00 ms | 12.00 ms | 1.50× | PASS |",
 		"| 1 pairs | 10 s | 95% | 5.0 s (25%) | 0.0 s (0%) | 4.0 s (20%) |",

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,9 +98,37 @@ func TestComposeScalesEveryRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"http://gateway:8080", "http://push:8081", "resolver 127.0.0.11"} {
-		if !strings.Contains(string(conf), want) {
-			t.Errorf("deploy/nginx/stampede.conf lacks %q", want)
+	// Exact lines: a URI after host:port in a variable proxy_pass would
+	// replace every request's path.
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(conf), "\n") {
+		lines[strings.TrimSpace(l)] = true
+	}
+	for _, want := range []string{"set $gateway http://gateway:8080;", "set $push http://push:8081;", "proxy_pass $gateway;",
+		"proxy_pass $push;", "resolver 127.0.0.11 valid=5s ipv6=off;"} {
+		if !lines[want] {
+			t.Errorf("deploy/nginx/stampede.conf lacks the line %q", want)
 		}
+	}
+	// Consumers get enough connections for their workers; the sum at the
+	// documented scale stays below the server's max_connections.
+	if c := doc.Services["consumer"].Environment["STAMPEDE_MYSQL_MAX_CONNS"]; c != "32" {
+		t.Errorf("consumer pool %q, want 32 (3 handlers × 8 workers)", c)
+	}
+	mysqlCmd := strings.Join(doc.Services["mysql"].Command, " ")
+	if !strings.Contains(mysqlCmd, "--max-connections=500") {
+		t.Errorf("mysql command %q does not raise max_connections", mysqlCmd)
+	}
+	// The scale of docs/scaling.md's compose example.
+	sum := 0
+	for role, n := range map[string]int{"gateway": 3, "writer": 2, "relay": 2, "consumer": 3, "sweeper": 2, "push": 1} {
+		pool, err := strconv.Atoi(doc.Services[role].Environment["STAMPEDE_MYSQL_MAX_CONNS"])
+		if err != nil {
+			t.Fatalf("%s: pool: %v", role, err)
+		}
+		sum += n * pool
+	}
+	if sum > 400 { // headroom below 500 for migrate, admins and monitoring
+		t.Errorf("%d MySQL connections at the documented scale", sum)
 	}
 }
