@@ -59,6 +59,14 @@ type WriterConfig struct {
 	// DeadMaxLen caps each dead stream (see Writer) at about this many
 	// entries (XADD MAXLEN ~). Default 100000.
 	DeadMaxLen int64
+	// PruneIdle: with each claim round the writer deletes from the group
+	// the consumers (other writers, dead or restarted under a new name)
+	// that hold no pending entry and were idle this long, so scaling and
+	// restarts do not pile up names in every stream's group; a live writer
+	// that was pruned is re-created by its next read. A stopping writer
+	// deletes its own name if it holds no pending entry. Default 10 ×
+	// ClaimIdle; negative: never prune.
+	PruneIdle time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the writer's series. Default: private, unregistered.
@@ -66,6 +74,11 @@ type WriterConfig struct {
 }
 
 func (c *WriterConfig) setDefaults() {
+	defer func() {
+		if c.PruneIdle == 0 {
+			c.PruneIdle = 10 * c.ClaimIdle
+		}
+	}()
 	if c.Group == "" {
 		c.Group = "writers"
 	}
@@ -191,14 +204,45 @@ type entry struct {
 func (w *Writer) Run(ctx context.Context) error {
 	in := make(chan entry, w.cfg.BatchSize)
 	var wg sync.WaitGroup
+	var joined []string
 	wg.Go(func() {
 		defer close(in)
-		w.read(ctx, in)
+		joined = w.read(ctx, in)
 	})
 	w.flushLoop(ctx, in)
 	wg.Wait()
+	// Every entry this writer read is written and acknowledged (or left
+	// pending for another writer's XAUTOCLAIM): leave the groups where it
+	// holds nothing.
+	if w.cfg.PruneIdle >= 0 {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		for _, stream := range joined {
+			if _, err := pruneScript.Run(pctx, w.rdb, []string{stream}, w.cfg.Group, 0, "", w.cfg.Consumer).Int(); err != nil {
+				w.log.Debug("writer: leaving the group", "stream", stream, "err", err)
+			}
+		}
+		cancel()
+	}
 	return nil
 }
+
+// pruneScript deletes from group ARGV[1] of stream KEYS[1] the consumers
+// with no pending entry idle at least ARGV[2] ms, except ARGV[3], or only
+// ARGV[4] when it is not empty; it returns how many it deleted. Atomic, so
+// no entry can be delivered to a consumer between the check and the delete
+// (XGROUP DELCONSUMER drops a consumer's pending entries with it).
+var pruneScript = redis.NewScript(`
+local n = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) and f['name'] ~= ARGV[3]
+      and (ARGV[4] == '' or f['name'] == ARGV[4]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    n = n + 1
+  end
+end
+return n`)
 
 // ---- reading ----
 
@@ -212,8 +256,16 @@ type streamState struct {
 
 const minIdlePoll = 5 * time.Millisecond
 
-func (w *Writer) read(ctx context.Context, in chan<- entry) {
+// read returns the streams it joined.
+func (w *Writer) read(ctx context.Context, in chan<- entry) (joined []string) {
 	streams := map[string]*streamState{}
+	defer func() {
+		for name, s := range streams {
+			if s.ready {
+				joined = append(joined, name)
+			}
+		}
+	}()
 	var lastRefresh, lastClaim time.Time
 	bo := newBackoff(w.cfg.RetryMin, w.cfg.RetryMax)
 	failing := 0
@@ -235,7 +287,7 @@ func (w *Writer) read(ctx context.Context, in chan<- entry) {
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return joined
 			}
 			failing++
 			if failing == 1 || failing%50 == 0 {
@@ -261,6 +313,7 @@ func (w *Writer) read(ctx context.Context, in chan<- entry) {
 		}
 		sleep(ctx, time.Until(wake))
 	}
+	return joined
 }
 
 // refresh adds the streams named in lua.StreamsKey, creating the consumer
@@ -422,6 +475,15 @@ func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in 
 				break
 			}
 			start = next
+		}
+		if s.ready && w.cfg.PruneIdle >= 0 {
+			n, err := pruneScript.Run(ctx, w.rdb, []string{s.name}, w.cfg.Group, w.cfg.PruneIdle.Milliseconds(), w.cfg.Consumer, "").Int()
+			if err != nil && !isServerError(err) {
+				return fmt.Errorf("writer: prune consumers of %s: %w", s.name, err)
+			}
+			if n > 0 {
+				w.log.Info("writer: removed idle consumers without pending entries from the group", "stream", s.name, "consumers", n)
+			}
 		}
 	}
 	return nil

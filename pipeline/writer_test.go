@@ -154,3 +154,68 @@ func TestWriterMovesUnparseableEntryToDeadStream(t *testing.T) {
 		t.Errorf("intake stream holds %d entries", n)
 	}
 }
+
+// consumerNames is the group's consumers on stream, name → pending.
+func consumerNames(t *testing.T, e *env, stream string) map[string]int64 {
+	t.Helper()
+	cs, err := e.rdb.XInfoConsumers(context.Background(), stream, "writers").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, c := range cs {
+		out[c.Name] = c.Pending
+	}
+	return out
+}
+
+// Writers remove idle consumers that hold nothing (restarted or scaled-away
+// writers), keep those with pending entries, and leave the group
+// themselves when they stop with nothing pending.
+func TestWriterPrunesIdleConsumers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, k := e.product(100, 100)
+	e.reserve(p, k, 1, 10, 1)
+	if err := e.rdb.XGroupCreateMkStream(ctx, k.Intake(), "writers", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// "gone" read and acknowledged 5 entries; "holding" read 5 and holds them.
+	for _, c := range []string{"gone", "holding"} {
+		res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "writers", Consumer: c, Streams: []string{k.Intake(), ">"}, Count: 5, Block: -1}).Result()
+		if err != nil || len(res[0].Messages) != 5 {
+			t.Fatalf("%s read %v, %v", c, res, err)
+		}
+		if c == "gone" {
+			for _, m := range res[0].Messages {
+				e.rdb.XAck(ctx, k.Intake(), "writers", m.ID)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	w := e.writer(pipeline.WriterConfig{Consumer: "w1", ClaimIdle: time.Hour, ClaimInterval: 50 * time.Millisecond, PruneIdle: 50 * time.Millisecond})
+	stop := run(t, "writer", w.Run)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		names := consumerNames(t, e, k.Intake())
+		if _, ok := names["gone"]; !ok {
+			if names["holding"] != 5 {
+				t.Fatalf("consumers %v: the one holding 5 entries must stay", names)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle consumer without pending entries never pruned: %v", names)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := consumerNames(t, e, k.Intake())["w1"]; !ok {
+		t.Fatal("the running writer is not in the group")
+	}
+	stop()
+	names := consumerNames(t, e, k.Intake())
+	if _, ok := names["w1"]; ok || names["holding"] != 5 {
+		t.Errorf("after the writer stopped: %v, want only holding (5 pending)", names)
+	}
+}
