@@ -221,6 +221,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	lock, ok, err := s.store.TryLock(ctx, sweepLockClose)
 	if err != nil {
+		if ctx.Err() != nil { // stopping: not a failure
+			return false, nil
+		}
 		s.errs.Add(1)
 		s.m.sweeperPasses.WithLabelValues("close", "error").Inc()
 		return false, fmt.Errorf("sweeper: %w", err)
@@ -252,6 +255,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
 	due, err := s.store.DueOrders(ctx, s.cfg.BatchSize)
 	if err != nil {
+		if ctx.Err() != nil { // stopping: not a failure
+			return false, nil
+		}
 		s.errs.Add(1)
 		return false, fmt.Errorf("sweeper: %w", err)
 	}
