@@ -3,7 +3,7 @@ GO ?= go
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 ARGS ?=
 
-.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench bench-scale fmt clean
+.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench bench-scale bench-services fmt clean
 
 services:
 	bash scripts/services.sh
@@ -48,14 +48,22 @@ test-e2e: services client/node_modules/.package-lock.json
 test-short: services
 	$(GO) test -count=1 -short ./...
 
-bench: services build
-	bin/stampede bench $(ARGS)
-	-rabbitmqctl -q add_vhost stampede_bench_push 2>/dev/null; rabbitmqctl -q set_permissions -p stampede_bench_push guest ".*" ".*" ".*"
+# The benchmarks run on their own MySQL database, RabbitMQ vhost and Redis
+# database, so the products and orders they leave never mix with the demo's
+# (a later `make demo` would otherwise wait for thousands of old orders).
+BENCH_ENV = STAMPEDE_MYSQL_DSN='root@tcp(127.0.0.1:3306)/stampede_bench?parseTime=true' \
+	STAMPEDE_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/stampede_bench STAMPEDE_REDIS_DB=6
+
+bench-services:
+	bash scripts/services.sh --bench
+
+bench: bench-services build
+	$(BENCH_ENV) bin/stampede bench $(ARGS)
 	bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
 
 # 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).
-bench-scale: services build
-	bin/stampede bench-scale $(ARGS)
+bench-scale: bench-services build
+	$(BENCH_ENV) bin/stampede bench-scale $(ARGS)
 
 fmt:
 	@out=$$(find . -name '*.go' -not -path './.git/*' -not -path './client/node_modules/*' -print0 \

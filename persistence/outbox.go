@@ -180,6 +180,26 @@ func (s *Store) MarkSent(ctx context.Context, ids []int64) error {
 	return nil
 }
 
+// PendingOutboxFor counts the outbox rows not yet published (NEW, RETRY,
+// SENDING) of the orders of productIDs.
+func (s *Store) PendingOutboxFor(ctx context.Context, productIDs []int64) (int64, error) {
+	if len(productIDs) == 0 {
+		return 0, nil
+	}
+	args := make([]any, len(productIDs))
+	for i, id := range productIDs {
+		args[i] = id
+	}
+	var n int64
+	err := s.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM mq_outbox o FORCE INDEX (idx_outbox_status_next)
+		JOIN order_info i ON i.order_no = o.order_no
+		WHERE o.status IN ('NEW', 'RETRY', 'SENDING') AND i.product_id IN (`+marks(len(args))+`)`, args...).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("persistence: pending outbox: %w", err)
+	}
+	return n, nil
+}
+
 // PurgeSentOutbox deletes up to limit SENT outbox rows published more than
 // olderThan ago, oldest first, and returns how many it deleted. The publish
 // time is taken from next_retry_at, which a claim sets to its lease expiry

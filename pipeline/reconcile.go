@@ -43,8 +43,12 @@ type ProductAudit struct {
 type Report struct {
 	At           time.Time        `json:"at"`
 	Products     []ProductAudit   `json:"products"`
-	Outbox       map[string]int64 `json:"outbox"` // status → rows
+	Outbox       map[string]int64 `json:"outbox"` // status → rows, whole table
 	OutboxOldest time.Duration    `json:"outboxOldestPending"`
+	// OutboxPending is the audited scope's unpublished rows (NEW, RETRY,
+	// SENDING): of the given products' orders, or of the whole table when
+	// every product was audited.
+	OutboxPending int64 `json:"outboxPending"`
 	Checks       []Check          `json:"checks"` // outbox and pipeline-wide checks
 	OK           bool             `json:"ok"`     // every check passed
 }
@@ -68,7 +72,9 @@ func (r Report) Failed() []string {
 }
 
 // Reconcile checks the invariants of SPEC §5 for the given products (nil =
-// every product) against Redis and MySQL directly. The checks of invariants
+// every product) against Redis and MySQL directly; invariant 6 (every
+// outbox row SENT or DEAD) for the rows of those products' orders, or for
+// the whole table. The checks of invariants
 // 2, 3, 5 and 6 hold only once the pipeline is idle; callers that audit a
 // running sale should wait for an idle pipeline first (see WaitIdle).
 func Reconcile(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, productIDs []int64) (Report, error) {
@@ -102,13 +108,23 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, store *persistenc
 	if err != nil {
 		return rep, err
 	}
-	pending := rep.Outbox[persistence.OutboxNew] + rep.Outbox[persistence.OutboxRetry] + rep.Outbox[persistence.OutboxSending]
+	all := rep.Outbox[persistence.OutboxNew] + rep.Outbox[persistence.OutboxRetry] + rep.Outbox[persistence.OutboxSending]
+	rep.OutboxPending = all
+	detail := fmt.Sprintf("SENT %d, DEAD %d, pending %d", rep.Outbox[persistence.OutboxSent], rep.Outbox[persistence.OutboxDead], all)
+	if len(want) > 0 && all > 0 {
+		// Only the audited products' events count: other products' traffic
+		// (another sale, a sweeper closing old orders) is theirs.
+		if rep.OutboxPending, err = store.PendingOutboxFor(ctx, productIDs); err != nil {
+			return rep, err
+		}
+		detail = fmt.Sprintf("pending %d of these products' orders; whole table: %s", rep.OutboxPending, detail)
+	}
 	rep.Checks = append(rep.Checks, Check{
 		Name:   "6 every outbox row SENT or DEAD",
-		OK:     pending == 0,
-		Detail: fmt.Sprintf("SENT %d, DEAD %d, pending %d", rep.Outbox[persistence.OutboxSent], rep.Outbox[persistence.OutboxDead], pending),
+		OK:     rep.OutboxPending == 0,
+		Detail: detail,
 	})
-	rep.OK = rep.OK && pending == 0
+	rep.OK = rep.OK && rep.OutboxPending == 0
 	return rep, nil
 }
 
@@ -196,7 +212,11 @@ func intakeBacklog(ctx context.Context, rdb redis.UniversalClient, stream string
 }
 
 // WaitIdle polls until no product has intake backlog, PROCESSING orders or
-// Redis drift and the outbox has nothing pending, or ctx ends. It returns the last report.
+// Redis drift and nothing is left to publish, or ctx ends. It returns the
+// last report. With productIDs, only the outbox rows of those products'
+// orders count (other products' traffic — another sale, a sweeper closing
+// old orders — does not hold it up); with none, every product and the whole
+// outbox.
 func WaitIdle(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, productIDs []int64, poll time.Duration) (Report, error) {
 	for {
 		rep, err := Reconcile(ctx, rdb, store, productIDs)
@@ -214,6 +234,8 @@ func WaitIdle(ctx context.Context, rdb redis.UniversalClient, store *persistence
 	}
 }
 
+// idle: no product has intake backlog, PROCESSING orders or drift, and the
+// audited scope has nothing left to publish.
 func idle(r Report) bool {
 	for _, p := range r.Products {
 		// Drift also waits for the release consumer to give back the Redis
@@ -222,5 +244,5 @@ func idle(r Report) bool {
 			return false
 		}
 	}
-	return r.Outbox[persistence.OutboxNew]+r.Outbox[persistence.OutboxRetry]+r.Outbox[persistence.OutboxSending] == 0
+	return r.OutboxPending == 0
 }

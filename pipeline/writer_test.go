@@ -219,3 +219,32 @@ func TestWriterPrunesIdleConsumers(t *testing.T) {
 		t.Errorf("after the writer stopped: %v, want only holding (5 pending)", names)
 	}
 }
+
+// WaitIdle for some products is not held up by other products' unpublished
+// events (another sale, a sweeper closing old orders); without products it
+// waits for the whole outbox.
+func TestWaitIdleIgnoresOtherProductsOutbox(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	quiet, _ := e.product(10, 10)
+	busy, k := e.product(10, 10)
+	e.reserve(busy, k, 1, 3, 1)
+	w := e.writer(pipeline.WriterConfig{})
+	stop := run(t, "writer", w.Run)
+	e.waitCount(10*time.Second, 3, `SELECT COUNT(*) FROM order_info WHERE product_id = ?`, busy.ID)
+	stop() // no relay runs: the busy product's 3 ORDER_CREATED rows stay NEW
+
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := pipeline.WaitIdle(wctx, e.rdb, e.store, []int64{quiet.ID}, 10*time.Millisecond); err != nil {
+		t.Fatalf("quiet product not idle: %v", err)
+	}
+	if n, err := e.store.PendingOutboxFor(ctx, []int64{busy.ID, quiet.ID}); err != nil || n != 3 {
+		t.Fatalf("pending outbox of both: %d, %v; want 3", n, err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if _, err := pipeline.WaitIdle(short, e.rdb, e.store, nil, 10*time.Millisecond); err == nil {
+		t.Fatal("WaitIdle over every product returned while 3 events were unpublished")
+	}
+}

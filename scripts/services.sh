@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure Redis, RabbitMQ and MariaDB/MySQL answer on loopback and that the
-# `stampede` database exists. Idempotent; takes well under a second when
+# `stampede` database exists (with --bench also the benchmarks' database
+# `stampede_bench` and vhosts `stampede_bench`, `stampede_bench_push`). Idempotent; takes well under a second when
 # everything is already up.
 #
 # For each service, in order:
@@ -199,7 +200,8 @@ fix_root_tcp_login() {
 }
 
 create_database() {
-	local sql='CREATE DATABASE IF NOT EXISTS stampede CHARACTER SET utf8mb4 COLLATE utf8mb4_bin'
+	local db=${1:-stampede}
+	local sql="CREATE DATABASE IF NOT EXISTS $db CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 	if [[ -z $(mysql_client) ]]; then
 		docker_usable || die "mysql: no mysql/mariadb client installed to create the database"
 		compose exec -T mysql mysql -uroot -e "$sql"
@@ -207,7 +209,19 @@ create_database() {
 		fix_root_tcp_login || die "mysql: root cannot log in over TCP to $HOST:$MYSQL_PORT with an empty password"
 		mysql_tcp -e "$sql"
 	fi
-	log "mysql: database stampede ready"
+	log "mysql: database $db ready"
+}
+
+# create_vhost NAME: a RabbitMQ vhost with full permissions for guest.
+create_vhost() {
+	local ctl=(rabbitmqctl)
+	if ! have rabbitmqctl; then
+		docker_usable || die "rabbitmq: no rabbitmqctl to create vhost $1"
+		ctl=(docker compose -f "$COMPOSE_FILE" exec -T rabbitmq rabbitmqctl)
+	fi
+	"${ctl[@]}" -q add_vhost "$1" >/dev/null 2>&1 || true # exists already
+	"${ctl[@]}" -q set_permissions -p "$1" guest '.*' '.*' '.*' >/dev/null
+	log "rabbitmq: vhost $1 ready"
 }
 
 # ---------------------------------------------------------------- main
@@ -215,4 +229,11 @@ create_database() {
 ensure redis redis redis_up start_redis_local 30
 ensure rabbitmq rabbitmq rabbitmq_up start_rabbitmq_local 60
 ensure mysql mysql mysql_up start_mariadb_local 60
-create_database
+create_database stampede
+# `--bench`: the benchmarks' own database and vhost (make bench, make
+# bench-scale), so their products and orders never mix with the demo's.
+if [[ ${1:-} == --bench ]]; then
+	create_database stampede_bench
+	create_vhost stampede_bench
+	create_vhost stampede_bench_push
+fi

@@ -301,10 +301,17 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 	fmt.Fprintf(out, "  intents answered with more than one orderNo: %d\n", conflicting)
 
 	wctx, cancel := context.WithTimeout(ctx, o.idleWait)
+	idleStart := time.Now()
 	rep, err := pipeline.WaitIdle(wctx, app.rdb, app.store, []int64{pid}, 100*time.Millisecond)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(out, "  pipeline did not become idle:", err)
+	}
+	if took := time.Since(idleStart); took > o.payTimeout/2 {
+		// The checkout below must start well within the pay timeout.
+		fmt.Fprintf(out, "  the pipeline took %s to carry the orders to WAITING_PAY, more than half the %s pay timeout:\n"+
+			"  is it busy with other work in this database (see `stampede reconcile`), or the machine loaded?\n",
+			took.Round(time.Millisecond), o.payTimeout)
 	}
 	ok1 := printAudit(out, "After the rush (pipeline idle)", rep, pid, app.store, ctx)
 	ok1 = expect(out, "accepted = stock", int64(byCode["202"]), min(o.stock, int64(o.buyers))) && ok1
@@ -335,7 +342,12 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 				callErrs = append(callErrs, err)
 				return
 			}
-			lifecycle[fmt.Sprintf("%s %d %s", what, res.status, res.body["status"])]++
+			// "pay 200 PAID", or "pay 409 INVALID_STATE" for a refusal.
+			detail, _ := res.body["status"].(string)
+			if e, ok := res.body["error"].(map[string]any); ok {
+				detail, _ = e["code"].(string)
+			}
+			lifecycle[fmt.Sprintf("%s %d %s", what, res.status, detail)]++
 		}()
 	}
 	wg.Wait()
