@@ -177,16 +177,7 @@ func testConsumerRejectsPoisonAndKeepsGoing(t *testing.T, qt pipeline.QueueType)
 	p, k := e.product(10, 10)
 	_, _, c := startPipeline(e, pipeline.ConsumerConfig{})
 	// Make sure the topology exists, then publish garbage straight to the queues.
-	conn, err := amqp.Dial(e.amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := pipelinetest.Channel(t, e.amqpURL)
 	if err := e.topology().Declare(ch); err != nil {
 		t.Fatal(err)
 	}

@@ -48,9 +48,9 @@ type Report struct {
 	// OutboxPending is the audited scope's unpublished rows (NEW, RETRY,
 	// SENDING): of the given products' orders, or of the whole table when
 	// every product was audited.
-	OutboxPending int64 `json:"outboxPending"`
-	Checks       []Check          `json:"checks"` // outbox and pipeline-wide checks
-	OK           bool             `json:"ok"`     // every check passed
+	OutboxPending int64   `json:"outboxPending"`
+	Checks        []Check `json:"checks"` // outbox and pipeline-wide checks
+	OK            bool    `json:"ok"`     // every check passed
 }
 
 // Failed lists the names of the failed checks, prefixed by product id.

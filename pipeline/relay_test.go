@@ -42,16 +42,7 @@ func (e *env) appendOutbox(prefix string, n int, exchange, key string) []string 
 // drain takes every ready message off queue and counts them by MessageId.
 func drain(t *testing.T, url, queue string) map[string]int {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := pipelinetest.Channel(t, url)
 	got := map[string]int{}
 	for {
 		d, ok, err := ch.Get(queue, true)

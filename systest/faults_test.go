@@ -610,15 +610,7 @@ func TestFault09PoisonMessages(t *testing.T) {
 			gen.Next(noStockProduct, 0), noStockProduct, now))}},
 		{order.RouteCreated, amqp.Publishing{MessageId: dupID, Type: string(order.EventCreated), Body: dupBody}},
 	}
-	conn, err := amqp.Dial(e.directAMQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := pipelinetest.Channel(t, e.directAMQ)
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -700,16 +692,7 @@ func TestFault09PoisonMessages(t *testing.T) {
 // given message ids, each with its attempts header within [min, max].
 func checkDLQ(t *testing.T, url string, want map[string][2]int) {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
+	ch := pipelinetest.Channel(t, url)
 	got := map[string]bool{}
 	for {
 		d, ok, err := ch.Get(pipeline.QueueDLQ, false)

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
 func TestDLQCommand(t *testing.T) {
@@ -31,15 +32,7 @@ func TestDLQCommand(t *testing.T) {
 			amqpURL = args[i+1]
 		}
 	}
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := pipelinetest.Channel(t, amqpURL)
 	if err := ch.PublishWithContext(ctx, "", pipeline.QueueDLQ, false, false, amqp.Publishing{MessageId: "junk-1",
 		Body: []byte("{"), Headers: amqp.Table{pipeline.HeaderReason: "decode", pipeline.HeaderAttempts: int32(1)}}); err != nil {
 		t.Fatal(err)

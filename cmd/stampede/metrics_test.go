@@ -302,17 +302,8 @@ func TestMetricsDuringSale(t *testing.T) {
 
 func publishPoison(t *testing.T, amqpURL string) {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	err = ch.PublishWithContext(context.Background(), "", pipeline.QueueOrderCreated, true, false, amqp.Publishing{
+	ch := pipelinetest.Channel(t, amqpURL)
+	err := ch.PublishWithContext(context.Background(), "", pipeline.QueueOrderCreated, true, false, amqp.Publishing{
 		MessageId: "poison-1", ContentType: "application/json", Body: []byte(`{"this is": "not an event"`),
 	})
 	if err != nil {

@@ -125,3 +125,20 @@ func QueueDepth(t testing.TB, amqpURL, queue string) int {
 	}
 	return q.Messages
 }
+
+// Channel opens a connection and a channel to url for the test, failing it
+// on error; both close when the test ends.
+func Channel(t testing.TB, url string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatalf("pipelinetest: dial %s: %v", url, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("pipelinetest: channel: %v", err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	return ch
+}
