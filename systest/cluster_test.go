@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/pipeline"
 )
 
@@ -185,7 +187,7 @@ type clusterSale struct {
 	e      *env
 	cl     *redisCluster
 	spec   clusterSaleSpec
-	gw     *proc
+	gws    []*proc
 	pipe   *proc
 	owners map[string]*clusterNode // hash tag → master
 	slots  map[string]int64        // hash tag → slot
@@ -218,9 +220,11 @@ func startClusterSale(t *testing.T, e *env, cl *redisCluster, spec clusterSaleSp
 	t.Helper()
 	cs := &clusterSale{t: t, e: e, cl: cl, spec: spec, owners: map[string]*clusterNode{}, slots: map[string]int64{},
 		shards: map[int64]int{}}
-	cs.gw = e.serve("gateway", "gateway,push", spec.gatewayArgs...)
+	// Two gateways with leased node ids (buyers spread over them, replays
+	// go to the first), so leases and cross-gateway idempotency run on the
+	// cluster too.
+	cs.gws = e.serveGateways(2, "gateway", "gateway,push", append(slices.Clone(spec.gatewayArgs), "--node-id", "-1")...)
 	cs.pipe = e.serve("pipeline", "writer,relay,consumer,sweeper")
-	e.waitReady(30 * time.Second)
 
 	masters := func(pids []int64) map[*clusterNode]int {
 		m := map[*clusterNode]int{}
@@ -511,7 +515,21 @@ func (cs *clusterSale) check() {
 	for _, j := range cs.jobs {
 		e.replayAllQuiet(j.pid, j.in)
 	}
-	for _, p := range []*proc{cs.gw, cs.pipe} {
+	// Both gateways took orders, each under its own leased node id.
+	nodes := map[int64]bool{}
+	for _, j := range cs.jobs {
+		if j.in.orderNo != "" {
+			id, _, _, err := order.ParseNo(j.in.orderNo)
+			if err != nil {
+				cs.t.Fatal(err)
+			}
+			nodes[id>>12&1023] = true
+		}
+	}
+	if len(nodes) != 2 {
+		cs.t.Errorf("orderNos carry %d node ids (%v), want 2: one per gateway", len(nodes), nodes)
+	}
+	for _, p := range append(slices.Clone(cs.gws), cs.pipe) {
 		for _, s := range []string{"MOVED", "ASK ", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN"} {
 			if ls := p.logLines(s); len(ls) > 0 {
 				cs.t.Errorf("%s logged %d lines with %s, e.g. %s", p.name, len(ls), s, ls[0])
