@@ -69,15 +69,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	scenarios, err := bench.ParseScenarios(f.scenarios)
+	scenarios, params, idleWait, err := f.resolve()
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return err
 	}
-	params, err := f.params()
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	idleWait := f.idleWaitOrDefault()
 
 	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
 	if f.url == "" {
@@ -170,6 +165,18 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
 	fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
 	fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+}
+
+// resolve reads the scenario flags: the scenarios to run, their sizes and
+// the idle wait. Errors wrap errUsage.
+func (f *benchFlags) resolve() (scenarios []string, params bench.Params, idleWait time.Duration, err error) {
+	if scenarios, err = bench.ParseScenarios(f.scenarios); err != nil {
+		return nil, params, 0, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if params, err = f.params(); err != nil {
+		return nil, params, 0, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return scenarios, params, f.idleWaitOrDefault(), nil
 }
 
 // idleWaitOrDefault is --idle-wait, or 10m (2m with --quick).

@@ -50,15 +50,10 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		counts = append(counts, n)
 	}
-	scenarios, err := bench.ParseScenarios(f.scenarios)
+	scenarios, params, idleWait, err := f.resolve()
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return err
 	}
-	params, err := f.params()
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	idleWait := f.idleWaitOrDefault()
 	exe, err := os.Executable()
 	if err != nil {
 		return err
