@@ -16,13 +16,9 @@ func appendEvents(t *testing.T, s *persistence.Store, prefix string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
-		var msgs []persistence.OutboxMessage
 		for i := range n {
-			msgs = append(msgs, persistence.OutboxMessage{EventID: fmt.Sprintf("%s-%d", prefix, i), EventType: "ORDER_CREATED",
-				OrderNo: "0000000000000000001001", Exchange: "x", RoutingKey: "k", Payload: []byte(`{}`)})
-		}
-		for _, m := range msgs {
-			if _, err := persistence.AppendOutbox(ctx, tx, m); err != nil {
+			if _, err := persistence.AppendOutbox(ctx, tx, persistence.OutboxMessage{EventID: fmt.Sprintf("%s-%d", prefix, i),
+				EventType: "ORDER_CREATED", OrderNo: "0000000000000000001001", Exchange: "x", RoutingKey: "k", Payload: []byte(`{}`)}); err != nil {
 				return err
 			}
 		}

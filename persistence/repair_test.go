@@ -2,9 +2,7 @@ package persistence_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -16,18 +14,7 @@ import (
 func TestOutboxRetryDeadAndReplay(t *testing.T) {
 	s := persistencetest.New(t, "persistence")
 	ctx := context.Background()
-	err := s.WithTx(ctx, func(tx *sql.Tx) error {
-		for i := range 3 {
-			if _, err := persistence.AppendOutbox(ctx, tx, persistence.OutboxMessage{EventID: fmt.Sprintf("ev-%d", i),
-				EventType: "ORDER_CREATED", OrderNo: "0000000000000000001001", Exchange: "x", RoutingKey: "k", Payload: []byte(`{}`)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	appendEvents(t, s, "ev", 3) // outbox_test.go
 	// Two failures with a budget of 2: DEAD after the second, in one statement each.
 	var ids []int64
 	for round := range 2 {

@@ -133,7 +133,7 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 				return fmt.Errorf("bench-scale: %s exited during the run:\n%s", p.name, p.logs.String())
 			}
 		}
-		runs = append(runs, scaleRun{pairs: n, label: label, rep: rep, cpu: cpu})
+		runs = append(runs, scaleRun{label: label, rep: rep, cpu: cpu})
 	}
 	md := scaleMarkdown(runs, "stampede bench-scale "+strings.Join(args, " "))
 	path := filepath.Join(f.out, time.Now().UTC().Format("2006-01-02T150405Z")+"-scale.md")
@@ -354,7 +354,6 @@ func procCPU(pid int) float64 {
 // ---- report -----------------------------------------------------------------
 
 type scaleRun struct {
-	pairs int
 	label string
 	rep   *bench.Report
 	cpu   cpuSample

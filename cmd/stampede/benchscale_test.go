@@ -26,7 +26,7 @@ func TestBenchScaleRefusesBadPairs(t *testing.T) {
 // accounts the CPU per component and the rest.
 func TestScaleMarkdownComparesWithTheBaseline(t *testing.T) {
 	run := func(n int, v float64, p99 float64) scaleRun {
-		return scaleRun{pairs: n, label: fmt.Sprintf("%d pairs", n), rep: &bench.Report{
+		return scaleRun{label: fmt.Sprintf("%d pairs", n), rep: &bench.Report{
 			Machine: bench.Machine{CPU: "test cpu", Cores: 2},
 			Results: []*bench.ScenarioResult{{Scenario: "sustained", Pass: true,
 				Headline:        bench.Figure{Name: "accepted intake", Value: v, Unit: "orders/s"},
