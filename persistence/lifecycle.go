@@ -43,13 +43,17 @@ func (o LockOutcome) String() string {
 	return "unknown"
 }
 
-// lockedOrder reads the order row FOR UPDATE together with the database clock.
+// lockedOrder reads the order row FOR UPDATE together with the database
+// clock at the moment the lock was granted: SYSDATE(3) is evaluated when the
+// row is returned, after any lock wait, where NOW(3) is the statement's start
+// (a buyer whose order waited 25 s for its row lock got a pay window 25 s
+// short with NOW).
 func lockedOrder(ctx context.Context, tx *sql.Tx, orderNo string) (Order, time.Time, error) {
 	var now time.Time
 	var o Order
 	var st string
 	var dl sql.NullTime
-	err := tx.QueryRowContext(ctx, `SELECT `+orderCols+`, NOW(3) FROM order_info WHERE order_no = ? FOR UPDATE`, orderNo).
+	err := tx.QueryRowContext(ctx, `SELECT `+orderCols+`, SYSDATE(3) FROM order_info WHERE order_no = ? FOR UPDATE`, orderNo).
 		Scan(&o.ID, &o.OrderNo, &o.UserID, &o.RequestID, &o.ProductID, &o.Quantity, &o.Amount, &st, &o.Version,
 			&o.CloseReason, &dl, &o.CreatedAt, &o.UpdatedAt, &now)
 	if errors.Is(err, sql.ErrNoRows) {

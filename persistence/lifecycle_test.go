@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,22 @@ import (
 // each, locked with payTimeout.
 func fixture(t *testing.T, s *persistence.Store, total int64, n int, qty int64, payTimeout time.Duration) (persistence.Product, []string) {
 	t.Helper()
+	p, nos := processing(t, s, total, n, qty)
+	for _, no := range nos {
+		if out, _, err := s.LockStock(context.Background(), order.CreatedEventID(no), no, "order-lock", payTimeout); err != nil || out != persistence.LockLocked {
+			t.Fatalf("lock %s: %v %v", no, out, err)
+		}
+	}
+	return p, nos
+}
+
+// nextUser gives every processing fixture users of its own.
+var nextUser atomic.Int64
+
+// processing creates a product with total units and n PROCESSING orders of
+// qty each (users of their own), as the writer stores them.
+func processing(t *testing.T, s *persistence.Store, total int64, n int, qty int64) (persistence.Product, []string) {
+	t.Helper()
 	ctx := context.Background()
 	p, err := s.CreateProduct(ctx, persistence.Product{Name: "p", Price: 250, Total: total, MaxPerOrder: 10,
 		SaleStart: time.Now().Add(-time.Hour), SaleEnd: time.Now().Add(time.Hour)})
@@ -27,18 +44,13 @@ func fixture(t *testing.T, s *persistence.Store, total int64, n int, qty int64, 
 	var batch []order.Reservation
 	var nos []string
 	for i := range n {
-		r := order.Reservation{OrderNo: gen.Next(p.ID, 0), UserID: int64(i + 1), RequestID: fmt.Sprintf("r%d", i),
+		r := order.Reservation{OrderNo: gen.Next(p.ID, 0), UserID: nextUser.Add(1), RequestID: fmt.Sprintf("r%d", i),
 			ProductID: p.ID, Quantity: qty, UnitPrice: 250, AcceptedAt: time.Now().UTC()}
 		batch = append(batch, r)
 		nos = append(nos, r.OrderNo)
 	}
 	if _, err := s.InsertReservations(ctx, batch, map[int64]string{p.ID: p.Name}); err != nil {
 		t.Fatal(err)
-	}
-	for _, no := range nos {
-		if out, _, err := s.LockStock(ctx, order.CreatedEventID(no), no, "order-lock", payTimeout); err != nil || out != persistence.LockLocked {
-			t.Fatalf("lock %s: %v %v", no, out, err)
-		}
 	}
 	return p, nos
 }
@@ -186,6 +198,10 @@ func TestReleaseManyTimes(t *testing.T) {
 	ctx := context.Background()
 	p, nos := fixture(t, s, 10, 1, 4, time.Millisecond)
 	time.Sleep(10 * time.Millisecond)
+	owner, err := s.GetOrder(ctx, nos[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	wins := 0
@@ -204,7 +220,7 @@ func TestReleaseManyTimes(t *testing.T) {
 	}
 	for range 5 {
 		wg.Add(1)
-		go try(persistence.CloseRequest{OrderNo: nos[0], UserID: 1, Reason: order.ReasonUser, From: []order.Status{order.Processing, order.WaitingPay}})
+		go try(persistence.CloseRequest{OrderNo: nos[0], UserID: owner.UserID, Reason: order.ReasonUser, From: []order.Status{order.Processing, order.WaitingPay}})
 	}
 	for range 5 { // sweeper + duplicate delayed close messages
 		wg.Add(1)

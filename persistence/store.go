@@ -26,9 +26,19 @@ type Store struct {
 // DefaultDSN is the DSN used when none is configured (SPEC §7).
 const DefaultDSN = "root@tcp(127.0.0.1:3306)/stampede?parseTime=true"
 
+// LockWaitTimeout is the session's innodb_lock_wait_timeout unless the DSN
+// sets one: a statement that waits this long for a row lock fails with MySQL
+// error 1205 (IsLockWait, retryable). It is well below the consumer's
+// per-message handle timeout (30s), so a long lock wait surfaces as what it
+// is instead of a cancelled context and an abandoned ("invalid") connection;
+// InnoDB's own default of 50s outlasted that timeout.
+const LockWaitTimeout = 10 * time.Second
+
 // NormalizeDSN parses dsn and forces what Stampede relies on: parseTime, UTC
 // for the driver and the session (so NOW(3) and DATETIME values are UTC), and
-// client-side interpolation (one round trip per statement).
+// client-side interpolation (one round trip per statement). It sets the
+// session's innodb_lock_wait_timeout to LockWaitTimeout unless the DSN names
+// one.
 func NormalizeDSN(dsn string) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -41,6 +51,9 @@ func NormalizeDSN(dsn string) (*mysql.Config, error) {
 		cfg.Params = map[string]string{}
 	}
 	cfg.Params["time_zone"] = "'+00:00'"
+	if _, ok := cfg.Params["innodb_lock_wait_timeout"]; !ok {
+		cfg.Params["innodb_lock_wait_timeout"] = fmt.Sprint(int(LockWaitTimeout / time.Second))
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 3 * time.Second
 	}
@@ -137,6 +150,13 @@ func (s *Store) WithTx(ctx context.Context, fn func(tx *sql.Tx) error) (err erro
 func IsDuplicate(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1062
+}
+
+// IsLockWait reports whether err is MySQL error 1205: a statement waited
+// innodb_lock_wait_timeout for a row lock another transaction held.
+func IsLockWait(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1205
 }
 
 // IsRetryable reports whether err is transient: a deadlock (1213), a lock

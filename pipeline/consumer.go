@@ -39,9 +39,31 @@ type ConsumerConfig struct {
 	// to its queue, and a quorum queue counts that against the message's
 	// delivery limit.
 	Prefetch int
-	// Workers is the number of goroutines handling messages, per handler.
-	// Default 8.
+	// Workers is the number of goroutines handling messages, per handler
+	// (the order-lock handler only with PerMessageLock). Default 8.
 	Workers int
+	// LockBatch is the most ORDER_CREATED messages the order-lock handler
+	// applies in one MySQL transaction (persistence.Store.LockStockBatch).
+	// Default 256; 1…persistence.MaxLockBatch. Each order-lock channel
+	// prefetches max(Prefetch, 2·LockBatch) messages so the next batch is
+	// in hand when one commits.
+	LockBatch int
+	// LockBatchWait is how long a batch waits to fill once its first message
+	// arrived: a lone order waits at most this before its transaction.
+	// Default 5ms.
+	LockBatchWait time.Duration
+	// LockChannels is the number of order-lock batches applied at once,
+	// each on its own AMQP channel and consumer (a multiple ack covers
+	// exactly one batch only on a channel that has one batch in hand).
+	// Default 2.
+	LockChannels int
+	// PerMessageLock selects the previous design, kept for comparison in
+	// the benchmark (STAMPEDE_CONSUMER_LOCK=message): one transaction per
+	// ORDER_CREATED message (persistence.Store.LockStock) on Workers
+	// goroutines, each also scheduling a delayed pay-timeout message. The
+	// default batch design writes no pay-timeout message: the sweeper
+	// closes unpaid orders from its (status, pay_deadline) scan.
+	PerMessageLock bool
 	// PayTimeout is how long a locked order waits for payment: its
 	// pay_deadline is the database's now + PayTimeout (SPEC §7,
 	// STAMPEDE_PAY_TIMEOUT). Default 15m.
@@ -79,6 +101,11 @@ type ConsumerConfig struct {
 	// wraps ErrPoison. It exists for fault injection; leave it nil in
 	// production.
 	BeforeHandle func(handler string, ev order.Event, attempt int) error
+	// AfterLockCommit, if set, runs after an order-lock batch committed and
+	// before any of its messages is acknowledged, with the number of events
+	// applied. It exists for fault injection (a process killed right there);
+	// leave it nil in production.
+	AfterLockCommit func(events int)
 }
 
 // ErrPoison marks an error as permanent for the consumer: the message goes to
@@ -94,6 +121,13 @@ func (c *ConsumerConfig) setDefaults() {
 	}
 	if c.Workers == 0 {
 		c.Workers = 8
+	}
+	if c.LockBatch == 0 {
+		c.LockBatch = 256
+	}
+	setDur(&c.LockBatchWait, 5*time.Millisecond)
+	if c.LockChannels == 0 {
+		c.LockChannels = 2
 	}
 	setDur(&c.PayTimeout, 15*time.Minute)
 	setDur(&c.ReleaseMarkerTTL, 7*24*time.Hour)
@@ -118,6 +152,12 @@ func (c *ConsumerConfig) Validate() error {
 		return fmt.Errorf("invalid config: consumer prefetch %d not in 1…65535", c.Prefetch)
 	case c.Workers < 1:
 		return fmt.Errorf("invalid config: consumer workers %d", c.Workers)
+	case c.LockBatch < 1 || c.LockBatch > persistence.MaxLockBatch:
+		return fmt.Errorf("invalid config: consumer lock batch %d not in 1…%d", c.LockBatch, persistence.MaxLockBatch)
+	case c.LockBatchWait <= 0 || c.LockBatchWait > time.Second:
+		return fmt.Errorf("invalid config: consumer lock batch wait %v not in (0, 1s]", c.LockBatchWait)
+	case c.LockChannels < 1 || c.LockChannels > 64:
+		return fmt.Errorf("invalid config: consumer lock channels %d not in 1…64", c.LockChannels)
 	case c.PayTimeout <= 0 || c.HandleTimeout <= 0:
 		return errors.New("invalid config: consumer pay and handle timeouts must be positive")
 	case c.ReleaseMarkerTTL < time.Second:
@@ -217,6 +257,9 @@ type handler struct {
 	name  string
 	queue string
 	fn    func(ctx context.Context, ev order.Event) (verdict, error)
+	// batched: the handler is the order-lock batch loop (lockBatches), not
+	// fn on Workers goroutines.
+	batched bool
 }
 
 // Run consumes until ctx is cancelled, reconnecting whenever a channel or
@@ -226,9 +269,15 @@ type handler struct {
 // Conn was closed while it ran.
 func (c *Consumer) Run(ctx context.Context) error {
 	handlers := []handler{
-		{ConsumerOrderLock, QueueOrderCreated, c.lock},
-		{ConsumerStockRelease, QueueStockRelease, c.release},
-		{ConsumerOrderClose, QueueOrderClose, c.close},
+		{ConsumerStockRelease, QueueStockRelease, c.release, false},
+		{ConsumerOrderClose, QueueOrderClose, c.close, false},
+	}
+	if c.cfg.PerMessageLock {
+		handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, c.lock, false})
+	} else {
+		for range c.cfg.LockChannels {
+			handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, nil, true})
+		}
 	}
 	errs := make([]error, len(handlers))
 	var wg sync.WaitGroup
@@ -269,7 +318,11 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 		return err
 	}
 	defer ch.Close() // unacked prefetched messages go back to the queue
-	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+	prefetch := c.cfg.Prefetch
+	if h.batched {
+		prefetch = min(max(prefetch, 2*c.cfg.LockBatch), 65535)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return fmt.Errorf("consumer %s: qos: %w", h.name, err)
 	}
 	tag := c.cfg.Name + "." + h.name + "." + strconv.FormatUint(rand.Uint64()&0xffffff, 16)
@@ -284,8 +337,12 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 	}
 	defer pub.ch.Close()
 	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Go(func() { c.work(ctx, h, deliveries, pub) })
+	if h.batched {
+		wg.Go(func() { c.lockBatches(ctx, h, deliveries, pub) })
+	} else {
+		for range c.cfg.Workers {
+			wg.Go(func() { c.work(ctx, h, deliveries, pub) })
+		}
 	}
 	wg.Wait()
 	select {
@@ -299,10 +356,10 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 	}
 }
 
-// work handles deliveries until the channel closes or ctx is cancelled.
+// work handles deliveries one at a time until the channel closes or ctx is
+// cancelled.
 func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.Delivery, pub *confirmPublisher) {
-	bo := newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)
-	failing := 0
+	st := &settler{bo: newBackoff(c.cfg.RetryBackoff, c.cfg.MaxRetryBackoff)}
 	inFlight := c.m.inFlight.WithLabelValues(h.name)
 	for {
 		var d amqp.Delivery
@@ -317,80 +374,104 @@ func (c *Consumer) work(ctx context.Context, h handler, deliveries <-chan amqp.D
 		}
 		inFlight.Inc()
 		attempt := attemptOf(d.Headers)
-		routingKey := strHeader(d.Headers, HeaderRoutingKey) // kept through the delay queues
-		if routingKey == "" {
-			routingKey = d.RoutingKey
-		}
 		v, ev, err := c.handle(ctx, h, d.Body, attempt)
-		outcome := v.outcome()
-		// An outage (the dependency did not answer) is no fault of the
-		// message: it waits in a delay queue without spending its attempt
-		// budget, so an outage of any length never dead-letters good orders
-		// (SPEC §5.5). Only failures the dependency answered count.
-		outage := v == retry && isOutage(err)
-		if v == retry && !outage && attempt >= c.cfg.MaxAttempts {
-			v, err = discard, fmt.Errorf("out of attempts (%d): %w", attempt, err)
-		}
-		switch v {
-		case ack, ackDuplicate, ackSkipped:
-			failing = 0
-			bo.reset()
-			if err := d.Ack(false); err != nil {
-				// The channel is gone: the message is redelivered and its
-				// second application changes nothing.
-				c.log.Debug("consumer: ack failed", "handler", h.name, "eventId", d.MessageId, "err", err)
-				inFlight.Dec()
-				continue
-			}
-			c.acked.Add(1)
-		case discard:
-			outcome = OutcomeDeadLetter
-			body := d.Body
-			if len(body) > maxLoggedBody {
-				body = body[:maxLoggedBody]
-			}
-			c.log.Error("consumer: dead-lettering message", "handler", h.name, "eventId", d.MessageId,
-				"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "attempt", attempt, "body", string(body), "err", err)
-			reason := "unknown"
-			if err != nil {
-				reason = truncate(err.Error(), 500)
-			}
-			perr := pub.publish(ctx, "", QueueDLQ, republish(d, amqp.Table{
-				HeaderQueue: h.queue, HeaderHandler: h.name, HeaderReason: reason,
-				HeaderAttempts: int32(attempt), HeaderRoutingKey: routingKey,
-				HeaderDeadAt: time.Now().UTC().Format(time.RFC3339Nano),
-			}))
-			if perr != nil {
-				c.requeueLater(ctx, h, d, bo, perr)
-				outcome = OutcomeRetry
-				break
-			}
-			_ = d.Ack(false)
-			c.rejected.Add(1)
-		case retry:
-			failing++
-			if failing == 1 || failing%20 == 0 {
-				c.log.Warn("consumer: transient failure, retrying through a delay queue", "handler", h.name,
-					"eventId", d.MessageId, "orderNo", ev.OrderNo, "attempt", attempt, "consecutive", failing, "err", err)
-			}
-			level, next := retryLevel(attempt), attempt+1
-			if outage {
-				level, next = outageRetryLevel, attempt
-			}
-			perr := pub.publish(ctx, RetryQueue(level), h.queue, republish(d, amqp.Table{HeaderAttempt: int32(next), HeaderRoutingKey: routingKey}))
-			if perr != nil {
-				c.requeueLater(ctx, h, d, bo, perr)
-				break
-			}
+		if _, retried := c.settle(ctx, h, d, v, ev, err, attempt, pub, st, true); retried {
 			// The worker also slows down: a broken dependency fails every
 			// message, and the delay queues hold them meanwhile.
-			_ = d.Ack(false)
-			c.requeued.Add(1)
-			sleep(ctx, bo.next())
+			sleep(ctx, st.bo.next())
 		}
 		inFlight.Dec()
-		c.m.consumed(h.name, outcome)
 	}
+}
+
+// settler is the retry state of one worker (or batch loop): its backoff and
+// how many messages in a row failed.
+type settler struct {
+	bo      *backoff
+	failing int
+}
+
+// settle carries out the verdict on d: ack (only if ackNow; otherwise the
+// caller acks it with a multiple ack after its batch), a republish to a delay
+// queue or the dead-letter queue followed by the ack of the original, or,
+// when that republish fails, a requeue after the worker's backoff. It counts
+// the outcome and reports whether d still needs its ack (an ack verdict with
+// ackNow false) and whether it went to a delay queue (the caller then slows
+// down by the settler's backoff).
+func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v verdict, ev order.Event, err error, attempt int,
+	pub *confirmPublisher, st *settler, ackNow bool) (pendingAck, retried bool) {
+	routingKey := strHeader(d.Headers, HeaderRoutingKey) // kept through the delay queues
+	if routingKey == "" {
+		routingKey = d.RoutingKey
+	}
+	outcome := v.outcome()
+	// An outage (the dependency did not answer) is no fault of the
+	// message: it waits in a delay queue without spending its attempt
+	// budget, so an outage of any length never dead-letters good orders
+	// (SPEC §5.5). Only failures the dependency answered count.
+	outage := v == retry && isOutage(err)
+	if v == retry && !outage && attempt >= c.cfg.MaxAttempts {
+		v, err = discard, fmt.Errorf("out of attempts (%d): %w", attempt, err)
+	}
+	defer func() { c.m.consumed(h.name, outcome) }()
+	switch v {
+	case ack, ackDuplicate, ackSkipped:
+		st.failing = 0
+		st.bo.reset()
+		if !ackNow {
+			return true, false
+		}
+		if err := d.Ack(false); err != nil {
+			// The channel is gone: the message is redelivered and its
+			// second application changes nothing.
+			c.log.Debug("consumer: ack failed", "handler", h.name, "eventId", d.MessageId, "err", err)
+			return false, false
+		}
+		c.acked.Add(1)
+	case discard:
+		outcome = OutcomeDeadLetter
+		body := d.Body
+		if len(body) > maxLoggedBody {
+			body = body[:maxLoggedBody]
+		}
+		c.log.Error("consumer: dead-lettering message", "handler", h.name, "eventId", d.MessageId,
+			"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "attempt", attempt, "body", string(body), "err", err)
+		reason := "unknown"
+		if err != nil {
+			reason = truncate(err.Error(), 500)
+		}
+		perr := pub.publish(ctx, "", QueueDLQ, republish(d, amqp.Table{
+			HeaderQueue: h.queue, HeaderHandler: h.name, HeaderReason: reason,
+			HeaderAttempts: int32(attempt), HeaderRoutingKey: routingKey,
+			HeaderDeadAt: time.Now().UTC().Format(time.RFC3339Nano),
+		}))
+		if perr != nil {
+			c.requeueLater(ctx, h, d, st.bo, perr)
+			outcome = OutcomeRetry
+			return false, false
+		}
+		_ = d.Ack(false)
+		c.rejected.Add(1)
+	case retry:
+		st.failing++
+		if st.failing == 1 || st.failing%20 == 0 {
+			c.log.Warn("consumer: transient failure, retrying through a delay queue", "handler", h.name,
+				"eventId", d.MessageId, "orderNo", ev.OrderNo, "attempt", attempt, "consecutive", st.failing, "err", err)
+		}
+		level, next := retryLevel(attempt), attempt+1
+		if outage {
+			level, next = outageRetryLevel, attempt
+		}
+		perr := pub.publish(ctx, RetryQueue(level), h.queue, republish(d, amqp.Table{HeaderAttempt: int32(next), HeaderRoutingKey: routingKey}))
+		if perr != nil {
+			c.requeueLater(ctx, h, d, st.bo, perr)
+			return false, false
+		}
+		_ = d.Ack(false)
+		c.requeued.Add(1)
+		return false, true
+	}
+	return false, false
 }
 
 // requeueLater is the fallback when a retry or dead-letter republish failed

@@ -25,12 +25,22 @@ func startPipeline(e *env, ccfg pipeline.ConsumerConfig) (*pipeline.Writer, *pip
 	return w, r, c
 }
 
-func TestFlowLocksStockOnce(t *testing.T) { forEachQueueType(t, testFlowLocksStockOnce) }
+// forEachLockDesign runs test for each queue type with the batch design and
+// with the per-message design (ConsumerConfig.PerMessageLock), as subtests
+// "<type>/batch" and "<type>/message".
+func forEachLockDesign(t *testing.T, test func(t *testing.T, qt pipeline.QueueType, perMessage bool)) {
+	forEachQueueType(t, func(t *testing.T, qt pipeline.QueueType) {
+		t.Run("batch", func(t *testing.T) { test(t, qt, false) })
+		t.Run("message", func(t *testing.T) { test(t, qt, true) })
+	})
+}
 
-func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType) {
+func TestFlowLocksStockOnce(t *testing.T) { forEachLockDesign(t, testFlowLocksStockOnce) }
+
+func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType, perMessage bool) {
 	e := newEnvType(t, qt)
 	p, k := e.product(100, 100)
-	startPipeline(e, pipeline.ConsumerConfig{})
+	startPipeline(e, pipeline.ConsumerConfig{PerMessageLock: perMessage})
 	nos := e.reserve(p, k, 1, 20, 2)
 	nos = append(nos, e.reserve(p, k, 100, 10, 1)...)
 
@@ -58,8 +68,14 @@ func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType) {
 			t.Errorf("order %s: %+v %v", no, o, err)
 		}
 	}
-	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueuePayTimeoutDelay); n != 30 {
-		t.Errorf("%d delayed close messages, want 30", n)
+	// The per-message design schedules one delayed close message per
+	// order; the batch design leaves closing to the sweeper's deadline scan.
+	want := 0
+	if perMessage {
+		want = 30
+	}
+	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueuePayTimeoutDelay); n != want {
+		t.Errorf("%d delayed close messages, want %d", n, want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -70,14 +86,14 @@ func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType) {
 }
 
 func TestFlowStockShortFailsAndReleasesRedisOnce(t *testing.T) {
-	forEachQueueType(t, testFlowStockShortFailsAndReleasesRedisOnce)
+	forEachLockDesign(t, testFlowStockShortFailsAndReleasesRedisOnce)
 }
 
-func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.QueueType) {
+func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.QueueType, perMessage bool) {
 	e := newEnvType(t, qt)
 	// Redis was loaded with more than MySQL has: three orders cannot lock.
 	p, k := e.product(5, 8)
-	_, _, c := startPipeline(e, pipeline.ConsumerConfig{})
+	_, _, c := startPipeline(e, pipeline.ConsumerConfig{PerMessageLock: perMessage})
 	e.reserve(p, k, 1, 8, 1)
 	if a := e.redisAvailable(k); a != 0 {
 		t.Fatalf("redis available %d after 8 reservations", a)
@@ -122,7 +138,8 @@ func testFlowPayTimeoutClosesOrderAndReleasesOnce(t *testing.T, qt pipeline.Queu
 	e := newEnvType(t, qt)
 	ctx := context.Background()
 	p, k := e.product(10, 10)
-	startPipeline(e, pipeline.ConsumerConfig{PayTimeout: time.Second})
+	// The per-message design: each lock schedules a delayed close message.
+	startPipeline(e, pipeline.ConsumerConfig{PayTimeout: time.Second, PerMessageLock: true})
 	nos := e.reserve(p, k, 1, 3, 2)
 	e.waitCount(10*time.Second, 3, `SELECT COUNT(*) FROM order_info WHERE status = 'WAITING_PAY'`)
 	// One buyer pays in time; its close message must change nothing.

@@ -28,6 +28,8 @@ import (
 //	relay_dead_rows_total                     outbox rows that spent their retry budget (DEAD)
 //	consumer_messages_total{handler,outcome}  ok, duplicate, retry, dead_letter, skipped
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
+//	consumer_lock_batch_messages              histogram: ORDER_CREATED messages per order-lock transaction (batch mode)
+//	consumer_lock_batch_splits_total          order-lock batches split in two to isolate a failing message
 //	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
 //	sweeper_lost_closes_total                 due orders another closer changed between the sweep's read and its close (wasted attempts)
@@ -57,8 +59,10 @@ type Metrics struct {
 	lostReleased prometheus.Counter
 	luaRelease   prometheus.Observer
 
-	consumer *prometheus.CounterVec
-	inFlight *prometheus.GaugeVec
+	consumer   *prometheus.CounterVec
+	inFlight   *prometheus.GaugeVec
+	lockBatch  prometheus.Histogram
+	lockSplits prometheus.Counter
 	rejected atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
 
 	sweeperClosed  prometheus.Counter
@@ -159,6 +163,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_consumer_in_flight_messages",
 		Help: "Deliveries a consumer handler of this process holds unacknowledged right now. RabbitMQ's own unacked count per queue is not available over AMQP 0-9-1; prefetched deliveries not yet taken by a worker (at most the prefetch) are not counted.",
 	}, []string{"handler"}))
+	m.lockBatch = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "stampede_consumer_lock_batch_messages", Buckets: batchBuckets,
+		Help: "ORDER_CREATED messages applied per order-lock MySQL transaction (persistence.LockStockBatch), committed.",
+	}))
+	m.lockSplits = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_consumer_lock_batch_splits_total",
+		Help: "Order-lock batches whose transaction failed with an error that was not an outage and were split in two to isolate the failing message.",
+	}))
 	for _, h := range []string{ConsumerOrderLock, ConsumerStockRelease, ConsumerOrderClose} {
 		for _, o := range []string{OutcomeOK, OutcomeDuplicate, OutcomeRetry, OutcomeDeadLetter, OutcomeSkipped} {
 			m.consumer.WithLabelValues(h, o)

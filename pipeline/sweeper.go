@@ -83,8 +83,8 @@ func (c *SweeperConfig) Validate() error {
 		return fmt.Errorf("invalid config: sweeper interval %v", c.Interval)
 	case c.PurgeBatch < 1 || c.PurgeBatch > 100000:
 		return fmt.Errorf("invalid config: sweeper purge batch %d not in 1…100000", c.PurgeBatch)
-	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return fmt.Errorf("invalid config: sweeper batch size %d not in 1…10000", c.BatchSize)
+	case c.BatchSize < 1 || c.BatchSize > persistence.MaxLockBatch:
+		return fmt.Errorf("invalid config: sweeper batch size %d not in 1…%d", c.BatchSize, persistence.MaxLockBatch)
 	case c.ErrorBackoff < c.Interval:
 		return fmt.Errorf("invalid config: sweeper error backoff %v below interval %v", c.ErrorBackoff, c.Interval)
 	case c.ReconcileTimeout <= 0:
@@ -112,13 +112,16 @@ type SweeperStats struct {
 }
 
 // Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
-// database clock (SPEC §1 "sweeper"): the safety net under the delayed close
-// message, which can be late (a per-message TTL expires only at the head of
-// its queue) or lost with a broker. It uses the same
-// persistence.Store.CloseOrder as every other closer, with Due set, so the
-// conditional update decides the one winner: several sweepers, the close
-// consumer and a racing payment can never both win, and a paid order is never
-// cancelled. Its release of MySQL stock happens in the same transaction; the
+// database clock (SPEC §1 "sweeper"). With the batch order-lock design (the
+// default) it is the closer of unpaid orders: no delayed close message is
+// scheduled, and each pass closes up to BatchSize due orders in one
+// set-based transaction (persistence.Store.CloseDueBatch) every Interval, so
+// an order is closed within about Interval of its deadline. With the
+// per-message design it is the safety net under the delayed close message,
+// which can be late (a per-message TTL expires only at the head of its queue)
+// or lost with a broker. Every close is a conditional update from
+// WAITING_PAY, so several sweepers, the close consumer and a racing payment
+// can never both win, and a paid order is never cancelled. Its release of MySQL stock happens in the same transaction; the
 // Redis release follows through the CANCELLED status event.
 //
 // Many sweepers (one per process with the sweeper role) share the work
@@ -252,7 +255,30 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	return more, err
 }
 
+// sweepLocked closes one batch of due orders with one set-based transaction
+// (persistence.Store.CloseDueBatch). Should that transaction fail with an
+// error MySQL answered (not an outage), the pass falls back to closing the
+// due orders one at a time, so one bad row delays only itself.
 func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
+	closed, err := s.store.CloseDueBatch(ctx, s.cfg.BatchSize)
+	if err == nil {
+		s.closed.Add(int64(len(closed)))
+		s.m.sweeperClosed.Add(float64(len(closed)))
+		return len(closed) == s.cfg.BatchSize, nil
+	}
+	if ctx.Err() != nil { // stopping: not a failure
+		return false, nil
+	}
+	if isOutage(err) {
+		s.errs.Add(1)
+		return false, fmt.Errorf("sweeper: %w", err)
+	}
+	s.log.Warn("sweeper: batch close failed, closing the due orders one by one", "err", err)
+	return s.sweepOneByOne(ctx)
+}
+
+// sweepOneByOne is the close pass one order per transaction.
+func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 	due, err := s.store.DueOrders(ctx, s.cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() != nil { // stopping: not a failure

@@ -117,6 +117,8 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		}
 		c, err := pipeline.NewConsumer(a.store, a.rdb, conn, pipeline.ConsumerConfig{
 			Prefetch: cfg.ConsumerPrefetch, Workers: cfg.ConsumerWorkers, PayTimeout: cfg.PayTimeout,
+			LockBatch: cfg.ConsumerBatch, LockBatchWait: cfg.ConsumerBatchWait, LockChannels: cfg.ConsumerLockChans,
+			PerMessageLock: cfg.ConsumerLock == "message",
 			MaxAttempts: cfg.ConsumerMaxAttempts, Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
 		})
 		if err != nil {
