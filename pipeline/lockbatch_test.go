@@ -408,7 +408,9 @@ func TestLockBatchChildProcess(t *testing.T) {
 // A consumer process killed with SIGKILL after its batch committed and
 // before the ack: the broker redelivers the whole batch, and the next
 // consumer applies none of it again.
-func TestLockBatchKilledAfterCommit(t *testing.T) { forEachQueueType(t, testLockBatchKilledAfterCommit) }
+func TestLockBatchKilledAfterCommit(t *testing.T) {
+	forEachQueueType(t, testLockBatchKilledAfterCommit)
+}
 
 func testLockBatchKilledAfterCommit(t *testing.T, qt pipeline.QueueType) {
 	e := newEnvType(t, qt)
@@ -452,4 +454,3 @@ func testLockBatchKilledAfterCommit(t *testing.T, qt pipeline.QueueType) {
 		t.Errorf("%v duplicates on redelivery, want 50", n)
 	}
 }
-

@@ -63,7 +63,7 @@ type Metrics struct {
 	inFlight   *prometheus.GaugeVec
 	lockBatch  prometheus.Histogram
 	lockSplits prometheus.Counter
-	rejected atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
+	rejected   atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
 
 	sweeperClosed  prometheus.Counter
 	sweeperLost    prometheus.Counter

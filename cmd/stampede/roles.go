@@ -119,7 +119,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			Prefetch: cfg.ConsumerPrefetch, Workers: cfg.ConsumerWorkers, PayTimeout: cfg.PayTimeout,
 			LockBatch: cfg.ConsumerBatch, LockBatchWait: cfg.ConsumerBatchWait, LockChannels: cfg.ConsumerLockChans,
 			PerMessageLock: cfg.ConsumerLock == "message",
-			MaxAttempts: cfg.ConsumerMaxAttempts, Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
+			MaxAttempts:    cfg.ConsumerMaxAttempts, Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
 		})
 		if err != nil {
 			return fail(err)
