@@ -93,6 +93,20 @@ func (s *Server) findOrder(no string, userID int64) (orderJSON, error) {
 	if err != nil {
 		return orderJSON{}, err
 	}
+	if owner == 0 {
+		// The writer drops the pending record once the order is in MySQL:
+		// it may have stored it between the two reads. Look once more.
+		sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+		o, err := s.store.GetOrder(sctx, no)
+		cancel()
+		switch {
+		case err == nil && o.UserID == userID:
+			return toOrderJSON(o), nil
+		case err != nil && !errors.Is(err, persistence.ErrNotFound):
+			return orderJSON{}, err
+		}
+		return orderJSON{}, persistence.ErrNotFound
+	}
 	if owner != userID {
 		return orderJSON{}, persistence.ErrNotFound
 	}

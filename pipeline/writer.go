@@ -676,25 +676,46 @@ func (w *Writer) productNames(ctx context.Context, batch []order.Reservation) (m
 	return w.names, nil
 }
 
-// ack acknowledges and deletes exactly the given entries: XACK then XDEL in
-// one MULTI per stream (a transaction cannot span hash slots on a cluster).
+// ack acknowledges and deletes exactly the given entries and drops the
+// pending-order records (reserve.lua's hash …:order:<orderNo>) of their
+// orders, now in MySQL: XACK, XDEL and DEL in one MULTI per stream (a
+// transaction cannot span hash slots on a cluster; the records share the
+// stream's tag). The idempotency record and the user's held count stay for
+// their TTL; only the copy of what MySQL now holds goes, so Redis keeps per
+// stored order just what idempotency and the per-user limit need, and the
+// sweeper's lost-reservation scan walks the orders not yet written instead
+// of the day's orders.
 func (w *Writer) ack(ctx context.Context, es []entry) error {
 	if len(es) == 0 {
 		return nil
 	}
-	byStream := map[string][]string{}
+	type acks struct{ ids, records []string }
+	byStream := map[string]*acks{}
 	for _, e := range es {
-		byStream[e.stream] = append(byStream[e.stream], e.msg.ID)
+		a := byStream[e.stream]
+		if a == nil {
+			a = &acks{}
+			byStream[e.stream] = a
+		}
+		a.ids = append(a.ids, e.msg.ID)
+		if no, _ := e.msg.Values[order.FieldOrderNo].(string); no != "" {
+			if _, shard, pid, err := order.ParseNo(no); err == nil && lua.ShardKeys(pid, shard).Intake() == e.stream {
+				a.records = append(a.records, lua.ShardKeys(pid, shard).Order(no))
+			}
+		}
 	}
-	for stream, ids := range byStream {
+	for stream, a := range byStream {
 		var err error
 		for attempt := 0; attempt < 3; attempt++ {
 			if attempt > 0 && !sleep(ctx, w.cfg.RetryMin) {
 				break
 			}
 			_, err = w.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.XAck(ctx, stream, w.cfg.Group, ids...)
-				p.XDel(ctx, stream, ids...)
+				p.XAck(ctx, stream, w.cfg.Group, a.ids...)
+				p.XDel(ctx, stream, a.ids...)
+				if len(a.records) > 0 {
+					p.Unlink(ctx, a.records...)
+				}
 				return nil
 			})
 			if err == nil {

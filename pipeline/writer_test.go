@@ -17,7 +17,12 @@ func TestWriterWritesEveryReservationInBatches(t *testing.T) {
 	p, k := e.product(1000, 1000)
 	// Half the entries exist before the writer creates its group: a group
 	// created at "$" would skip them.
-	e.reserve(p, k, 1, 500, 1)
+	first := e.reserve(p, k, 1, 500, 1)
+	for _, no := range first[:5] {
+		if n, _ := e.rdb.Exists(ctx, k.Order(no)).Result(); n != 1 {
+			t.Fatalf("no pending-order record for %s before the writer ran", no)
+		}
+	}
 	w := e.writer(pipeline.WriterConfig{BatchSize: 100, BatchWait: 20 * time.Millisecond})
 	run(t, "writer", w.Run)
 	e.reserve(p, k, 501, 500, 1)
@@ -42,6 +47,14 @@ func TestWriterWritesEveryReservationInBatches(t *testing.T) {
 	}
 	if n, _ := e.rdb.XLen(ctx, k.Intake()).Result(); n != 0 {
 		t.Errorf("intake stream still holds %d acknowledged entries", n)
+	}
+	// What MySQL now holds is gone from Redis; what idempotency and the
+	// per-user limit need stays.
+	if keys, _ := e.rdb.Keys(ctx, k.Order("")+"*").Result(); len(keys) != 0 {
+		t.Errorf("%d pending-order records left after the writer stored every order", len(keys))
+	}
+	if n, _ := e.rdb.Exists(ctx, k.Request(1, "req-1"), k.User(1)).Result(); n != 2 {
+		t.Errorf("idempotency record or user count of user 1 gone (%d of 2 keys)", n)
 	}
 }
 
