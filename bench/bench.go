@@ -27,10 +27,11 @@ const (
 	SoldOut   = "soldout"
 	Duplicate = "duplicate"
 	E2E       = "e2e"
+	Drain     = "drain"
 )
 
 // All lists every scenario in run order.
-var All = []string{Spike, Sustained, SoldOut, Duplicate, E2E}
+var All = []string{Spike, Sustained, SoldOut, Duplicate, E2E, Drain}
 
 // Env is what the scenarios need besides the gateway: direct access to the
 // Redis and MySQL the gateway uses (for the audit and the end-to-end
@@ -53,6 +54,17 @@ type Env struct {
 	// audit. Default 10m.
 	IdleWait time.Duration
 
+	// Pipeline pauses and restarts the pipeline roles for the drain
+	// scenario; nil: drain cannot run (a gateway given by --url).
+	Pipeline Pipeline
+	// RabbitMQMetricsURL is the broker's Prometheus endpoint (plugin
+	// rabbitmq_prometheus), read for the messages per order of the drain;
+	// "" skips them.
+	RabbitMQMetricsURL string
+
+	// settled replaces the count of a product's orders past PROCESSING in
+	// tests of this package.
+	settled func(ctx context.Context, productID int64) (int64, error)
 	// audit replaces the SPEC §5 audit in tests of this package.
 	audit func(ctx context.Context, productID int64) (pipeline.Report, error)
 }
@@ -125,6 +137,14 @@ type Params struct {
 	E2EDuration time.Duration `json:"e2eDuration"`
 	E2EPoll     time.Duration `json:"e2ePoll"` // period of the WAITING_PAY count
 
+	// DrainOrders reservations are accepted at DrainRate with the pipeline
+	// stopped, then drained by each of DrainDesigns (DesignMessage, the
+	// previous design, and DesignBatch) with pay timeout DrainPayTimeout.
+	DrainOrders     int64         `json:"drainOrders"`
+	DrainRate       float64       `json:"drainRate"`
+	DrainDesigns    []string      `json:"drainDesigns"`
+	DrainPayTimeout time.Duration `json:"drainPayTimeout"`
+
 	CeilingRequests int `json:"ceilingRequests"` // redis-benchmark -n
 	CeilingClients  int `json:"ceilingClients"`  // redis-benchmark -c
 }
@@ -142,8 +162,9 @@ func (p Params) MarshalJSON() ([]byte, error) {
 		SoldOutDuration string `json:"soldOutDuration"`
 		E2EDuration     string `json:"e2eDuration"`
 		E2EPoll         string `json:"e2ePoll"`
+		DrainPayTimeout string `json:"drainPayTimeout"`
 	}{plain(p), p.Timeout.String(), p.SustainedWarmup.String(), p.SustainedStep.String(), p.SustainedP99.String(),
-		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String()})
+		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String(), p.DrainPayTimeout.String()})
 }
 
 // DefaultParams is the full benchmark of issue 5.
@@ -158,6 +179,7 @@ func DefaultParams() Params {
 		SoldOutStock: 100, SoldOutRate: 60_000, SoldOutWarmup: time.Second, SoldOutDuration: 5 * time.Second,
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
+		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignMessage, DesignBatch}, DrainPayTimeout: time.Minute,
 		CeilingRequests: 200_000, CeilingClients: 50,
 	}
 }
@@ -176,6 +198,7 @@ func QuickParams() Params {
 	p.SoldOutStock, p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration = 20, 3_000, 500*time.Millisecond, 1500*time.Millisecond
 	p.DuplicateKeys, p.DuplicateReplays, p.DuplicateBurst, p.DuplicateRate = 200, 10, 5, 2_000
 	p.E2ERate, p.E2EDuration = 1_000, 2*time.Second
+	p.DrainOrders, p.DrainRate, p.DrainPayTimeout = 2_000, 2_000, 10*time.Second
 	p.CeilingRequests = 20_000
 	return p
 }
@@ -205,6 +228,14 @@ func (p Params) Validate() error {
 	}
 	if p.E2ERate <= 0 || p.E2EDuration <= 0 || p.E2EPoll <= 0 {
 		errs = append(errs, errors.New("e2e rate, duration and poll must be positive"))
+	}
+	if p.DrainOrders < 1 || p.DrainRate <= 0 || p.DrainPayTimeout < time.Second || len(p.DrainDesigns) == 0 {
+		errs = append(errs, errors.New("drain orders, rate and designs must be positive, the drain pay timeout at least 1s"))
+	}
+	for _, d := range p.DrainDesigns {
+		if d != DesignBatch && d != DesignMessage {
+			errs = append(errs, fmt.Errorf("drain design %q is neither %s nor %s", d, DesignBatch, DesignMessage))
+		}
 	}
 	if p.CeilingRequests < 1 || p.CeilingClients < 1 {
 		errs = append(errs, errors.New("ceiling requests and clients must be positive"))
@@ -236,6 +267,7 @@ var scenarioFuncs = map[string]scenarioFunc{
 	SoldOut:   runSoldOut,
 	Duplicate: runDuplicate,
 	E2E:       runE2E,
+	Drain:     runDrain,
 }
 
 // ParseScenarios splits a comma-separated list ("" or "all" = All) and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -159,7 +160,9 @@ func newTestRun(t *testing.T, f *fakeGateway, breakAudit bool) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &run{env: Env{JWTSecret: testSecret, IdleWait: time.Second, audit: f.audit(breakAudit), Log: testLog{t}},
+	// The fake's pipeline keeps up: every order is settled at once.
+	settled := func(context.Context, int64) (int64, error) { return math.MaxInt32, nil }
+	return &run{env: Env{JWTSecret: testSecret, IdleWait: time.Second, audit: f.audit(breakAudit), settled: settled, Log: testLog{t}},
 		p: p, id: "test" + newRunID(), users: u, log: testLog{t}}
 }
 
@@ -207,6 +210,15 @@ func TestScenariosAgainstAFakeGateway(t *testing.T) {
 	f.mu.Lock()
 	f.limit429 = 0
 	f.mu.Unlock()
+
+	// A pipeline that falls behind makes the step unclean, however fast the
+	// gateway answered.
+	r.env.settled = func(context.Context, int64) (int64, error) { return math.MinInt32, nil } // far behind
+	behind := runSustained(ctx, r, tg)
+	if len(behind.Phases) != 1 || *behind.Phases[0].OK || behind.Headline.Value != 0 {
+		t.Errorf("sustained with a stalled pipeline: %d phases, headline %v", len(behind.Phases), behind.Headline)
+	}
+	r.env.settled = func(context.Context, int64) (int64, error) { return math.MaxInt32, nil }
 
 	so := runSoldOut(ctx, r, tg)
 	so.Scenario, so.Target = SoldOut, tg.Label

@@ -268,6 +268,13 @@ func (r *Report) detail(b *strings.Builder, s *ScenarioResult) {
 		}
 		w("\n")
 	}
+	for _, tb := range s.Tables {
+		w("%s:\n\n| %s |\n|%s\n", tb.Title, strings.Join(tb.Header, " | "), strings.Repeat("---|", len(tb.Header)))
+		for _, row := range tb.Rows {
+			w("| %s |\n", strings.Join(row, " | "))
+		}
+		w("\n")
+	}
 	if m := s.Memory; m != nil {
 		if m.Error != "" {
 			w("Memory of pid %d: %s\n\n", m.PID, m.Error)

@@ -144,9 +144,11 @@ func stepVerdict(res *loadgen.Result, limit time.Duration) (bool, string) {
 }
 
 // runSustained steps the rate through SustainedRates (BaselineRates for a
-// baseline target) on one product with a
-// huge stock until a step's p99 passes SustainedP99 or errors appear. The
-// accepted intake is the 202 rate of the highest clean step.
+// baseline target) on one product with a huge stock until a step is not
+// clean: its p99 passes SustainedP99, errors appear, or the pipeline fell
+// behind (at the end of the step more orders are still PROCESSING than one
+// second of intake). The accepted intake is the 202 rate of the highest
+// clean step: what the whole system sustains, not the gateway alone.
 func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	p := r.p
 	s := &ScenarioResult{}
@@ -177,6 +179,21 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 		}
 		offset += res.Scheduled
 		ok, why := stepVerdict(res, p.SustainedP99)
+		if ok {
+			// Clean also means the pipeline kept up: fewer orders short of
+			// WAITING_PAY (or later) at the end of the step than one second
+			// of intake.
+			accepted, _ := acc.counts()
+			settled, err := r.settled(ctx, pid)
+			switch behind := accepted - settled; {
+			case err != nil:
+				ok, why = false, "counting settled orders: "+err.Error()
+			case float64(behind) >= rate:
+				ok, why = false, fmt.Sprintf("pipeline behind: %d orders still PROCESSING at the end of the step (≥ one second of intake)", behind)
+			default:
+				why = fmt.Sprintf("clean (%d PROCESSING at the end)", behind)
+			}
+		}
 		s.Phases = append(s.Phases, Phase{Name: fmtNum(rate) + "/s", Rate: rate, OK: ptr(ok), Result: res})
 		r.logf("   step %7s/s: %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", fmtNum(rate), fmtNum(classRate(res, classAccepted)),
 			fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
@@ -559,6 +576,14 @@ func runE2E(ctx context.Context, r *run, t *target) *ScenarioResult {
 		}
 	})
 	return s
+}
+
+// settled counts pid's orders past PROCESSING.
+func (r *run) settled(ctx context.Context, pid int64) (int64, error) {
+	if r.env.settled != nil {
+		return r.env.settled(ctx, pid)
+	}
+	return r.countStatus(ctx, pid, order.WaitingPay, order.Failed, order.Cancelled, order.Paid)
 }
 
 func (r *run) countWaiting(ctx context.Context, pid int64) (int64, error) {

@@ -232,8 +232,15 @@ ensure mysql mysql mysql_up start_mariadb_local 60
 create_database stampede
 # `--bench`: the benchmarks' own database and vhost (make bench, make
 # bench-scale), so their products and orders never mix with the demo's.
+# The drain scenario reads RabbitMQ's own message counters from the
+# rabbitmq_prometheus plugin (port 15692); enabling it needs no restart.
 if [[ ${1:-} == --bench ]]; then
 	create_database stampede_bench
 	create_vhost stampede_bench
 	create_vhost stampede_bench_push
+	if have rabbitmq-plugins && is_loopback; then
+		timeout 60 rabbitmq-plugins -q enable rabbitmq_prometheus >/dev/null 2>&1 \
+			&& log "rabbitmq: plugin rabbitmq_prometheus enabled (message counters on :15692)" \
+			|| log "rabbitmq: could not enable rabbitmq_prometheus; the drain reports no message counts"
+	fi
 fi

@@ -34,6 +34,7 @@ type benchFlags struct {
 	idleWait      time.Duration
 	ceiling       bool
 	reserveScript string
+	rabbitMetrics string
 	// overrides of bench.Params; zero = the default (or quick) value
 	users          int
 	shards         int
@@ -47,6 +48,46 @@ type benchFlags struct {
 	duplicateRate  float64
 	e2eRate        float64
 	e2eDuration    time.Duration
+	drainOrders    int64
+	drainRate      float64
+	drainDesigns   string
+	drainPay       time.Duration
+}
+
+// benchPipeline runs the pipeline roles (writer, relay, consumer, sweeper)
+// of an in-process benchmark as an app of their own (bench.Pipeline).
+type benchPipeline struct {
+	cfg  Config
+	stop func()
+}
+
+// Start starts the pipeline roles with design ("" = the configured one) and
+// payTimeout (0 = the configured one).
+func (b *benchPipeline) Start(ctx context.Context, design string, payTimeout time.Duration) error {
+	b.Stop()
+	c := b.cfg
+	c.Roles = "writer,relay,consumer,sweeper"
+	c.MetricsAddr, c.PprofAddr = "", ""
+	if design != "" {
+		c.ConsumerLock = design
+	}
+	if payTimeout > 0 {
+		c.PayTimeout = payTimeout
+	}
+	stop, err := startForBench(ctx, &c)
+	if err != nil {
+		return err
+	}
+	b.stop = stop
+	return nil
+}
+
+// Stop stops the running pipeline roles, if any, after they drained.
+func (b *benchPipeline) Stop() {
+	if b.stop != nil {
+		b.stop()
+		b.stop = nil
+	}
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
@@ -62,6 +103,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
 		fs.StringVar(&f.reserveScript, "reserve-script", "lua/reserve.lua", "path of reserve.lua, for the redis-benchmark ceiling")
 		fs.IntVar(&f.shards, "shards", 0, "Redis stock shards of every product created (default 1)")
+		fs.StringVar(&f.rabbitMetrics, "rabbitmq-metrics-url", "http://127.0.0.1:15692/metrics", "RabbitMQ's Prometheus endpoint (plugin rabbitmq_prometheus), read for the drain's messages per order (empty: not read)")
 		fs.StringVar(&f.baselineRates, "baseline-rates", "", "sustained: rates to step through against the sync baseline (default 250,500,1k,2k,3k,4k,6k,8k)")
 		fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
 		f.registerScenarioFlags(fs)
@@ -75,6 +117,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
+	var pipe bench.Pipeline // nil with --url: no drain scenario
 	if f.url == "" {
 		if startForBench == nil {
 			return fmt.Errorf("%w: --url of a running gateway is required (this build cannot start the app in-process)", errUsage)
@@ -86,11 +129,22 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		if err := adoptQueueType(ctx, cfg, args, stdout); err != nil {
 			return err
 		}
-		stop, err := startForBench(ctx, cfg)
+		// The gateway and push roles run for the whole benchmark; the
+		// pipeline roles run apart, so that the drain scenario can stop
+		// them and start them again with another design.
+		front := *cfg
+		front.Roles = "gateway,push"
+		stop, err := startForBench(ctx, &front)
 		if err != nil {
 			return fmt.Errorf("bench: start the app: %w", err)
 		}
 		defer stop()
+		pc := &benchPipeline{cfg: *cfg}
+		if err := pc.Start(ctx, "", 0); err != nil {
+			return fmt.Errorf("bench: start the pipeline roles: %w", err)
+		}
+		defer pc.Stop()
+		pipe = pc
 		sut.URL = "http://" + cfg.HTTPAddr
 		sut.GatewayPID, sut.InProcess = os.Getpid(), true
 	}
@@ -132,6 +186,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	env := bench.Env{
 		Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret),
 		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: script, Log: stdout, IdleWait: idleWait,
+		Pipeline: pipe, RabbitMQMetricsURL: f.rabbitMetrics,
 	}
 	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling})
 	if rep != nil && len(rep.Results) > 0 {
@@ -165,6 +220,10 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&f.soldOutRate, "soldout-rate", 0, "soldout: storm rate, requests/s (default 60000)")
 	fs.Float64Var(&f.e2eRate, "e2e-rate", 0, "e2e: intake rate, requests/s (default 10000)")
 	fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
+	fs.Int64Var(&f.drainOrders, "drain-orders", 0, "drain: reservations accepted with the pipeline stopped, per design (default 50000)")
+	fs.Float64Var(&f.drainRate, "drain-rate", 0, "drain: rate they are accepted at, requests/s (default 12000)")
+	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (default message,batch: the previous design, then the batch design)")
+	fs.DurationVar(&f.drainPay, "drain-pay-timeout", 0, "drain: pay timeout of the drained orders; nobody pays, so each is closed at its deadline and the close delay measured (default 1m)")
 }
 
 // resolve reads the scenario flags: the scenarios to run, their sizes and
@@ -223,6 +282,19 @@ func (f *benchFlags) params() (bench.Params, error) {
 	setFloat(&p.DuplicateRate, f.duplicateRate)
 	setFloat(&p.E2ERate, f.e2eRate)
 	setDur(&p.E2EDuration, f.e2eDuration)
+	if f.drainOrders > 0 {
+		p.DrainOrders = f.drainOrders
+	}
+	setFloat(&p.DrainRate, f.drainRate)
+	setDur(&p.DrainPayTimeout, f.drainPay)
+	if f.drainDesigns != "" {
+		p.DrainDesigns = nil
+		for _, d := range strings.Split(f.drainDesigns, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				p.DrainDesigns = append(p.DrainDesigns, d)
+			}
+		}
+	}
 	if f.sustainedRates != "" {
 		rates, err := parseRates(f.sustainedRates)
 		if err != nil {
