@@ -264,10 +264,13 @@ func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
 	closed := 0
 	var firstErr error
 	for _, no := range due {
-		_, err := s.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, Reason: order.ReasonTimeout,
+		o, err := s.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, Reason: order.ReasonTimeout,
 			From: []order.Status{order.WaitingPay}, Due: true})
 		switch {
 		case err == nil:
+			if s.cfg.Redis != nil {
+				_ = CacheStatus(ctx, s.cfg.Redis, o, s.log) // replays answer CANCELLED (statuscache.go)
+			}
 			closed++
 			s.closed.Add(1)
 			s.m.sweeperClosed.Inc()
