@@ -403,6 +403,11 @@ func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 	}
 	s.m.reconRuns.WithLabelValues(result).Inc()
 	for _, p := range rep.Products {
+		if p.Error != "" {
+			// Its drift is unknown: keep the last exported value.
+			s.log.Error("sweeper: product could not be reconciled: its Redis data is unusable", "productId", p.ProductID, "err", p.Error)
+			continue
+		}
 		s.m.setDrift(p.ProductID, p.Drift, p.IntakeBacklog)
 		if p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
 			s.log.Warn("sweeper: reconcile drift with no order in flight", "productId", p.ProductID, "drift", p.Drift,
