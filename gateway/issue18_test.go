@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
 )
 
 // Item 3: the eviction policy is watched, not only checked at start-up: a
@@ -143,10 +146,13 @@ func TestShardedReplayHitsSameShard(t *testing.T) {
 	}
 }
 
-// Item 8: a replay storm costs MySQL nothing. MariaDB's Com_select counts
-// every SELECT of the server; the replays must not add any (a few from
-// other sources are tolerated and logged, the old design made one per
-// replay).
+// Item 8: a replay storm costs MySQL nothing. Proof: the storm goes to a
+// second gateway whose MySQL store is closed — any query would fail and
+// answer 503 — and every replay must still answer 200 with its orderNo and
+// last known status. MariaDB's Com_select delta over the storm is logged as
+// the measurement (it counts every SELECT of the server, also those of
+// other test packages running at the same time; run alone it is 0). The
+// old design made one SELECT per replay, and with MySQL closed answered 503.
 func TestReplayStormReadsNoMySQL(t *testing.T) {
 	e := newEnv(t)
 	pid := e.product(openSale(1000))
@@ -157,6 +163,16 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 	}
 	e.record(nos[0])
 	e.lock(nos[0]) // one of them WAITING_PAY, reported to Redis as the consumer does
+	down, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Close() // every query now fails
+	srv, err := New(baseConfig(), e.rdb, down, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, _ := serveInMemory(t, srv)
 	selects := func() int64 {
 		var name string
 		var n int64
@@ -173,14 +189,15 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 		wg.Go(func() {
 			tok := token(t, int64(1+i))
 			for range rounds {
-				r := doHTTP(t, e.hc, "POST", "/api/orders", tok, orderReq{pid, 1, fmt.Sprint("storm-", i)})
+				r := doHTTP(t, hc, "POST", "/api/orders", tok, orderReq{pid, 1, fmt.Sprint("storm-", i)})
 				want := "PROCESSING"
 				if i == 0 {
 					want = "WAITING_PAY"
 				}
 				if r.status != 200 || r.json(t)["orderNo"] != nos[i] || r.json(t)["status"] != want {
-					bad.Add(1)
-					t.Errorf("replay: %s", r)
+					if bad.Add(1) < 5 {
+						t.Errorf("replay: %s", r)
+					}
 				}
 			}
 		})
@@ -189,11 +206,9 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 	took := time.Since(start)
 	delta := selects() - before // SHOW GLOBAL STATUS counts as Com_show_status, not Com_select
 	replays := int64(buyers * rounds)
-	t.Logf("%d replays in %v (%.0f/s): %d MySQL SELECTs (%.4f per replay)", replays, took, float64(replays)/took.Seconds(), delta, float64(delta)/float64(replays))
+	t.Logf("%d replays in %v (%.0f/s) with MySQL closed for the gateway: all answered from Redis; server-wide Com_select delta %d (other packages' tests included)",
+		replays, took, float64(replays)/took.Seconds(), delta)
 	if bad.Load() > 0 {
-		t.Fatalf("%d wrong replay answers", bad.Load())
-	}
-	if delta > replays/100 {
-		t.Fatalf("%d MySQL SELECTs for %d replays: replays read MySQL", delta, replays)
+		t.Fatalf("%d of %d replays not answered without MySQL", bad.Load(), replays)
 	}
 }
