@@ -36,7 +36,9 @@ func newRedisBreaker(cfg Config, log *slog.Logger) *gobreaker.TwoStepCircuitBrea
 
 // redisCall runs fn behind the breaker with a RedisTimeout deadline. Answers
 // of a script (lua sentinels) and redis.Nil count as success: only a failed
-// round trip counts against Redis. It returns fn's error, or the breaker's
+// round trip counts against Redis. lua.ErrStockCorrupt (unusable data of one
+// product, or a script error on it) counts as success too: Redis answered,
+// and one product's bad data must not open the breaker for every product. It returns fn's error, or the breaker's
 // when the breaker is open.
 func (s *Server) redisCall(fn func(ctx context.Context) error) error {
 	done, err := s.breaker.Allow()
@@ -57,7 +59,7 @@ func (s *Server) redisCall(fn func(ctx context.Context) error) error {
 // scriptOutcomes are the answers of the Lua scripts: Redis worked.
 var scriptOutcomes = []error{
 	lua.ErrDuplicate, lua.ErrKeyReused, lua.ErrNotFound, lua.ErrNotActive, lua.ErrSoldOut,
-	lua.ErrInsufficient, lua.ErrLimitExceeded, lua.ErrBadQuantity, lua.ErrNegativeAdjust, redis.Nil,
+	lua.ErrInsufficient, lua.ErrLimitExceeded, lua.ErrBadQuantity, lua.ErrNegativeAdjust, lua.ErrStockCorrupt, redis.Nil,
 }
 
 func isRedisFailure(err error) bool {

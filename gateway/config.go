@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/stampede-sh/stampede/order"
 )
 
 // Config configures a gateway Server. A zero duration, size or address means
@@ -37,9 +39,10 @@ type Config struct {
 	// STAMPEDE_PAY_TIMEOUT). The gateway uses it only to check RequestTTL.
 	// Default 15m.
 	PayTimeout time.Duration
-	// RequestTTL is the life of the idempotency record of (user, requestId)
-	// and of the pending order record in Redis, whole seconds. It must be at
-	// least PayTimeout. Default 24h.
+	// RequestTTL is the life of the idempotency record of (user, product,
+	// requestId) and of the pending order record in Redis, whole seconds. It
+	// must be at least PayTimeout and equal the writers' RequestTTL. After it
+	// the same requestId is a new intent. Default order.DefaultRequestTTL (24h).
 	RequestTTL time.Duration
 
 	// NodeID is the orderNo node id, 0…1023; two live gateways must not share
@@ -106,6 +109,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ReadyTimeout bounds one /readyz check. Default 2s.
 	ReadyTimeout time.Duration
+	// RedisCheckInterval is how often a serving gateway re-reads Redis's
+	// maxmemory-policy and persistence settings (redischeck.go); an unsafe
+	// policy makes it not ready. Default 10s.
+	RedisCheckInterval time.Duration
 
 	// ReadyCheck, if set, is run by Ready after the Redis and MySQL checks
 	// (for example a RabbitMQ check wired by the main package). Its error
@@ -138,7 +145,7 @@ func (c *Config) setDefaults() {
 	}
 	setDur(&c.TokenTTL, 24*time.Hour)
 	setDur(&c.PayTimeout, 15*time.Minute)
-	setDur(&c.RequestTTL, 24*time.Hour)
+	setDur(&c.RequestTTL, order.DefaultRequestTTL)
 	setDur(&c.NodeLeaseTTL, 30*time.Second)
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -161,6 +168,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.IdleTimeout, time.Minute)
 	setDur(&c.ShutdownTimeout, 10*time.Second)
 	setDur(&c.ReadyTimeout, 2*time.Second)
+	setDur(&c.RedisCheckInterval, 10*time.Second)
 }
 
 func setDur(d *time.Duration, def time.Duration) {
@@ -193,7 +201,7 @@ func (c *Config) Validate() error {
 	case c.MaxBodyBytes < 256:
 		return bad("MaxBodyBytes %d is below 256", c.MaxBodyBytes)
 	case c.RedisTimeout < 0, c.StoreTimeout < 0, c.BreakerOpen < 0, c.ProductCacheTTL < 0, c.ReadTimeout < 0,
-		c.WriteTimeout < 0, c.IdleTimeout < 0, c.ShutdownTimeout < 0, c.ReadyTimeout < 0:
+		c.WriteTimeout < 0, c.IdleTimeout < 0, c.ShutdownTimeout < 0, c.ReadyTimeout < 0, c.RedisCheckInterval < 0:
 		return bad("negative duration")
 	case c.ReservePipeline < 0 || c.ReservePipeline > 1024:
 		return bad("ReservePipeline %d is outside 0..1024", c.ReservePipeline)

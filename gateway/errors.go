@@ -34,6 +34,7 @@ const (
 	CodeUnavailable           = "UNAVAILABLE"
 	CodeRateLimited           = "RATE_LIMITED"
 	CodeInternal              = "INTERNAL"
+	CodeStockCorrupt          = "STOCK_CORRUPT"
 )
 
 // apiError is an answer other than success. Handlers return one directly when
@@ -83,6 +84,7 @@ var errorTable = []struct {
 	{lua.ErrInsufficient, 409, CodeInsufficientStock, "not enough stock left for this quantity"},
 	{lua.ErrLimitExceeded, 409, CodePurchaseLimitExceeded, "this purchase would exceed the per-user limit"},
 	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order"},
+	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},
 	{persistence.ErrAmount, 409, CodeAmountMismatch, "amount differs from the order's amount"},

@@ -18,7 +18,9 @@ var readyProbe = lua.ShardKeys(0, 0)
 
 // Ready reports whether the gateway can serve orders: Redis answers and runs
 // the reserve script (loading it if its cache was flushed), MySQL answers a
-// ping and Config.ReadyCheck, if set, passes. The error names every
+// ping, the last watch of Redis's settings found every node's
+// maxmemory-policy noeviction (redischeck.go) and Config.ReadyCheck, if set,
+// passes. The error names every
 // dependency that failed, e.g. "redis: ...; mysql: ...". Its Redis probe
 // bypasses the circuit breaker, so it tells when Redis is back, and a
 // successful probe closes a half-open breaker; while the breaker is not
@@ -43,6 +45,9 @@ func (s *Server) Ready(ctx context.Context) error {
 		if st := s.breaker.State(); st != gobreaker.StateClosed {
 			errs = append(errs, fmt.Errorf("redis: answers again, circuit breaker still %s", st))
 		}
+	}
+	if err := s.redisConfError(); err != nil { // redischeck.go: the policy changed at run time
+		errs = append(errs, err)
 	}
 	if !s.nodeValid(time.Now()) {
 		errs = append(errs, errors.New("no orderNo node id leased yet"))

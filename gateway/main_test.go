@@ -314,12 +314,17 @@ func (e *env) record(orderNo string) {
 	e.t.Fatalf("no intake entry for %s", orderNo)
 }
 
-// lock does what the consumer does: PROCESSING → WAITING_PAY.
+// lock does what the consumer does: PROCESSING → WAITING_PAY, then the new
+// status into the idempotency record for replays (pipeline.CacheStatus).
 func (e *env) lock(orderNo string) {
 	e.t.Helper()
-	out, _, err := e.store.LockStock(context.Background(), order.CreatedEventID(orderNo), orderNo, "gateway-test", 15*time.Minute)
+	out, o, err := e.store.LockStock(context.Background(), order.CreatedEventID(orderNo), orderNo, "gateway-test", 15*time.Minute)
 	if err != nil || out != persistence.LockLocked {
 		e.t.Fatalf("lock %s: %v %v", orderNo, out, err)
+	}
+	_, shard, pid, _ := order.ParseNo(orderNo)
+	if _, err := lua.SetStatus(context.Background(), e.rdb, lua.ShardKeys(pid, shard), o.UserID, o.RequestID, orderNo, string(o.Status)); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

@@ -29,25 +29,36 @@ import (
 //	                                                     not_found, invalid, rate_limited, unavailable
 //	lua_call_duration_seconds{script}                    latency of one Redis script call (defined in package lua,
 //	                                                     shared with the release calls of package pipeline)
+//	stock_corrupt_total{product}                         requests that found the product's stock data in
+//	                                                     Redis unusable (orders answered 500 STOCK_CORRUPT,
+//	                                                     product reads showing it with 0 available); 0 from
+//	                                                     the first order request for the product on
+//	redis_unsafe_eviction_nodes                          Redis nodes whose maxmemory-policy is not
+//	                                                     noeviction at the last watch (redischeck.go)
+//	redis_no_persistence_nodes                           Redis nodes with appendonly no and save ""
 type Metrics struct {
-	requests *prometheus.HistogramVec
-	reserve  [numReserveResults]prometheus.Counter
-	lua      prometheus.Observer // script="reserve"
+	requests       *prometheus.HistogramVec
+	reserve        [numReserveResults]prometheus.Counter
+	lua            prometheus.Observer // script="reserve"
+	corrupt        *prometheus.CounterVec
+	redisUnsafe    prometheus.Gauge
+	redisNoPersist prometheus.Gauge
 }
 
 // Reserve results, the values of stampede_reserve_total{result}.
 const (
-	ReserveAccepted     = "accepted"     // 202: stock taken, reservation on the intake stream
-	ReserveDuplicate    = "duplicate"    // 200: replay of an accepted intent
-	ReserveSoldOut      = "sold_out"     // 409 SOLD_OUT
-	ReserveInsufficient = "insufficient" // 409 INSUFFICIENT_STOCK
-	ReserveLimited      = "limited"      // 409 PURCHASE_LIMIT_EXCEEDED
-	ReserveNotActive    = "not_active"   // 409 SALE_NOT_ACTIVE
-	ReserveKeyReused    = "key_reused"   // 422 IDEMPOTENCY_KEY_REUSED
-	ReserveNotFound     = "not_found"    // 404 PRODUCT_NOT_FOUND (not loaded in Redis)
-	ReserveInvalid      = "invalid"      // 400: quantity above the product's per-order maximum
-	ReserveRateLimited  = "rate_limited" // 429 RATE_LIMITED (token buckets)
-	ReserveUnavailable  = "unavailable"  // 503: Redis failed or the breaker is open
+	ReserveAccepted     = "accepted"      // 202: stock taken, reservation on the intake stream
+	ReserveDuplicate    = "duplicate"     // 200: replay of an accepted intent
+	ReserveSoldOut      = "sold_out"      // 409 SOLD_OUT
+	ReserveInsufficient = "insufficient"  // 409 INSUFFICIENT_STOCK
+	ReserveLimited      = "limited"       // 409 PURCHASE_LIMIT_EXCEEDED
+	ReserveNotActive    = "not_active"    // 409 SALE_NOT_ACTIVE
+	ReserveKeyReused    = "key_reused"    // 422 IDEMPOTENCY_KEY_REUSED
+	ReserveNotFound     = "not_found"     // 404 PRODUCT_NOT_FOUND (not loaded in Redis)
+	ReserveInvalid      = "invalid"       // 400: quantity above the product's per-order maximum
+	ReserveRateLimited  = "rate_limited"  // 429 RATE_LIMITED (token buckets)
+	ReserveUnavailable  = "unavailable"   // 503: Redis failed or the breaker is open
+	ReserveCorrupt      = "stock_corrupt" // 500 STOCK_CORRUPT: the product's stock data is unusable
 )
 
 type reserveResult int
@@ -64,12 +75,13 @@ const (
 	resInvalid
 	resRateLimited
 	resUnavailable
+	resCorrupt
 	numReserveResults
 )
 
 var reserveResultNames = [numReserveResults]string{
 	ReserveAccepted, ReserveDuplicate, ReserveSoldOut, ReserveInsufficient, ReserveLimited, ReserveNotActive,
-	ReserveKeyReused, ReserveNotFound, ReserveInvalid, ReserveRateLimited, ReserveUnavailable,
+	ReserveKeyReused, ReserveNotFound, ReserveInvalid, ReserveRateLimited, ReserveUnavailable, ReserveCorrupt,
 }
 
 // HTTPBuckets are the bucket bounds of stampede_http_request_duration_seconds:
@@ -89,13 +101,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"method", "route", "status"}))
 	reserve := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_reserve_total",
-		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable.",
+		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable, stock_corrupt.",
 	}, []string{"result"}))
 	for i, name := range reserveResultNames {
 		m.reserve[i] = reserve.WithLabelValues(name)
 	}
 	m.lua = register(reg, lua.NewCallHistogram()).WithLabelValues("reserve")
+	m.corrupt = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_stock_corrupt_total",
+		Help: "Requests that found the product's stock data in Redis unusable (a non-integer field, a wrong key type, a script error on it): orders answered 500 STOCK_CORRUPT, product reads showing 0 available; by product.",
+	}, []string{"product"}))
+	m.redisUnsafe = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "stampede_redis_unsafe_eviction_nodes",
+		Help: "Redis nodes whose maxmemory-policy was not noeviction at the gateway's last watch of the Redis settings (the gateway is not ready while above 0).",
+	}))
+	m.redisNoPersist = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "stampede_redis_no_persistence_nodes",
+		Help: "Redis nodes with persistence off (appendonly no and save \"\") at the gateway's last watch: a restart loses stock and unwritten intake entries.",
+	}))
 	return m
+}
+
+// productSeen starts stampede_stock_corrupt_total{product} at 0, so that
+// the first STOCK_CORRUPT answer shows as an increase.
+func (m *Metrics) productSeen(productID int64) { m.corrupt.WithLabelValues(productLabel(productID)) }
+
+func (m *Metrics) stockCorrupt(productID int64) {
+	m.corrupt.WithLabelValues(productLabel(productID)).Inc()
 }
 
 // register registers c with reg and returns it, or the collector already
@@ -140,6 +172,8 @@ func (m *Metrics) reserveOutcome(err error) {
 		r = resNotFound
 	case errors.Is(err, lua.ErrBadQuantity):
 		r = resInvalid
+	case errors.Is(err, lua.ErrStockCorrupt):
+		r = resCorrupt
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		r = resUnavailable
 	}

@@ -33,6 +33,7 @@ func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	cancel()
 	switch {
 	case err == nil:
+		s.statusCache(o)
 		s.writeJSON(ctx, fasthttp.StatusOK, toOrderJSON(o))
 	case errors.Is(err, persistence.ErrInvalidState):
 		s.fail(ctx, invalidState("order is %s and can no longer be cancelled", o.Status))

@@ -9,7 +9,6 @@ import (
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
-	"github.com/stampede-sh/stampede/persistence"
 )
 
 // createOrder is POST /api/orders {"productId", "quantity", "requestId"}: the
@@ -19,11 +18,17 @@ import (
 // per-user limit, takes the stock and appends the reservation to the shard's
 // intake stream, atomically (a sharded product may first move units into the
 // home shard, shards.go). With synchronous intake the order is written to
-// MySQL before the answer (sync_intake.go). MySQL is otherwise read only to
-// report the current status of a replayed request.
+// MySQL before the answer (sync_intake.go). Nothing else touches MySQL: a
+// replay is answered from the idempotency record, which holds the orderNo
+// and the order's last status known to Redis (statusCache).
+//
+// requestIds are scoped per (user, product): the same requestId sent for two
+// products is two intents, two orders (MySQL's unique key is (user_id,
+// product_id, request_id) too), so neither is ever failed for reuse.
 //
 //	202 {"orderNo", "requestId", "status": "PROCESSING"}  first acceptance
 //	200 {"orderNo", "requestId", "status"}                replay of the same intent
+//	500 STOCK_CORRUPT                                     the product's stock data is unusable
 func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.limiter != nil {
 		if ok, wait := s.limiter.allow(c.UserID, time.Now()); !ok {
@@ -95,25 +100,13 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case err == nil:
 		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, requestID, order.Processing)
 	case errors.Is(err, lua.ErrDuplicate):
-		s.replay(ctx, res.OrderNo, requestID)
+		s.replay(ctx, res.OrderNo, requestID, res.Status)
+	case errors.Is(err, lua.ErrStockCorrupt):
+		s.stockCorrupt(productID, err)
+		s.failWith(ctx, err, "", requestID)
 	default:
 		s.failWith(ctx, err, "", requestID)
 	}
-}
-
-// currentStatus is the status of an accepted order: its MySQL row's, or
-// PROCESSING while the writers have not stored it yet.
-func (s *Server) currentStatus(orderNo string) (order.Status, error) {
-	ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	defer cancel()
-	o, err := s.store.GetOrder(ctx, orderNo)
-	switch {
-	case err == nil:
-		return o.Status, nil
-	case errors.Is(err, persistence.ErrNotFound):
-		return order.Processing, nil
-	}
-	return "", err
 }
 
 // writeOrderState writes {"orderNo","requestId","status"} without

@@ -73,6 +73,9 @@ func (s *Server) applyPayment(body, signature []byte) (persistence.PayOutcome, p
 	ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	defer cancel()
 	out, o, err := s.store.Pay(ctx, p)
+	if err == nil {
+		s.statusCache(o) // PAID, or CANCELLED for a payment that came too late
+	}
 	if errors.Is(err, persistence.ErrInvalidState) {
 		return 0, o, invalidState("order is still PROCESSING; retry the callback later")
 	}

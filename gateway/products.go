@@ -99,7 +99,9 @@ func (s *Server) available(ps []persistence.Product) ([]int64, error) {
 				cmds = append(cmds, pipe.HGet(ctx, lua.ShardKeys(p.ID, sh).Stock(), "available"))
 			}
 		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		// An error reply of one command (WRONGTYPE) is about its key,
+		// handled below per product; only a failed round trip fails all.
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && isConnError(err) {
 			return err
 		}
 		return nil
@@ -113,7 +115,12 @@ func (s *Server) available(ps []persistence.Product) ([]int64, error) {
 			n, err := cmds[next].Int64()
 			next++
 			if err != nil && !errors.Is(err, redis.Nil) {
-				return nil, err
+				// The pipeline went through, so this is about the key: not
+				// an integer, or not a hash. That product's data is corrupt:
+				// show it with nothing available rather than fail the list
+				// for every product.
+				s.stockCorrupt(p.ID, &lua.CorruptError{Key: lua.ShardKeys(p.ID, 0).Tag(), Detail: "available: " + err.Error()})
+				n = 0
 			}
 			out[i] += n
 		}

@@ -41,7 +41,9 @@ type Server struct {
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	soldOut    soldOutCache
 	routing    routeCache
-	lease      atomic.Pointer[NodeLease] // with NodeID -1: the leased orderNo node id (nodeid.go)
+	corrupt    corruptLog                     // stockfault.go
+	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
+	lease      atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
@@ -188,6 +190,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
 	repairDone := s.startTransferRepair(rctx) // shards.go
 	defer func() { stopRepair(); <-repairDone }()
+	watchDone := s.watchRedisConfig(rctx) // redischeck.go
+	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {
 		leaseDone := make(chan struct{})
 		go func() { defer close(leaseDone); s.keepNode(rctx, s.gen) }() // nodeid.go

@@ -57,6 +57,7 @@ func (s *Server) shardCount(productID int64) (int, error) {
 		}
 	}
 	s.routing.m.Store(productID, n)
+	s.metrics.productSeen(productID)
 	return n, nil
 }
 
@@ -222,7 +223,8 @@ func unitsLeft(ctx context.Context, rdb redis.UniversalClient, productID int64, 
 	for sh := range shards {
 		n, err := avail[sh].Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, err
+			// Not an integer: the shard's data, not Redis, is at fault.
+			return 0, &lua.CorruptError{Key: lua.ShardKeys(productID, sh).Stock(), Detail: "available: " + err.Error()}
 		}
 		x, err := xfers[sh].Result()
 		if err != nil {

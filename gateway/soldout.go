@@ -14,6 +14,7 @@ import (
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
 )
 
 // Local sold-out cache. Once reserve answered SOLD_OUT for a product (on a
@@ -78,7 +79,8 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Ke
 		s.failWith(ctx, err, "", requestID)
 		return
 	}
-	no, q, ok := strings.Cut(seen, " ")
+	no, rest, ok := strings.Cut(seen, " ")
+	q, st, _ := strings.Cut(rest, " ")
 	if !ok {
 		s.metrics.reserveOutcome(lua.ErrSoldOut)
 		s.fail(ctx, lua.ErrSoldOut)
@@ -90,15 +92,19 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Ke
 		return
 	}
 	s.metrics.reserveOutcome(lua.ErrDuplicate)
-	s.replay(ctx, no, requestID)
+	s.replay(ctx, no, requestID, st)
 }
 
-// replay answers 200 with orderNo's current status.
-func (s *Server) replay(ctx *fasthttp.RequestCtx, orderNo, requestID string) {
-	st, err := s.currentStatus(orderNo)
-	if err != nil {
-		s.failWith(ctx, err, orderNo, requestID)
-		return
+// replay answers 200 with orderNo and the status the idempotency record
+// holds: the last one the pipeline reported to Redis (lua.SetStatus), or
+// PROCESSING before any. It never reads MySQL, so a retry storm of buyers
+// re-sending accepted intents costs Redis one script call each and the
+// database nothing; the buyer's page gets later changes over push, and GET
+// /api/orders/{orderNo} reads the current row.
+func (s *Server) replay(ctx *fasthttp.RequestCtx, orderNo, requestID, status string) {
+	st := order.Status(status)
+	if !st.Valid() {
+		st = order.Processing
 	}
 	writeOrderState(ctx, fasthttp.StatusOK, orderNo, requestID, st)
 }

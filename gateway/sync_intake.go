@@ -33,7 +33,7 @@ func (s *Server) persistSync(r order.Reservation) error {
 	p, err := s.productRow(r.ProductID) // the item's name snapshot; cached
 	if err == nil {
 		ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-		_, err = s.store.InsertReservations(ctx, []order.Reservation{r}, map[int64]string{r.ProductID: p.Name})
+		_, err = s.store.InsertReservationsWithin(ctx, []order.Reservation{r}, map[int64]string{r.ProductID: p.Name}, s.cfg.RequestTTL)
 		cancel()
 	}
 	if err != nil {

@@ -30,6 +30,8 @@ var (
 	transferOutSrc string
 	//go:embed transfer_in.lua
 	transferInSrc string
+	//go:embed status.lua
+	statusSrc string
 )
 
 // Prefix starts every Stampede key.
@@ -55,7 +57,10 @@ func (k Keys) Stock() string { return k.base + "stock" }
 // Intake is the shard's intake stream of reservations.
 func (k Keys) Intake() string { return k.base + "intake" }
 
-// Request is the idempotency record of (userID, requestID): "<orderNo> <quantity>".
+// Request is the idempotency record of (userID, requestID) for this product:
+// "<orderNo> <quantity>", later "<orderNo> <quantity> <status>" (SetStatus).
+// requestIds are scoped per (user, product): the same requestId on another
+// product is another intent with its own record.
 func (k Keys) Request(userID int64, requestID string) string {
 	return k.base + "req:" + strconv.FormatInt(userID, 10) + ":" + requestID
 }

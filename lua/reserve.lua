@@ -3,7 +3,10 @@
 -- KEYS[1] stock    hash   stampede:{p:<pid>:<shard>}:stock
 --                         fields available, total, price, limit (per user, 0 = none),
 --                         maxq (per order), start, end (unix ms)
--- KEYS[2] request  string stampede:{p:<pid>:<shard>}:req:<uid>:<requestId> = "<orderNo> <quantity>"
+-- KEYS[2] request  string stampede:{p:<pid>:<shard>}:req:<uid>:<requestId> =
+--                         "<orderNo> <quantity>" or "<orderNo> <quantity> <status>": the
+--                         idempotency record of (user, product, requestId); status is the
+--                         last one the pipeline reported (status.lua), absent = PROCESSING
 -- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds
 -- KEYS[4] order    hash   stampede:{p:<pid>:<shard>}:order:<orderNo> (u, r, q, pr, t)
 -- KEYS[5] intake   stream stampede:{p:<pid>:<shard>}:intake
@@ -20,7 +23,9 @@
 -- Returns {code, orderNo, available}:
 --   0 RESERVED      stock taken, reservation appended to the intake stream, orderNo = ARGV[1]
 --                   (sync mode: not appended; {0, orderNo, available, price, acceptedMs})
---   1 DUPLICATE     same user, requestId and quantity seen before: orderNo is the stored one
+--   1 DUPLICATE     same user, requestId and quantity seen before: orderNo is the stored one;
+--                   {1, orderNo, 0, status} with the record's last known status
+--                   ("PROCESSING" when the pipeline has not reported one)
 --   2 KEY_REUSED    same user and requestId with a different quantity: orderNo is the stored one
 --   3 NOT_FOUND     no stock hash: the product is unknown to this shard
 --   4 NOT_ACTIVE    outside [start, end) on the Redis server clock
@@ -28,16 +33,33 @@
 --   6 INSUFFICIENT  0 < available < quantity
 --   7 LIMIT         the user would hold more than limit units
 --   8 BAD_QUANTITY  quantity < 1 or > maxq
+--   9 CORRUPT       a numeric field of the stock hash (or the user's counter, or the
+--                   request record) is not an integer: {9, '<field>', 0}. The product's
+--                   data needs repair; nothing else is affected (the gateway answers 500
+--                   STOCK_CORRUPT for this product only)
 -- Nothing is written unless the code is 0.
 
 local q = tonumber(ARGV[4])
 
+-- int: v as a number if it is a decimal integer (what HINCRBY could work on), else nil.
+local function int(v)
+  if type(v) ~= 'string' or not string.find(v, '^-?%d+$') then
+    return nil
+  end
+  return tonumber(v)
+end
+
 local seen = redis.call('GET', KEYS[2])
 if seen then
-  local sp = string.find(seen, ' ', 1, true)
-  local no = string.sub(seen, 1, sp - 1)
-  if string.sub(seen, sp + 1) == ARGV[4] then
-    return {1, no, 0}
+  local no, sq, st = string.match(seen, '^(%S+) (%S+) ?(%S*)$')
+  if not no then
+    return {9, 'request', 0}
+  end
+  if sq == ARGV[4] then
+    if st == '' then
+      st = 'PROCESSING'
+    end
+    return {1, no, 0, st}
   end
   return {2, no, 0}
 end
@@ -45,6 +67,12 @@ end
 local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end')
 if not s[1] then
   return {3, '', 0}
+end
+local names = {'available', 'price', 'limit', 'maxq', 'start', 'end'}
+for i = 1, 6 do
+  if not int(s[i]) then
+    return {9, names[i], 0}
+  end
 end
 local available = tonumber(s[1])
 if not q or q < 1 or q > tonumber(s[4]) or q ~= math.floor(q) then
@@ -63,7 +91,10 @@ if available < q then
   return {6, '', available}
 end
 local limit = tonumber(s[3])
-local held = tonumber(redis.call('GET', KEYS[3]) or '0')
+local held = int(redis.call('GET', KEYS[3]) or '0')
+if not held then
+  return {9, 'user', 0}
+end
 if limit > 0 and held + q > limit then
   return {7, '', available}
 end

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +21,49 @@ var (
 	ErrLimitExceeded  = errors.New("lua: purchase limit exceeded") // per-user limit
 	ErrBadQuantity    = errors.New("lua: bad quantity")            // < 1 or > max per order
 	ErrNegativeAdjust = errors.New("lua: adjustment below zero")   // adjust would make available < 0
-	errUnknownCode    = errors.New("lua: unknown script return code")
+	// ErrStockCorrupt: the data of one product shard cannot be used — a
+	// numeric field of its stock hash (or a user's counter, or an
+	// idempotency record) is not an integer, a key has the wrong type, or a
+	// script failed at run time on it. It is a fault of that product's data,
+	// not of Redis: callers must not count it against Redis (circuit
+	// breaker, readiness) and must keep serving other products.
+	ErrStockCorrupt = errors.New("lua: stock data corrupt")
+	errUnknownCode  = errors.New("lua: unknown script return code")
 )
+
+// CorruptError is the ErrStockCorrupt of one call: what was found unusable.
+// errors.Is(err, ErrStockCorrupt) holds for it.
+type CorruptError struct {
+	Key    string // the shard's key prefix (Keys.Tag) or the key at fault
+	Detail string // the field reserve.lua rejected, or Redis's error text
+}
+
+func (e *CorruptError) Error() string {
+	return "lua: stock data corrupt at " + e.Key + ": " + e.Detail
+}
+
+func (e *CorruptError) Unwrap() error { return ErrStockCorrupt }
+
+// scriptFault turns an error reply that a script raised while running on a
+// shard's data — a Lua runtime error ("ERR user_script:…", "ERR Error
+// running script" before Redis 7), an error of a command the script called
+// on a value it cannot work on ("ERR hash value is not an integer … script:
+// …"), or WRONGTYPE — into a *CorruptError for key. Everything else (a
+// connection error, a timeout, OOM, LOADING, READONLY, BUSY, NOSCRIPT, a
+// cluster redirection) is returned as it is: that is Redis, not the data.
+func scriptFault(err error, key string) error {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) || errors.Is(err, redis.Nil) {
+		return err
+	}
+	msg := re.Error()
+	code, _, _ := strings.Cut(msg, " ")
+	inScript := strings.Contains(msg, "user_script") || strings.Contains(msg, "Error running script") || strings.Contains(msg, " script: ")
+	if (code == "ERR" && inScript) || code == "WRONGTYPE" {
+		return &CorruptError{Key: key, Detail: msg}
+	}
+	return err
+}
 
 var (
 	reserveScript = redis.NewScript(reserveSrc)
@@ -30,7 +72,8 @@ var (
 	adjustScript  = redis.NewScript(adjustSrc)
 	xferOutScript = redis.NewScript(transferOutSrc)
 	xferInScript  = redis.NewScript(transferInSrc)
-	all           = []*redis.Script{reserveScript, releaseScript, loadScript, adjustScript, xferOutScript, xferInScript}
+	statusScript  = redis.NewScript(statusSrc)
+	all           = []*redis.Script{reserveScript, releaseScript, loadScript, adjustScript, xferOutScript, xferInScript, statusScript}
 )
 
 // LoadAll loads every script into the script cache of rdb (on a cluster
@@ -62,6 +105,9 @@ type ReserveArgs struct {
 type ReserveResult struct {
 	OrderNo   string // the new orderNo, or the stored one for ErrDuplicate and ErrKeyReused
 	Available int64  // units left in the shard after the call (0 when unknown)
+	// Status is, for ErrDuplicate, the order's last status known to Redis
+	// (SetStatus): "PROCESSING" until the pipeline reported another one.
+	Status string
 	// UnitPrice and AcceptedAt (the script's Redis TIME) are set on success
 	// with ReserveArgs.Sync only.
 	UnitPrice  int64
@@ -77,7 +123,7 @@ type ReserveResult struct {
 func Reserve(ctx context.Context, rdb redis.Scripter, k Keys, a ReserveArgs) (ReserveResult, error) {
 	keys, argv := reserveKV(k, a)
 	res, err := reserveScript.Run(ctx, rdb, keys, argv...).Slice()
-	return reserveResult(res, err)
+	return reserveResult(k, res, err)
 }
 
 func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
@@ -90,13 +136,18 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 }
 
 // reserveResult maps reserve.lua's answer to a result and sentinel error.
-func reserveResult(res []any, err error) (ReserveResult, error) {
+func reserveResult(k Keys, res []any, err error) (ReserveResult, error) {
 	if err != nil {
-		return ReserveResult{}, fmt.Errorf("lua: reserve: %w", err)
+		return ReserveResult{}, fmt.Errorf("lua: reserve: %w", scriptFault(err, k.Tag()))
 	}
 	var extra []any
-	if len(res) == 5 {
+	var status string
+	switch len(res) {
+	case 5:
 		res, extra = res[:3], res[3:]
+	case 4:
+		status, _ = res[3].(string)
+		res = res[:3]
 	}
 	code, no, avail, err := triple(res)
 	if err != nil {
@@ -115,6 +166,10 @@ func reserveResult(res []any, err error) (ReserveResult, error) {
 		}
 		return r, nil
 	case 1:
+		r.Status = status
+		if r.Status == "" {
+			r.Status = "PROCESSING"
+		}
 		return r, ErrDuplicate
 	case 2:
 		return r, ErrKeyReused
@@ -130,6 +185,8 @@ func reserveResult(res []any, err error) (ReserveResult, error) {
 		return r, ErrLimitExceeded
 	case 8:
 		return r, ErrBadQuantity
+	case 9:
+		return ReserveResult{}, &CorruptError{Key: k.Tag(), Detail: "field " + no + " is not an integer"}
 	}
 	return r, fmt.Errorf("%w %d from reserve", errUnknownCode, code)
 }
@@ -181,7 +238,7 @@ func ReserveMany(ctx context.Context, rdb redis.Cmdable, calls []ReserveCall) {
 			calls[i].Result, calls[i].Err = Reserve(ctx, rdb, calls[i].Keys, calls[i].Args)
 			continue
 		}
-		calls[i].Result, calls[i].Err = reserveResult(res, err)
+		calls[i].Result, calls[i].Err = reserveResult(calls[i].Keys, res, err)
 	}
 }
 
@@ -207,7 +264,7 @@ func Release(ctx context.Context, rdb redis.Scripter, k Keys, orderNo string, us
 		quantity, int64(markerTTL/time.Second),
 	).Slice()
 	if err != nil {
-		return false, 0, fmt.Errorf("lua: release %s: %w", orderNo, err)
+		return false, 0, fmt.Errorf("lua: release %s: %w", orderNo, scriptFault(err, k.Tag()))
 	}
 	code, available, err := pair(res)
 	if err != nil {
@@ -259,7 +316,7 @@ func Adjust(ctx context.Context, rdb redis.Scripter, k Keys, repairNo string, de
 	res, err := adjustScript.Run(ctx, rdb, []string{k.Stock(), k.Adjusted(repairNo)},
 		delta, int64(markerTTL/time.Second)).Slice()
 	if err != nil {
-		return false, 0, fmt.Errorf("lua: adjust %s: %w", repairNo, err)
+		return false, 0, fmt.Errorf("lua: adjust %s: %w", repairNo, scriptFault(err, k.Tag()))
 	}
 	code, available, err := pair(res)
 	if err != nil {
@@ -276,6 +333,20 @@ func Adjust(ctx context.Context, rdb redis.Scripter, k Keys, repairNo string, de
 		return false, available, ErrNegativeAdjust
 	}
 	return false, 0, fmt.Errorf("%w %d from adjust", errUnknownCode, code)
+}
+
+// SetStatus runs status.lua: records st as the last known status of orderNo
+// in the idempotency record of (userID, requestID) in shard k, so replays of
+// the request answer it without MySQL. It never moves a record's status
+// backwards and never touches a record of another order; set is false when
+// nothing changed (no record, another order's, or a status already as far).
+// The record keeps its TTL. Call it after the transition committed.
+func SetStatus(ctx context.Context, rdb redis.Scripter, k Keys, userID int64, requestID, orderNo, st string) (set bool, err error) {
+	n, err := statusScript.Run(ctx, rdb, []string{k.Request(userID, requestID)}, orderNo, st).Int()
+	if err != nil {
+		return false, fmt.Errorf("lua: set status of %s: %w", orderNo, scriptFault(err, k.Tag()))
+	}
+	return n == 1, nil
 }
 
 func triple(res []any) (code int64, s string, n int64, err error) {

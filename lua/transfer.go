@@ -40,7 +40,7 @@ type Transfer struct {
 func TransferOut(ctx context.Context, rdb redis.Scripter, k Keys, id string, to int, want int64) (moved int64, err error) {
 	res, err := xferOutScript.Run(ctx, rdb, []string{k.Stock(), k.Transfers()}, id, to, want).Slice()
 	if err != nil {
-		return 0, fmt.Errorf("lua: transfer out %s: %w", id, err)
+		return 0, fmt.Errorf("lua: transfer out %s: %w", id, scriptFault(err, k.Tag()))
 	}
 	code, n, err := pair(res)
 	if err != nil {
@@ -60,7 +60,7 @@ func TransferOut(ctx context.Context, rdb redis.Scripter, k Keys, id string, to 
 func TransferIn(ctx context.Context, rdb redis.Scripter, k Keys, id string, units int64, markerTTL time.Duration) (applied bool, err error) {
 	res, err := xferInScript.Run(ctx, rdb, []string{k.Stock(), k.TransferIn(id)}, units, int64(markerTTL/time.Second)).Slice()
 	if err != nil {
-		return false, fmt.Errorf("lua: transfer in %s: %w", id, err)
+		return false, fmt.Errorf("lua: transfer in %s: %w", id, scriptFault(err, k.Tag()))
 	}
 	code, _, err := pair(res)
 	if err != nil {
@@ -120,7 +120,7 @@ func PendingTransfers(ctx context.Context, rdb redis.Cmdable, k Keys) ([]Transfe
 		t.To, e1 = strconv.Atoi(to)
 		t.Units, e2 = strconv.ParseInt(units, 10, 64)
 		if !ok || e1 != nil || e2 != nil {
-			return nil, fmt.Errorf("lua: malformed transfer record %q = %q", id, v)
+			return nil, fmt.Errorf("lua: malformed transfer record %q = %q: %w", id, v, &CorruptError{Key: k.Transfers(), Detail: "malformed transfer record"})
 		}
 		out = append(out, t)
 	}

@@ -147,8 +147,15 @@ func ParseReservation(values map[string]any) (Reservation, error) {
 	return r, nil
 }
 
+// DefaultRequestTTL is the default lifetime of a requestId's idempotency
+// record (the gateway's RequestTTL, the writer's): within it, every replay of
+// (user, product, requestId) answers the same order; after it, the same
+// requestId is a new purchase intent, like a new requestId, and the writer
+// stores it as a new order (request_seq + 1), never as a failed one.
+const DefaultRequestTTL = 24 * time.Hour
+
 // ValidRequestID reports whether s is a requestId: 1–64 characters of
-// [A-Za-z0-9._:-] (SPEC §3).
+// [A-Za-z0-9._:-] (SPEC §3). A requestId is scoped per (user, product).
 func ValidRequestID(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false

@@ -8,7 +8,7 @@ import (
 // FlowAudit counts, for one product, orders whose stock flows disagree with
 // their status (SPEC §5.4). Every field is 0 in a consistent database.
 type FlowAudit struct {
-	DuplicateRequests int64 // (user_id, request_id) pairs with more than one order
+	DuplicateRequests int64 // (user_id, request_id, request_seq) of the product with more than one order
 	MissingLock       int64 // WAITING_PAY or PAID orders without a LOCK flow
 	MissingConfirm    int64 // PAID orders without a CONFIRM flow
 	MissingRelease    int64 // CANCELLED or FAILED orders without a RELEASE flow
@@ -25,7 +25,7 @@ func (s *Store) AuditFlows(ctx context.Context, productID int64) (FlowAudit, err
 		sql string
 	}{
 		{&a.DuplicateRequests, `SELECT COUNT(*) FROM (SELECT user_id, request_id FROM order_info WHERE product_id = ?
-			GROUP BY user_id, request_id HAVING COUNT(*) > 1) d`},
+			GROUP BY user_id, request_id, request_seq HAVING COUNT(*) > 1) d`},
 		{&a.MissingLock, `SELECT COUNT(*) FROM order_info o LEFT JOIN stock_flow f ON f.biz_type = 'LOCK' AND f.biz_no = o.order_no
 			WHERE o.product_id = ? AND o.status IN ('WAITING_PAY', 'PAID') AND f.id IS NULL`},
 		{&a.MissingConfirm, `SELECT COUNT(*) FROM order_info o LEFT JOIN stock_flow f ON f.biz_type = 'CONFIRM' AND f.biz_no = o.order_no

@@ -33,25 +33,45 @@ type Order struct {
 // MaxPlaceholders is MySQL's limit of ? per prepared statement.
 const MaxPlaceholders = 65535
 
-// ReusedRequestPrefix marks an order whose requestId had already been used by
-// the same user for a different product (a different Redis slot, so the
-// reserve script could not see it). Such an order is stored FAILED with
-// request_id = prefix + orderNo, and its reservation is released.
+// ReusedRequestPrefix marks an order whose (user, product, requestId) already
+// belonged to another order although the idempotency record in Redis should
+// still have answered it (its lifetime had not passed): Redis lost the record
+// (a restart without persistence, a failover). Such an order is stored FAILED
+// with request_id = prefix + orderNo and its reservation is released, so one
+// intent never becomes two orders. requestIds are scoped per (user, product),
+// so the same requestId on another product is never such a case.
 const ReusedRequestPrefix = "~reused:"
+
+// lifetimeSlack absorbs the rounding of the record's TTL to whole seconds.
+const lifetimeSlack = time.Second
 
 // InsertResult counts what InsertReservations did with a batch.
 type InsertResult struct {
-	Inserted   int // new order rows
+	Inserted   int // new order rows (Renewed included)
 	Duplicates int // reservations already stored (a redelivered stream entry)
-	Reused     int // stored FAILED because the user's requestId was taken by another order
+	Reused     int // stored FAILED: (user, product, requestId) taken within the record's lifetime
+	Renewed    int // stored as a new intent of a requestId whose record had expired (request_seq > 0)
 }
 
-// InsertReservations writes a batch of reservations in one transaction:
+// InsertReservations is InsertReservationsWithin with the default lifetime
+// of idempotency records, order.DefaultRequestTTL.
+func (s *Store) InsertReservations(ctx context.Context, batch []order.Reservation, names map[int64]string) (InsertResult, error) {
+	return s.InsertReservationsWithin(ctx, batch, names, order.DefaultRequestTTL)
+}
+
+// InsertReservationsWithin writes a batch of reservations in one transaction:
 // order_info (PROCESSING), order_item (price snapshot) and one ORDER_CREATED
 // outbox row each. It is idempotent: a reservation already stored (same
 // orderNo) changes nothing. names maps productId → product name for the item
 // snapshot. Statements are split so none exceeds MaxPlaceholders.
-func (s *Store) InsertReservations(ctx context.Context, batch []order.Reservation, names map[int64]string) (InsertResult, error) {
+//
+// A reservation whose (user, product, requestId) belongs to another order is
+// a new intent if it was accepted at least lifetime (the gateway's
+// RequestTTL: the idempotency record had expired) after the latest such
+// order: it is stored as an ordinary order with the next request_seq. Within
+// the lifetime it can only come from a lost Redis record; it is stored
+// FAILED (REQUEST_REUSED) and released (ReusedRequestPrefix).
+func (s *Store) InsertReservationsWithin(ctx context.Context, batch []order.Reservation, names map[int64]string, lifetime time.Duration) (InsertResult, error) {
 	var res InsertResult
 	if len(batch) == 0 {
 		return res, nil
@@ -71,7 +91,8 @@ func (s *Store) InsertReservations(ctx context.Context, batch []order.Reservatio
 				args = append(args, r.OrderNo, r.UserID, r.RequestID, r.ProductID, r.Quantity, r.Amount(),
 					string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
 			}
-			// A duplicate order_no or (user_id, request_id) leaves the row as it is.
+			// A duplicate order_no or (user_id, product_id, request_id,
+			// request_seq) leaves the row as it is.
 			b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
 			if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 				return fmt.Errorf("insert orders: %w", err)
@@ -112,7 +133,27 @@ func (s *Store) InsertReservations(ctx context.Context, batch []order.Reservatio
 				}
 				continue
 			}
-			// (user_id, request_id) belongs to another order: keep this one
+			// (user_id, product_id, request_id) belongs to another order.
+			var seq sql.NullInt64
+			var latest sql.NullTime
+			if err := tx.QueryRowContext(ctx, `SELECT MAX(request_seq), MAX(created_at) FROM order_info
+				WHERE user_id = ? AND product_id = ? AND request_id = ?`, r.UserID, r.ProductID, r.RequestID).Scan(&seq, &latest); err != nil {
+				return fmt.Errorf("read orders of request %s: %w", r.RequestID, err)
+			}
+			if latest.Valid && !r.AcceptedAt.Before(latest.Time.Add(lifetime-lifetimeSlack)) {
+				// The idempotency record had expired: a new intent, an
+				// ordinary order under the next request_seq.
+				_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, request_seq, product_id, quantity, amount, status, version, created_at, updated_at)
+					VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+					r.OrderNo, r.UserID, r.RequestID, seq.Int64+1, r.ProductID, r.Quantity, r.Amount(), string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
+				if err != nil {
+					return fmt.Errorf("insert renewed order: %w", err)
+				}
+				res.Renewed++
+				fresh = append(fresh, r)
+				continue
+			}
+			// Within the record's lifetime: Redis lost it. Keep this one
 			// visible as FAILED and give its reservation back.
 			res.Reused++
 			_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, close_reason, created_at, updated_at)

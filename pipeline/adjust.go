@@ -45,8 +45,8 @@ func RepairAdjustments(ctx context.Context, rdb redis.UniversalClient, store *pe
 		}
 		ok, _, err := lua.Adjust(ctx, rdb, k, f.RepairNo, f.Delta, AdjustMarkerTTL)
 		switch {
-		case errors.Is(err, lua.ErrNotFound), errors.Is(err, lua.ErrNegativeAdjust):
-			continue // reported by reconcile as drift
+		case errors.Is(err, lua.ErrNotFound), errors.Is(err, lua.ErrNegativeAdjust), errors.Is(err, lua.ErrStockCorrupt):
+			continue // reported by reconcile as drift (or as unreadable data)
 		case err != nil:
 			return applied, err
 		case ok:

@@ -64,6 +64,9 @@ func RepairLostReservations(ctx context.Context, rdb redis.UniversalClient, stor
 	for _, p := range products {
 		for sh := range max(p.Shards, 1) {
 			if err := repairShard(ctx, rdb, store, lua.ShardKeys(p.ID, sh), cfg, &rep); err != nil {
+				if productFault(err) {
+					continue // that shard's data is unusable (reconcile reports it): go on with the others
+				}
 				return rep, fmt.Errorf("lost reservations of product %d shard %d: %w", p.ID, sh, err)
 			}
 		}

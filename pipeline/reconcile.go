@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,7 +37,12 @@ type ProductAudit struct {
 	Drift          int64                     `json:"drift"`         // Redis available − (total + adjust − live units)
 	Flows          persistence.FlowAudit     `json:"flows"`
 	Checks         []Check                   `json:"checks"`
-	byStatus       map[order.Status]persistence.StatusCount
+	// Error is set when the product could not be audited — its Redis data
+	// is unusable (a non-integer available, a key of the wrong type) — and
+	// says why; its one check "0 product data readable" fails, and the
+	// other products are audited as usual.
+	Error    string `json:"error,omitempty"`
+	byStatus map[order.Status]persistence.StatusCount
 }
 
 // Report is the reconciliation of every product plus the outbox.
@@ -97,7 +103,12 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, store *persistenc
 		}
 		pa, err := auditProduct(ctx, rdb, store, p, counts)
 		if err != nil {
-			return rep, err
+			if !productFault(err) {
+				return rep, err
+			}
+			// This product's data is at fault: report it, audit the others.
+			pa = ProductAudit{ProductID: p.ID, Name: p.Name, Total: p.Total, Orders: pa.Orders, Error: err.Error(),
+				Checks: []Check{{Name: "0 product data readable", OK: false, Detail: err.Error()}}}
 		}
 		for _, c := range pa.Checks {
 			rep.OK = rep.OK && c.OK
@@ -126,6 +137,20 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, store *persistenc
 	})
 	rep.OK = rep.OK && rep.OutboxPending == 0
 	return rep, nil
+}
+
+// productFault reports whether an audit error is about one product's data
+// (unparseable or wrongly typed Redis values) rather than a service being
+// unreachable, which fails the whole reconciliation.
+func productFault(err error) bool {
+	if errors.Is(err, lua.ErrStockCorrupt) {
+		return true
+	}
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return true
+	}
+	return strings.Contains(err.Error(), "WRONGTYPE")
 }
 
 func auditProduct(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, p persistence.Product, counts []persistence.StatusCount) (ProductAudit, error) {
@@ -238,6 +263,9 @@ func WaitIdle(ctx context.Context, rdb redis.UniversalClient, store *persistence
 // audited scope has nothing left to publish.
 func idle(r Report) bool {
 	for _, p := range r.Products {
+		if p.Error != "" {
+			return false
+		}
 		// Drift also waits for the release consumer to give back the Redis
 		// reservations of orders that just became CANCELLED or FAILED.
 		if p.IntakeBacklog > 0 || p.byStatus[order.Processing].Orders > 0 || p.Drift != 0 {

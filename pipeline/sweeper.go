@@ -290,10 +290,13 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 	closed := 0
 	var firstErr error
 	for _, no := range due {
-		_, err := s.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, Reason: order.ReasonTimeout,
+		o, err := s.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, Reason: order.ReasonTimeout,
 			From: []order.Status{order.WaitingPay}, Due: true})
 		switch {
 		case err == nil:
+			if s.cfg.Redis != nil {
+				_ = CacheStatus(ctx, s.cfg.Redis, o, s.log) // replays answer CANCELLED (statuscache.go)
+			}
 			closed++
 			s.closed.Add(1)
 			s.m.sweeperClosed.Inc()
@@ -426,6 +429,11 @@ func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 	}
 	s.m.reconRuns.WithLabelValues(result).Inc()
 	for _, p := range rep.Products {
+		if p.Error != "" {
+			// Its drift is unknown: keep the last exported value.
+			s.log.Error("sweeper: product could not be reconciled: its Redis data is unusable", "productId", p.ProductID, "err", p.Error)
+			continue
+		}
 		s.m.setDrift(p.ProductID, p.Drift, p.IntakeBacklog)
 		if p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
 			s.log.Warn("sweeper: reconcile drift with no order in flight", "productId", p.ProductID, "drift", p.Drift,

@@ -27,8 +27,8 @@ type WriterConfig struct {
 	// default, "<hostname>-<pid>-<random>", another writer reclaims them
 	// after ClaimIdle.
 	Consumer string
-	// BatchSize is the most entries written in one MySQL transaction (N).
-	// Default 500.
+	// BatchSize is the most entries written in one MySQL transaction (N),
+	// 1…MaxWriterBatch. Default 500.
 	BatchSize int
 	// BatchWait is how long the first entry of a batch waits for the batch
 	// to fill before it is written anyway (T). Default 20ms.
@@ -67,11 +67,23 @@ type WriterConfig struct {
 	// deletes its own name if it holds no pending entry. Default 10 ×
 	// ClaimIdle; negative: never prune.
 	PruneIdle time.Duration
+	// RequestTTL is the lifetime of the idempotency records the gateways
+	// write (their Config.RequestTTL; both default to
+	// order.DefaultRequestTTL): an entry whose (user, product, requestId)
+	// already has an order accepted at least this long before is a new
+	// intent and stored as a new order (persistence.InsertReservationsWithin).
+	RequestTTL time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the writer's series. Default: private, unregistered.
 	Metrics *Metrics
 }
+
+// MaxWriterBatch is the largest WriterConfig.BatchSize (and the upper bound
+// of STAMPEDE_WRITER_BATCH): the one place the limit is set. Statements are
+// split below MySQL's placeholder limit whatever the size; the bound keeps
+// one transaction's lock time and an XREADGROUP's reply reasonable.
+const MaxWriterBatch = 5000
 
 func (c *WriterConfig) setDefaults() {
 	defer func() {
@@ -96,6 +108,7 @@ func (c *WriterConfig) setDefaults() {
 	setDur(&c.RetryMin, 100*time.Millisecond)
 	setDur(&c.RetryMax, 5*time.Second)
 	setDur(&c.FlushTimeout, 5*time.Second)
+	setDur(&c.RequestTTL, order.DefaultRequestTTL)
 	if c.DeadMaxLen == 0 {
 		c.DeadMaxLen = 100000
 	}
@@ -109,8 +122,8 @@ func (c *WriterConfig) Validate() error {
 	switch {
 	case c.Group == "" || c.Consumer == "":
 		return errors.New("invalid config: writer group and consumer must be set")
-	case c.BatchSize < 1 || c.BatchSize > 10000:
-		return fmt.Errorf("invalid config: writer batch size %d not in 1…10000", c.BatchSize)
+	case c.BatchSize < 1 || c.BatchSize > MaxWriterBatch:
+		return fmt.Errorf("invalid config: writer batch size %d not in 1…%d", c.BatchSize, MaxWriterBatch)
 	case c.BatchWait <= 0 || c.ClaimIdle <= 0 || c.ClaimInterval <= 0 || c.StreamRefresh <= 0 || c.IdlePoll <= 0 || c.FlushTimeout <= 0:
 		return errors.New("invalid config: writer durations must be positive")
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
@@ -617,7 +630,7 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 			if err != nil {
 				return err
 			}
-			out, err = w.store.InsertReservations(ctx, res, names)
+			out, err = w.store.InsertReservationsWithin(ctx, res, names, w.cfg.RequestTTL)
 			return err
 		})
 		if err != nil {

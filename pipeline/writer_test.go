@@ -261,3 +261,20 @@ func TestWaitIdleIgnoresOtherProductsOutbox(t *testing.T) {
 		t.Fatal("WaitIdle over every product returned while 3 events were unpublished")
 	}
 }
+
+// Item 6 of issue 18: one limit for the writer batch, MaxWriterBatch, used by
+// WriterConfig.Validate and by the STAMPEDE_WRITER_BATCH flag (cmd/stampede
+// TestWriterBatchLimitMatchesPipeline).
+func TestWriterBatchLimit(t *testing.T) {
+	for _, c := range []struct {
+		n  int
+		ok bool
+	}{{1, true}, {pipeline.MaxWriterBatch, true}, {pipeline.MaxWriterBatch + 1, false}, {-1, false}} {
+		cfg := pipeline.WriterConfig{Group: "g", Consumer: "c", BatchSize: c.n, BatchWait: time.Millisecond, ClaimIdle: time.Second,
+			ClaimInterval: time.Second, StreamRefresh: time.Second, IdlePoll: time.Second, FlushTimeout: time.Second,
+			RetryMin: time.Millisecond, RetryMax: time.Second, DeadMaxLen: 1}
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("batch %d: Validate() = %v, want ok=%v", c.n, err, c.ok)
+		}
+	}
+}

@@ -52,10 +52,11 @@ type Config struct {
 	Migrate             bool          // STAMPEDE_MIGRATE, -migrate: apply migrations at start-up (false)
 	ShutdownTimeout     time.Duration // STAMPEDE_SHUTDOWN_TIMEOUT, -shutdown-timeout: bound on draining at SIGTERM (20s)
 
-	MetricsAddr       string        // STAMPEDE_METRICS_ADDR, -metrics-addr: extra listener for GET /metrics ("": only on the gateway's port)
-	PprofAddr         string        // STAMPEDE_PPROF_ADDR, -pprof-addr: admin-only net/http/pprof listener ("": off)
-	ReconcileInterval time.Duration // STAMPEDE_RECONCILE_INTERVAL, -reconcile-interval: sweeper's reconciliation period, 0 = off (30s)
-	StuckAfter        time.Duration // STAMPEDE_STUCK_AFTER, -stuck-after: PROCESSING age counted as stuck in metrics (1m)
+	MetricsAddr        string        // STAMPEDE_METRICS_ADDR, -metrics-addr: extra listener for GET /metrics ("": only on the gateway's port)
+	PprofAddr          string        // STAMPEDE_PPROF_ADDR, -pprof-addr: admin-only net/http/pprof listener ("": off)
+	ReconcileInterval  time.Duration // STAMPEDE_RECONCILE_INTERVAL, -reconcile-interval: sweeper's reconciliation period, 0 = off (30s)
+	StuckAfter         time.Duration // STAMPEDE_STUCK_AFTER, -stuck-after: PROCESSING age counted as stuck in metrics (1m)
+	RedisCheckInterval time.Duration // STAMPEDE_REDIS_CHECK_INTERVAL, -redis-check-interval: period of the gateway's watch of Redis's settings (10s)
 
 	// Gateway intake (issue 5).
 	Intake          string        // STAMPEDE_INTAKE, -intake: "stream" (Redis intake stream, batched writers) or "sync" (MySQL in the request) (stream)
@@ -146,7 +147,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins")
 	str(&c.Roles, "roles", "STAMPEDE_ROLES", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
 	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = lease a free one from Redis"))
-	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, "reservations per writer transaction (1..5000)")
+	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, fmt.Sprintf("reservations per writer transaction (1..%d)", pipeline.MaxWriterBatch))
 	dur(&c.WriterWait, "writer-wait", "STAMPEDE_WRITER_WAIT", 20*time.Millisecond, "longest wait to fill a writer batch")
 	dur(&c.WriterClaimIdle, "writer-claim-idle", "STAMPEDE_WRITER_CLAIM_IDLE", 30*time.Second, "reclaim intake entries left pending this long by a dead writer")
 	integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
@@ -169,6 +170,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "admin-only net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off); keep it on loopback")
 	dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
 	dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
+	dur(&c.RedisCheckInterval, "redis-check-interval", "STAMPEDE_REDIS_CHECK_INTERVAL", 10*time.Second, "how often the gateway re-reads Redis's maxmemory-policy and persistence settings; a policy other than noeviction makes it not ready")
 	f64 := func(p *float64, name, env string, def float64, text string) {
 		if v, ok := os.LookupEnv(env); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -201,8 +203,8 @@ func (c *Config) Validate() error {
 	if c.MySQLMaxConns < 2 || c.MySQLMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("mysql max conns %d is outside 2..1000", c.MySQLMaxConns))
 	}
-	if c.WriterBatch < 1 || c.WriterBatch > 5000 {
-		errs = append(errs, fmt.Errorf("writer batch %d is outside 1..5000", c.WriterBatch))
+	if c.WriterBatch < 1 || c.WriterBatch > pipeline.MaxWriterBatch {
+		errs = append(errs, fmt.Errorf("writer batch %d is outside 1..%d", c.WriterBatch, pipeline.MaxWriterBatch))
 	}
 	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
@@ -247,6 +249,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutboxRetention < 0 {
 		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))
+	}
+	if c.RedisCheckInterval < time.Second {
+		errs = append(errs, fmt.Errorf("redis check interval %s is under 1s", c.RedisCheckInterval))
 	}
 	if c.ReconcileInterval < 0 || c.StuckAfter <= 0 {
 		errs = append(errs, errors.New("reconcile interval must be >= 0 and stuck-after > 0"))

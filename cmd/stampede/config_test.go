@@ -5,9 +5,12 @@ import (
 	"flag"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stampede-sh/stampede/pipeline"
 )
 
 var envInHelp = regexp.MustCompile(`\[\$(STAMPEDE_[A-Z0-9_]+)\]$`)
@@ -135,5 +138,33 @@ func TestPprofAndMetricsAddrValidated(t *testing.T) {
 	}
 	if cfg.PprofAddr != "127.0.0.1:0" || cfg.ReconcileInterval != 0 {
 		t.Errorf("parsed %+v", cfg)
+	}
+}
+
+// The writer batch flag and WriterConfig.Validate share one limit,
+// pipeline.MaxWriterBatch (issue 18 item 6): what the flag accepts, the
+// writer accepts, and one above is refused by both.
+func TestWriterBatchLimitMatchesPipeline(t *testing.T) {
+	max := strconv.Itoa(pipeline.MaxWriterBatch)
+	cfg, err := parse("serve", []string{"--writer-batch", max}, nil)
+	if err != nil || cfg.WriterBatch != pipeline.MaxWriterBatch {
+		t.Fatalf("--writer-batch %s: %v", max, err)
+	}
+	wc := pipeline.WriterConfig{Group: "g", Consumer: "c", BatchSize: cfg.WriterBatch, BatchWait: time.Millisecond, ClaimIdle: time.Second,
+		ClaimInterval: time.Second, StreamRefresh: time.Second, IdlePoll: time.Second, FlushTimeout: time.Second,
+		RetryMin: time.Millisecond, RetryMax: time.Second, DeadMaxLen: 1}
+	if err := wc.Validate(); err != nil {
+		t.Fatalf("the writer refuses what the flag accepts: %v", err)
+	}
+	over := strconv.Itoa(pipeline.MaxWriterBatch + 1)
+	if _, err := parse("serve", []string{"--writer-batch", over}, nil); err == nil || !strings.Contains(err.Error(), max) {
+		t.Fatalf("--writer-batch %s: %v, want an error naming the limit %s", over, err, max)
+	}
+	wc.BatchSize = pipeline.MaxWriterBatch + 1
+	if err := wc.Validate(); err == nil {
+		t.Fatal("the writer accepts a batch above MaxWriterBatch")
+	}
+	if _, err := parse("serve", []string{"--redis-check-interval", "10ms"}, nil); err == nil {
+		t.Fatal("--redis-check-interval 10ms accepted")
 	}
 }

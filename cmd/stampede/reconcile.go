@@ -39,6 +39,10 @@ func runReconcile(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	} else {
 		for _, p := range rep.Products {
+			if p.Error != "" {
+				fmt.Fprintf(stdout, "product %d %q: ERROR %s\n", p.ProductID, p.Name, p.Error)
+				continue
+			}
 			fmt.Fprintf(stdout, "product %d %q: redis %d, mysql available %d locked %d sold %d, total %d, drift %d\n",
 				p.ProductID, p.Name, p.RedisAvailable, p.MySQL.Available, p.MySQL.Locked, p.MySQL.Sold, p.Total, p.Drift)
 		}

@@ -61,25 +61,26 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			return fail(err)
 		}
 		gw, err := gateway.New(gateway.Config{
-			Addr:             cfg.HTTPAddr,
-			JWTSecret:        []byte(cfg.JWTSecret),
-			PaymentSecret:    []byte(cfg.PaymentSecret),
-			DisableDemoLogin: !cfg.DemoLogin,
-			AdminUsers:       admins,
-			PayTimeout:       cfg.PayTimeout,
-			NodeID:           int(cfg.NodeID),
-			StaticDir:        cfg.StaticDir,
-			ShutdownTimeout:  cfg.ShutdownTimeout * 3 / 4, // within the process's bound
-			ReadyCheck:       ready,
-			Ops:              pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
-			Metrics:          a.tel.gateway,
-			RateGlobal:       cfg.RateGlobal,
-			RateGlobalBurst:  cfg.RateGlobalBurst,
-			RateUser:         cfg.RateUser,
-			RateUserBurst:    cfg.RateUserBurst,
-			SoldOutTTL:       cfg.SoldOutTTL,
-			ReservePipeline:  cfg.ReservePipeline,
-			SyncIntake:       cfg.Intake == "sync",
+			Addr:               cfg.HTTPAddr,
+			JWTSecret:          []byte(cfg.JWTSecret),
+			PaymentSecret:      []byte(cfg.PaymentSecret),
+			DisableDemoLogin:   !cfg.DemoLogin,
+			AdminUsers:         admins,
+			PayTimeout:         cfg.PayTimeout,
+			NodeID:             int(cfg.NodeID),
+			StaticDir:          cfg.StaticDir,
+			ShutdownTimeout:    cfg.ShutdownTimeout * 3 / 4, // within the process's bound
+			ReadyCheck:         ready,
+			Ops:                pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
+			Metrics:            a.tel.gateway,
+			RateGlobal:         cfg.RateGlobal,
+			RateGlobalBurst:    cfg.RateGlobalBurst,
+			RateUser:           cfg.RateUser,
+			RateUserBurst:      cfg.RateUserBurst,
+			SoldOutTTL:         cfg.SoldOutTTL,
+			ReservePipeline:    cfg.ReservePipeline,
+			SyncIntake:         cfg.Intake == "sync",
+			RedisCheckInterval: cfg.RedisCheckInterval,
 		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
 			return fail(err)

@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// Fault isolation per product. When the stock data of one product is
+// unusable — reserve.lua finds a numeric field that is not an integer, or a
+// script fails at run time on the product's keys — lua answers
+// ErrStockCorrupt. That is the product's fault, not Redis's: the circuit
+// breaker counts it as a success (breaker.go), /readyz stays ready, orders
+// for other products go on, and this product answers 500 STOCK_CORRUPT
+// until an operator repairs its hash (stock repair, or `HSET … available
+// <n>` after `stampede reconcile` shows the right count). Each such answer
+// counts in stampede_stock_corrupt_total{product} (alert
+// StampedeStockCorrupt) and is logged at most once per corruptLogEvery per
+// product.
+
+// corruptLogEvery bounds the error log of one corrupt product under traffic.
+const corruptLogEvery = 10 * time.Second
+
+type corruptLog struct {
+	mu   sync.Mutex
+	last map[int64]time.Time
+}
+
+func (s *Server) stockCorrupt(productID int64, err error) {
+	s.metrics.stockCorrupt(productID)
+	now := time.Now()
+	s.corrupt.mu.Lock()
+	if s.corrupt.last == nil {
+		s.corrupt.last = map[int64]time.Time{}
+	}
+	due := now.Sub(s.corrupt.last[productID]) >= corruptLogEvery
+	if due {
+		s.corrupt.last[productID] = now
+	}
+	s.corrupt.mu.Unlock()
+	if due {
+		s.log.Error("product stock data in Redis is corrupt; its orders answer 500 STOCK_CORRUPT until it is repaired",
+			"productId", productID, "err", err)
+	}
+}
+
+// statusCache records o's status in its idempotency record (lua.SetStatus)
+// after a transition the gateway made (cancel, payment), so that replays of
+// its request answer it without MySQL. A failure only leaves replays with
+// an older status: it is logged, never answered.
+func (s *Server) statusCache(o persistence.Order) {
+	_, shard, pid, err := order.ParseNo(o.OrderNo)
+	if err != nil || o.RequestID == "" {
+		return
+	}
+	err = s.redisCall(func(ctx context.Context) error {
+		_, err := lua.SetStatus(ctx, s.rdb, lua.ShardKeys(pid, shard), o.UserID, o.RequestID, o.OrderNo, string(o.Status))
+		return err
+	})
+	if err != nil {
+		s.log.Warn("could not record the order status for replays", "orderNo", o.OrderNo, "requestId", o.RequestID,
+			"status", string(o.Status), "err", err)
+	}
+}
+
+func productLabel(id int64) string { return strconv.FormatInt(id, 10) }
