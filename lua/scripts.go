@@ -349,6 +349,43 @@ func SetStatus(ctx context.Context, rdb redis.Scripter, k Keys, userID int64, re
 	return n == 1, nil
 }
 
+// StatusUpdate is one SetStatus call of SetStatusMany.
+type StatusUpdate struct {
+	Keys      Keys
+	UserID    int64
+	RequestID string
+	OrderNo   string
+	Status    string
+}
+
+// SetStatusMany runs status.lua for every update in one pipeline (a cluster
+// client splits it per node): one round trip for a batch of transitions. A
+// call the pipeline could not run (NOSCRIPT, a cluster redirection) is run
+// again alone. It returns the first error; the other updates are still made.
+func SetStatusMany(ctx context.Context, rdb redis.Cmdable, updates []StatusUpdate) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(updates))
+	pipe := rdb.Pipeline()
+	for i, u := range updates {
+		cmds[i] = statusScript.EvalSha(ctx, pipe, []string{u.Keys.Request(u.UserID, u.RequestID)}, u.OrderNo, u.Status)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	var first error
+	for i, cmd := range cmds {
+		err := cmd.Err()
+		if notRun(err) || (err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			u := updates[i]
+			_, err = SetStatus(ctx, rdb, u.Keys, u.UserID, u.RequestID, u.OrderNo, u.Status)
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("lua: set status of %s: %w", updates[i].OrderNo, err)
+		}
+	}
+	return first
+}
+
 func triple(res []any) (code int64, s string, n int64, err error) {
 	if len(res) != 3 {
 		return 0, "", 0, fmt.Errorf("lua: want 3 results, got %d", len(res))

@@ -548,7 +548,10 @@ func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
 	if ev.Type != order.EventCreated {
 		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderCreated)
 	}
-	out, _, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
+	out, o, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
+	if err == nil && (out == persistence.LockLocked || out == persistence.LockFailed) {
+		_ = CacheStatus(ctx, c.rdb, o, c.log) // replays answer the new status (statuscache.go)
+	}
 	v, err := classify(err)
 	if v == ack {
 		switch out {
@@ -591,8 +594,11 @@ func (c *Consumer) close(ctx context.Context, ev order.Event) (verdict, error) {
 	if ev.Type != order.EventPayTimeout {
 		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderClose)
 	}
-	_, err := c.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: ev.OrderNo, Reason: order.ReasonTimeout,
+	o, err := c.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: ev.OrderNo, Reason: order.ReasonTimeout,
 		From: []order.Status{order.WaitingPay}, Due: true})
+	if err == nil {
+		_ = CacheStatus(ctx, c.rdb, o, c.log) // replays answer CANCELLED (statuscache.go)
+	}
 	switch {
 	case errors.Is(err, persistence.ErrInvalidState):
 		return ackSkipped, nil // paid or closed meanwhile

@@ -167,6 +167,19 @@ func (c *Consumer) lockItems(ctx context.Context, h handler, items []lockItem, i
 		if c.cfg.AfterLockCommit != nil {
 			c.cfg.AfterLockCommit(len(idx))
 		}
+		var moved []persistence.Order
+		for _, r := range results {
+			if r.Outcome == persistence.LockLocked || r.Outcome == persistence.LockFailed {
+				moved = append(moved, r.Order)
+			}
+		}
+		if len(moved) > 0 {
+			// Replays answer the new status from Redis (statuscache.go);
+			// a failure only leaves them one status behind.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.HandleTimeout)
+			_ = CacheStatuses(sctx, c.rdb, moved, c.log)
+			cancel()
+		}
 		for k, i := range idx {
 			r := results[k]
 			switch {

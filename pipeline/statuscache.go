@@ -46,3 +46,28 @@ func CacheStatus(ctx context.Context, rdb redis.Scripter, o persistence.Order, l
 	}
 	return nil
 }
+
+// CacheStatuses is CacheStatus for a batch of orders in one Redis pipeline
+// (the batched order-lock consumer and the sweeper's close pass).
+func CacheStatuses(ctx context.Context, rdb redis.Cmdable, orders []persistence.Order, log *slog.Logger) error {
+	updates := make([]lua.StatusUpdate, 0, len(orders))
+	for _, o := range orders {
+		if o.OrderNo == "" || o.RequestID == "" || !o.Status.Valid() {
+			continue
+		}
+		_, shard, pid, err := order.ParseNo(o.OrderNo)
+		if err != nil {
+			continue
+		}
+		updates = append(updates, lua.StatusUpdate{Keys: lua.ShardKeys(pid, shard), UserID: o.UserID, RequestID: o.RequestID,
+			OrderNo: o.OrderNo, Status: string(o.Status)})
+	}
+	if err := lua.SetStatusMany(ctx, rdb, updates); err != nil {
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("could not record the order statuses for replays", "orders", len(updates), "err", err)
+		return err
+	}
+	return nil
+}

@@ -262,6 +262,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
 	closed, err := s.store.CloseDueBatch(ctx, s.cfg.BatchSize)
 	if err == nil {
+		if s.cfg.Redis != nil && len(closed) > 0 {
+			_ = CacheStatuses(ctx, s.cfg.Redis, closed, s.log) // replays answer CANCELLED (statuscache.go)
+		}
 		s.closed.Add(int64(len(closed)))
 		s.m.sweeperClosed.Add(float64(len(closed)))
 		return len(closed) == s.cfg.BatchSize, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	scenarios, params, idleWait, err := f.resolve()
 	if err != nil {
 		return err
+	}
+	if f.url != "" && f.scenarios == strings.Join(bench.All, ",") {
+		// The drain stops and restarts the pipeline roles: only with every
+		// role in this process.
+		scenarios = slices.DeleteFunc(scenarios, func(s string) bool { return s == bench.Drain })
 	}
 
 	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
