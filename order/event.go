@@ -16,6 +16,11 @@ const (
 	EventCreated       EventType = "ORDER_CREATED"        // writer: a reservation became an order row
 	EventStatusChanged EventType = "ORDER_STATUS_CHANGED" // any transition (SPEC §2)
 	EventPayTimeout    EventType = "ORDER_PAY_TIMEOUT"    // delayed close message, due at pay_deadline
+	// EventStatusBatch carries, in Events, the status changes of one
+	// order-lock batch into one status for one product: one message where
+	// there were hundreds (the batched consumer's WAITING_PAY events, for
+	// push). Its OrderNo is the first event's.
+	EventStatusBatch EventType = "ORDER_STATUS_BATCH"
 )
 
 // Routing keys on the events exchange. Status changes are routed as
@@ -47,6 +52,8 @@ type Event struct {
 	Reason      string     `json:"reason,omitempty"`
 	PayDeadline *time.Time `json:"payDeadline,omitempty"`
 	OccurredAt  time.Time  `json:"occurredAt"`
+	// Events are the status changes of an EventStatusBatch.
+	Events []Event `json:"events,omitempty"`
 }
 
 // CreatedEventID is the eventId of an order's ORDER_CREATED event.
@@ -59,6 +66,11 @@ func StatusEventID(no No, version int64) string {
 
 // PayTimeoutEventID is the eventId of an order's delayed close message.
 func PayTimeoutEventID(no No) string { return "timeout:" + no }
+
+// StatusBatchEventID is the eventId of a batch of status changes into s whose
+// first order is first. An order moves into a status at most once, so no two
+// batches share their first order and status.
+func StatusBatchEventID(first No, s Status) string { return "statuses:" + first + ":" + string(s) }
 
 // DecodeEvent parses and checks a message body. It returns an error for a
 // body that is not JSON, has an unknown type or lacks what its type needs; such
@@ -84,6 +96,18 @@ func DecodeEvent(body []byte) (Event, error) {
 			return Event{}, fmt.Errorf("order: event %s: invalid status payload", e.EventID)
 		}
 	case EventPayTimeout:
+	case EventStatusBatch:
+		if len(e.Events) == 0 || !e.Status.Valid() {
+			return Event{}, fmt.Errorf("order: event %s: empty status batch", e.EventID)
+		}
+		for _, x := range e.Events {
+			if x.Type != EventStatusChanged || x.Status != e.Status || !x.Status.Valid() || x.Version <= 0 || x.UserID <= 0 {
+				return Event{}, fmt.Errorf("order: event %s: invalid event %s in status batch", e.EventID, x.EventID)
+			}
+			if _, _, _, err := ParseNo(x.OrderNo); err != nil {
+				return Event{}, fmt.Errorf("order: event %s: %w", e.EventID, err)
+			}
+		}
 	default:
 		return Event{}, fmt.Errorf("order: event %s: unknown type %q", e.EventID, e.Type)
 	}

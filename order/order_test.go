@@ -104,3 +104,27 @@ func TestDecodeEvent(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeStatusBatch(t *testing.T) {
+	no := order.FormatNo(1, 0, 7)
+	item := `{"eventId":"status:` + no + `:2","type":"ORDER_STATUS_CHANGED","orderNo":"` + no + `","userId":3,"productId":7,"quantity":1,"status":"WAITING_PAY","version":2,"occurredAt":"2026-01-01T00:00:00Z"}`
+	batch := func(items, status string) []byte {
+		return []byte(`{"eventId":"statuses:` + no + `:WAITING_PAY","type":"ORDER_STATUS_BATCH","orderNo":"` + no + `","productId":7,"status":"` + status +
+			`","occurredAt":"2026-01-01T00:00:00Z","events":[` + items + `]}`)
+	}
+	e, err := order.DecodeEvent(batch(item+","+item, "WAITING_PAY"))
+	if err != nil || e.Type != order.EventStatusBatch || len(e.Events) != 2 || e.Events[1].UserID != 3 {
+		t.Fatalf("good batch: %+v %v", e, err)
+	}
+	for name, body := range map[string][]byte{
+		"empty":           batch("", "WAITING_PAY"),
+		"other status":    batch(item, "PAID"),
+		"no user":         batch(strings.Replace(item, `"userId":3`, `"userId":0`, 1), "WAITING_PAY"),
+		"bad orderNo":     batch(strings.Replace(item, `"orderNo":"`+no, `"orderNo":"x`, 1), "WAITING_PAY"),
+		"not a status ev": batch(strings.Replace(item, "ORDER_STATUS_CHANGED", "ORDER_CREATED", 1), "WAITING_PAY"),
+	} {
+		if _, err := order.DecodeEvent(body); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -59,8 +59,11 @@ type LockResult struct {
 //     shortens a buyer's pay window;
 //  6. one UPDATE per target status moves the orders (conditional on
 //     PROCESSING, version + 1), then multi-row inserts write the LOCK and
-//     RELEASE flows, the consume-log rows of every applied or skipped event
-//     and one status-changed outbox row per moved order.
+//     RELEASE flows, the consume-log rows of every applied or skipped event,
+//     one ORDER_STATUS_BATCH outbox row per product carrying every
+//     WAITING_PAY change of the batch (StatusBatchMessage: push is their only
+//     reader), and one status-changed row per FAILED order (the release
+//     consumer gives each one's Redis reservation back).
 //
 // No pay-timeout message is written: unpaid orders are closed by the
 // sweeper's scan of the (status, pay_deadline) index.
@@ -249,6 +252,7 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	// 6. Transitions, flows, outbox.
 	var msgs []OutboxMessage
 	var flows []flowRow
+	waiting := map[int64][]order.Event{} // product → its WAITING_PAY events, one batch message each
 	move := func(group []*Order, to order.Status, reason string, dl *time.Time) error {
 		if len(group) == 0 {
 			return nil
@@ -275,12 +279,17 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 				d := *dl
 				o.PayDeadline = &d
 			}
-			m, err := StatusMessage(order.Event{OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity,
-				Amount: o.Amount, From: order.Processing, Status: to, Version: o.Version, Reason: reason, PayDeadline: o.PayDeadline, OccurredAt: now})
-			if err != nil {
-				return err
+			ev := order.Event{OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity,
+				Amount: o.Amount, From: order.Processing, Status: to, Version: o.Version, Reason: reason, PayDeadline: o.PayDeadline, OccurredAt: now}
+			if to == order.WaitingPay {
+				waiting[o.ProductID] = append(waiting[o.ProductID], ev)
+			} else {
+				m, err := StatusMessage(ev)
+				if err != nil {
+					return err
+				}
+				msgs = append(msgs, m)
 			}
-			msgs = append(msgs, m)
 			if to == order.WaitingPay {
 				flows = append(flows, flowRow{order.FlowLock, o.OrderNo, o.ProductID, o.Quantity, ""})
 			} else {
@@ -297,6 +306,15 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	}
 	if err := insertFlows(ctx, tx, flows); err != nil {
 		return err
+	}
+	for _, pid := range products {
+		if evs := waiting[pid]; len(evs) > 0 {
+			m, err := StatusBatchMessage(evs)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+		}
 	}
 	if err := appendNewOutbox(ctx, tx, msgs); err != nil {
 		return err

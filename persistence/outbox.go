@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -100,6 +101,29 @@ func StatusMessage(e order.Event) (OutboxMessage, error) {
 	}
 	return OutboxMessage{EventID: e.EventID, EventType: e.Type, OrderNo: e.OrderNo,
 		Exchange: order.EventsExchange, RoutingKey: order.RouteStatus(e.Status), Payload: body}, nil
+}
+
+// StatusBatchMessage builds one ORDER_STATUS_BATCH outbox message carrying
+// events, status changes of one product into one status (each complete as
+// StatusMessage would build it). It is routed like a single status change
+// into that status.
+func StatusBatchMessage(events []order.Event) (OutboxMessage, error) {
+	if len(events) == 0 {
+		return OutboxMessage{}, errors.New("persistence: empty status batch")
+	}
+	for i := range events {
+		events[i].EventID = order.StatusEventID(events[i].OrderNo, events[i].Version)
+		events[i].Type = order.EventStatusChanged
+	}
+	first := events[0]
+	b := order.Event{EventID: order.StatusBatchEventID(first.OrderNo, first.Status), Type: order.EventStatusBatch,
+		OrderNo: first.OrderNo, ProductID: first.ProductID, Status: first.Status, OccurredAt: first.OccurredAt, Events: events}
+	body, err := json.Marshal(b)
+	if err != nil {
+		return OutboxMessage{}, err
+	}
+	return OutboxMessage{EventID: b.EventID, EventType: b.Type, OrderNo: b.OrderNo,
+		Exchange: order.EventsExchange, RoutingKey: order.RouteStatus(first.Status), Payload: body}, nil
 }
 
 // ClaimOutbox leases up to limit rows that are due: SENDING rows whose lease

@@ -2,10 +2,12 @@ package push
 
 import (
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
 )
 
 // Through RabbitMQ: each user gets exactly their own events, in order;
@@ -135,5 +137,49 @@ func TestReconnectResyncs(t *testing.T) {
 	pub.publish(statusEvent(9, no, order.Paid, 3))
 	if m := c.next(wait); m.Version != 3 || m.Status != string(order.Paid) {
 		t.Fatalf("live event after reconnect: %+v", m)
+	}
+}
+
+// A batch of status changes (one message for an order-lock batch, built by
+// persistence.StatusBatchMessage) reaches each order's owner as its own
+// event, and nobody else.
+func TestStatusBatchOverRabbitMQ(t *testing.T) {
+	t.Parallel()
+	ex := exchangeName(t)
+	h := startHub(t, Config{Exchange: ex}, newMemSnapshots(), amqpURL(t), nil)
+	a := dial(t, h.url, token(t, 1), dialOpts{})
+	b := dial(t, h.url, token(t, 2), dialOpts{})
+	waitFor(t, wait, "two sockets", func() bool { return h.Stats().Sockets == 2 })
+
+	var evs []order.Event
+	var mine []string
+	for i := range 10 {
+		no, user := orderNo(), int64(1+i%2)
+		if user == 1 {
+			mine = append(mine, no)
+		}
+		evs = append(evs, statusEvent(user, no, order.WaitingPay, 2))
+	}
+	m, err := persistence.StatusBatchMessage(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, ex)
+	pub.publishRaw(m.RoutingKey, m.Payload)
+	for _, no := range mine {
+		got := a.next(wait)
+		if got.Type != "order" || got.OrderNo != no || got.Status != string(order.WaitingPay) || got.Version != 2 {
+			t.Fatalf("user 1 got %+v, want %s WAITING_PAY v2", got, no)
+		}
+	}
+	a.quiet(100 * time.Millisecond)
+	for range 5 {
+		if got := b.next(wait); got.Type != "order" || slices.Contains(mine, got.OrderNo) {
+			t.Fatalf("user 2 got %+v", got)
+		}
+	}
+	b.quiet(100 * time.Millisecond)
+	if s := h.Stats(); s.EventsReceived != 10 || s.EventsMalformed != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -111,9 +111,17 @@ func (h *Hub) consumeOnce(ctx context.Context) error {
 	}
 }
 
-// handleDelivery decodes a status event and dispatches it.
+// handleDelivery decodes a status event, or a batch of them
+// (order.EventStatusBatch), and dispatches each.
 func (h *Hub) handleDelivery(body []byte) {
 	e, err := order.DecodeEvent(body)
+	if err == nil && e.Type == order.EventStatusBatch {
+		for _, x := range e.Events { // DecodeEvent checked each
+			h.stats.received.Add(1)
+			h.dispatch(x)
+		}
+		return
+	}
 	if err != nil || e.Type != order.EventStatusChanged || e.UserID <= 0 {
 		h.stats.malformed.Add(1)
 		h.log.Debug("dropping message that is not a status event", "err", err)

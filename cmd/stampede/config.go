@@ -43,6 +43,7 @@ type Config struct {
 	ConsumerBatchWait   time.Duration // STAMPEDE_CONSUMER_BATCH_WAIT, -consumer-batch-wait: longest wait to fill an order-lock batch (5ms)
 	ConsumerLockChans   int           // STAMPEDE_CONSUMER_LOCK_CHANNELS, -consumer-lock-channels: order-lock batches in flight per process (2)
 	RelayBatch          int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
+	RelayWorkers        int           // STAMPEDE_RELAY_WORKERS, -relay-workers: relays per process, each with its own connection (2)
 	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
 	OutboxRetention     time.Duration // STAMPEDE_OUTBOX_RETENTION, -outbox-retention: SENT outbox rows kept this long, 0 = forever (168h)
 	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
@@ -158,6 +159,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	dur(&c.ConsumerBatchWait, "consumer-batch-wait", "STAMPEDE_CONSUMER_BATCH_WAIT", 5*time.Millisecond, "longest wait to fill an order-lock batch once its first message arrived")
 	integer(&c.ConsumerLockChans, "consumer-lock-channels", "STAMPEDE_CONSUMER_LOCK_CHANNELS", 2, "order-lock batches applied at once per process, each on its own AMQP channel (1..64)")
 	integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
+	integer(&c.RelayWorkers, "relay-workers", "STAMPEDE_RELAY_WORKERS", 2, "relays per process, each claiming with SKIP LOCKED on its own RabbitMQ connection, so one's confirm wait overlaps another's claim (1..16)")
 	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
 	dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
 	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
@@ -219,6 +221,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
 		errs = append(errs, err)
+	}
+	if c.RelayWorkers < 1 || c.RelayWorkers > 16 {
+		errs = append(errs, fmt.Errorf("relay workers %d is outside 1..16", c.RelayWorkers))
 	}
 	if c.ConsumerWorkers < 1 || c.ConsumerPrefetch < 1 || c.RelayBatch < 1 {
 		errs = append(errs, errors.New("consumer workers, consumer prefetch and relay batch must be >= 1"))

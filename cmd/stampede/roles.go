@@ -99,8 +99,14 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		}
 		runs = append(runs, w.Run)
 	}
-	if roles["relay"] {
-		conn, err := newConn("stampede-relay")
+	// Several relays per process: while one waits for its batch's
+	// confirms, another claims and publishes (SKIP LOCKED keeps their rows
+	// apart; each has its own connection and a distinct lease owner).
+	for i := range cfg.RelayWorkers {
+		if !roles["relay"] {
+			break
+		}
+		conn, err := newConn(fmt.Sprintf("stampede-relay-%d", i))
 		if err != nil {
 			return fail(err)
 		}
