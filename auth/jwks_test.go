@@ -269,4 +269,3 @@ func TestNewRefusesBadJWKS(t *testing.T) {
 		t.Error("no secret and no JWKS accepted")
 	}
 }
-
