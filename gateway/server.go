@@ -134,7 +134,7 @@ func (s *Server) routes() *router.Router {
 		static = s.metrics.route("GET", "static").instrument(s.static)
 	}
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
-		if static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) {
+		if static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) && !bytes.Equal(ctx.Path(), metricsPath) {
 			static(ctx)
 			return
 		}
@@ -293,6 +293,10 @@ func (s *Server) recoverPanics(next fasthttp.RequestHandler) fasthttp.RequestHan
 // NotFound serves the client for GET and HEAD outside /api/ when StaticDir
 // is set, and a JSON 404 for everything else).
 var apiPrefix = []byte("/api/")
+
+// metricsPath never gets the client's index.html either: where /metrics is
+// not served (production mode) it is a plain 404.
+var metricsPath = []byte("/metrics")
 
 func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute) }
 
