@@ -355,6 +355,10 @@ func (c *Config) validateMode() []error {
 	if c.AdminUsers != "" {
 		errs = append(errs, errors.New("STAMPEDE_ADMIN_USERS: demo-login admins do not exist in production mode; admins carry role: admin or the STAMPEDE_JWT_ADMIN_GROUP group in their token"))
 	}
+	if c.JWKSURL != "" && (c.JWTIssuer == "" || c.JWTAudience == "") {
+		errs = append(errs, errors.New("STAMPEDE_JWT_ISSUER and STAMPEDE_JWT_AUDIENCE must be set with STAMPEDE_JWT_JWKS_URL in production mode: "+
+			"otherwise tokens the provider issued for other applications are accepted"))
+	}
 	roles, _ := c.roleSet()
 	serve := c.command == "" || c.command == "serve"
 	if c.command == "token" || serve && (roles["gateway"] || roles["push"]) {

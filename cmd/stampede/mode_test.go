@@ -78,6 +78,8 @@ func TestProductionRefusesUnsafeSettings(t *testing.T) {
 		{"push needs no payment secret", goodJWT, "", []string{"--roles", "push"}, ""},
 		{"writer needs no secret", "", "", []string{"--roles", "writer"}, ""},
 		{"bad JWKS URL", goodJWT, goodPay, []string{"--jwt-jwks-url", "file:///etc/keys"}, "STAMPEDE_JWT_JWKS_URL"},
+		{"JWKS without audience", goodJWT, goodPay, []string{"--jwt-jwks-url", "https://id.example/jwks", "--jwt-issuer", "https://id.example/"}, "STAMPEDE_JWT_AUDIENCE must be set"},
+		{"JWKS with issuer and audience", goodJWT, goodPay, []string{"--jwt-jwks-url", "https://id.example/jwks", "--jwt-issuer", "https://id.example/", "--jwt-audience", "shop"}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("STAMPEDE_JWT_SECRET", c.jwt)
