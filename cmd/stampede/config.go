@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/stampede-sh/stampede/pipeline"
 )
 
@@ -413,21 +411,6 @@ func (c *Config) devWarning() string {
 	}
 	return "DEVELOPMENT MODE, UNSAFE FOR REAL SALES: " + strings.Join(open, "; ") +
 		" (STAMPEDE_MODE=production, the default of serve, refuses all of this)"
-}
-
-// maskPassword hides the password of a URL or MySQL DSN (for -h).
-func maskPassword(v string) string {
-	if u, err := url.Parse(v); err == nil && u.User != nil && u.Scheme != "" {
-		if _, ok := u.User.Password(); ok {
-			return u.Redacted()
-		}
-		return v
-	}
-	if cfg, err := mysql.ParseDSN(v); err == nil && cfg.Passwd != "" {
-		cfg.Passwd = "xxxxx"
-		return cfg.FormatDSN()
-	}
-	return v
 }
 
 func (c *Config) roleSet() (map[string]bool, error) {
