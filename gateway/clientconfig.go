@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -111,4 +113,19 @@ func pushSources(cfg Config) (port, origin string) {
 		}
 	}
 	return port, origin
+}
+
+// validatePush checks PushURL and PushAddr (Config.Validate).
+func (c *Config) validatePush() error {
+	if c.PushURL != "" {
+		if u, err := url.Parse(c.PushURL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			return errors.New("invalid config: " + fmt.Sprintf("PushURL %q is not a ws:// or wss:// URL", c.PushURL))
+		}
+	}
+	if c.PushAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PushAddr); err != nil {
+			return errors.New("invalid config: " + fmt.Sprintf("PushAddr %q is not host:port", c.PushAddr))
+		}
+	}
+	return nil
 }

@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"time"
-
-	"github.com/stampede-sh/stampede/auth"
 )
 
 // Config configures a gateway Server. A zero duration, size or address means
@@ -41,8 +37,8 @@ type Config struct {
 
 	// Verifier checks bearer tokens. Nil: HS256 tokens signed with
 	// JWTSecret only (auth.NewVerifier). Set it to also accept an identity
-	// provider's tokens (auth.New with a JWKS URL).
-	Verifier *auth.Verifier
+	// provider's tokens (an *auth.Verifier from auth.New with a JWKS URL).
+	Verifier TokenVerifier
 	// TokenTTL is the life of a token issued by the demo login. Default 24h.
 	TokenTTL time.Duration
 
@@ -229,15 +225,8 @@ func (c *Config) Validate() error {
 	case c.BreakerFailures < 1:
 		return bad("BreakerFailures %d is below 1", c.BreakerFailures)
 	}
-	if c.PushURL != "" {
-		if u, err := url.Parse(c.PushURL); err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-			return bad("PushURL %q is not a ws:// or wss:// URL", c.PushURL)
-		}
-	}
-	if c.PushAddr != "" {
-		if _, _, err := net.SplitHostPort(c.PushAddr); err != nil {
-			return bad("PushAddr %q is not host:port", c.PushAddr)
-		}
+	if err := c.validatePush(); err != nil {
+		return err
 	}
 	for _, id := range c.AdminUsers {
 		if id <= 0 {

@@ -28,7 +28,7 @@ type Server struct {
 	rdb        redis.UniversalClient
 	store      *persistence.Store
 	log        *slog.Logger
-	verifier   *auth.Verifier
+	verifier   TokenVerifier
 	gen        *order.NoGenerator
 	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
 	products   *productCache
@@ -42,10 +42,12 @@ type Server struct {
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	soldOut    soldOutCache
 	routing    routeCache
-	pushPort   string // port of the push URL built for browsers (clientconfig.go)
+	lease      atomic.Pointer[NodeLease] // with NodeID -1: the leased orderNo node id (nodeid.go)
+	// Browser-facing settings (clientconfig.go) and readyz's log limiter.
+	pushPort   string // port of the push URL built for browsers
 	pushOrigin string // origin of Config.PushURL, a CSP source; "" without
 	notReady   notReadyLog
-	lease      atomic.Pointer[NodeLease] // with NodeID -1: the leased orderNo node id (nodeid.go)
+
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
