@@ -43,15 +43,15 @@ type Server struct {
 	soldOut    soldOutCache
 	routing    routeCache
 	lease      atomic.Pointer[NodeLease] // with NodeID -1: the leased orderNo node id (nodeid.go)
-	// Browser-facing settings (clientconfig.go) and readyz's log limiter.
-	pushPort   string // port of the push URL built for browsers
-	pushOrigin string // origin of Config.PushURL, a CSP source; "" without
-	notReady   notReadyLog
-
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
 	base context.Context
+
+	// Browser-facing settings (clientconfig.go) and readyz's log limiter.
+	pushPort   string // port of the push URL built for browsers
+	pushOrigin string // origin of Config.PushURL, a CSP source; "" without
+	notReady   notReadyLog
 }
 
 // New returns a gateway serving cfg with the given Redis client and MySQL

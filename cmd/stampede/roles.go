@@ -75,31 +75,33 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		if err != nil {
 			return fail(err)
 		}
-		gcfg := gateway.Config{
+		gw, err := gateway.New(gateway.Config{
 			Addr:             cfg.HTTPAddr,
 			JWTSecret:        []byte(cfg.JWTSecret),
 			PaymentSecret:    []byte(cfg.PaymentSecret),
 			DisableDemoLogin: !cfg.DemoLogin,
 			AdminUsers:       admins,
-			PayTimeout:       cfg.PayTimeout,
-			NodeID:           int(cfg.NodeID),
-			StaticDir:        cfg.StaticDir,
-			ShutdownTimeout:  cfg.ShutdownTimeout * 3 / 4, // within the process's bound
-			ReadyCheck:       ready,
-			Ops:              pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
-			Metrics:          a.tel.gateway,
-			RateGlobal:       cfg.RateGlobal,
-			RateGlobalBurst:  cfg.RateGlobalBurst,
-			RateUser:         cfg.RateUser,
-			RateUserBurst:    cfg.RateUserBurst,
-			SoldOutTTL:       cfg.SoldOutTTL,
-			ReservePipeline:  cfg.ReservePipeline,
-			SyncIntake:       cfg.Intake == "sync",
-		}
-		// Production: no free checkout, no Host echo in /api/config.
-		gcfg.DisableDemoCheckout, gcfg.PushURLFromHost = production, !production
-		gcfg.PushURL, gcfg.PushAddr, gcfg.Verifier = cfg.PushURL, cfg.PushAddr, verifier
-		gw, err := gateway.New(gcfg, a.rdb, a.store, log.With("role", "gateway"))
+			// Production: no free checkout, no Host echo in /api/config.
+			DisableDemoCheckout: production,
+			PushURLFromHost:     !production,
+			PushURL:             cfg.PushURL,
+			PushAddr:            cfg.PushAddr,
+			Verifier:            verifier,
+			PayTimeout:          cfg.PayTimeout,
+			NodeID:              int(cfg.NodeID),
+			StaticDir:           cfg.StaticDir,
+			ShutdownTimeout:     cfg.ShutdownTimeout * 3 / 4, // within the process's bound
+			ReadyCheck:          ready,
+			Ops:                 pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
+			Metrics:             a.tel.gateway,
+			RateGlobal:          cfg.RateGlobal,
+			RateGlobalBurst:     cfg.RateGlobalBurst,
+			RateUser:            cfg.RateUser,
+			RateUserBurst:       cfg.RateUserBurst,
+			SoldOutTTL:          cfg.SoldOutTTL,
+			ReservePipeline:     cfg.ReservePipeline,
+			SyncIntake:          cfg.Intake == "sync",
+		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
 			return fail(err)
 		}
