@@ -14,9 +14,11 @@ build:
 migrate: services build
 	bin/stampede migrate
 
-# make demo ARGS=--once
+# make demo ARGS=--once (the demo, the benchmarks and the tests run in
+# development mode: demo login and checkout, built-in keys; README
+# "Running in production")
 demo: services build
-	bin/stampede demo $(ARGS)
+	STAMPEDE_MODE=development bin/stampede demo $(ARGS)
 
 # Everything CI runs: Go tests (race detector on), the client's unit tests and
 # the browser end-to-end test (installs Debian's chromium and the client's npm
@@ -51,7 +53,7 @@ test-short: services
 # The benchmarks run on their own MySQL database, RabbitMQ vhost and Redis
 # database, so the products and orders they leave never mix with the demo's
 # (a later `make demo` would otherwise wait for thousands of old orders).
-BENCH_ENV = STAMPEDE_MYSQL_DSN='root@tcp(127.0.0.1:3306)/stampede_bench?parseTime=true' \
+BENCH_ENV = STAMPEDE_MODE=development STAMPEDE_MYSQL_DSN='root@tcp(127.0.0.1:3306)/stampede_bench?parseTime=true' \
 	STAMPEDE_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/stampede_bench STAMPEDE_REDIS_DB=6
 
 bench-services:
@@ -59,7 +61,7 @@ bench-services:
 
 bench: bench-services build
 	$(BENCH_ENV) bin/stampede bench $(ARGS)
-	bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
+	STAMPEDE_MODE=development bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
 
 # 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).
 bench-scale: bench-services build

@@ -1,6 +1,19 @@
-// Package auth issues and verifies Stampede's bearer tokens: HS256 JWTs whose
-// sub is the decimal userId and whose role claim is "admin" for admins
-// (SPEC §3). The gateway, push and the load generator share it. It does no I/O.
+// Package auth issues and verifies Stampede's bearer tokens (SPEC §3): the
+// sub claim is the decimal userId, and a caller is an admin when its role
+// claim is "admin" or, if Options.AdminGroup is set, when its groups claim
+// lists that group. Two kinds of tokens are accepted side by side:
+//
+//   - HS256 tokens signed with the shared secret (Issue makes them: the demo
+//     login, `stampede token`, the load generator);
+//   - RS256 and ES256 tokens of an identity provider, verified against the
+//     keys it publishes at a JWKS URL (Options.JWKSURL; jwks.go), with the
+//     configured issuer and audience.
+//
+// Each signing method only ever gets its own kind of key: an HS256 token is
+// checked with the secret alone (never with a public key), an RS256 token only
+// with an RSA key of the JWKS, an ES256 token only with a P-256 key; "none"
+// and every other alg fail. The gateway, push and the load generator share
+// the package. Only a Verifier with a JWKS URL does I/O.
 package auth
 
 import (
@@ -30,6 +43,9 @@ type jwtClaims struct {
 	jwt.RegisteredClaims
 }
 
+// Issuer is the iss claim of the tokens Issue makes.
+const Issuer = "stampede"
+
 // Issue signs a token for userID (> 0) valid for ttl.
 func Issue(secret []byte, userID int64, admin bool, ttl time.Duration) (string, error) {
 	if userID <= 0 {
@@ -40,7 +56,7 @@ func Issue(secret []byte, userID int64, admin bool, ttl time.Duration) (string, 
 		Subject:   strconv.FormatInt(userID, 10),
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-		Issuer:    "stampede",
+		Issuer:    Issuer,
 	}}
 	if admin {
 		c.Role = RoleAdmin
@@ -48,31 +64,80 @@ func Issue(secret []byte, userID int64, admin bool, ttl time.Duration) (string, 
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
 
-// Verifier checks tokens signed with one secret. Safe for concurrent use.
+// Verifier checks tokens: HS256 ones with its secret, RS256 and ES256 ones
+// against its JWKS (if it has one). Safe for concurrent use.
 type Verifier struct {
-	secret []byte
-	parser *jwt.Parser
+	secret     []byte
+	hs         *jwt.Parser // HS256 only
+	idp        *jwt.Parser // RS256 and ES256 only, with issuer and audience; nil without a JWKS
+	keys       *jwks       // nil without a JWKS
+	adminGroup string
+	groups     string // name of the groups claim
+	peek       *jwt.Parser
 }
 
-// NewVerifier returns a Verifier for secret.
+// NewVerifier returns a Verifier of HS256 tokens signed with secret.
 func NewVerifier(secret []byte) *Verifier {
-	return &Verifier{secret: secret, parser: jwt.NewParser(
+	return &Verifier{secret: secret, hs: hsParser(), peek: jwt.NewParser()}
+}
+
+func hsParser() *jwt.Parser {
+	return jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(5*time.Second),
-	)}
+	)
 }
 
 // Verify returns the claims of a valid token, or ErrUnauthenticated.
 func (v *Verifier) Verify(token string) (Claims, error) {
-	var c jwtClaims
-	_, err := v.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
+	// The unverified header only picks the path; each path accepts its own
+	// algorithms and keys only, so a lying header gains nothing.
+	t, _, err := v.peek.ParseUnverified(token, jwt.MapClaims{})
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
-	uid, err := strconv.ParseInt(c.Subject, 10, 64)
+	var c jwt.MapClaims
+	switch alg, _ := t.Header["alg"].(string); {
+	case alg == jwt.SigningMethodHS256.Alg():
+		if len(v.secret) == 0 {
+			return Claims{}, fmt.Errorf("%w: HS256 tokens are not accepted", ErrUnauthenticated)
+		}
+		_, err = v.hs.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
+	case v.idp != nil && (alg == jwt.SigningMethodRS256.Alg() || alg == jwt.SigningMethodES256.Alg()):
+		_, err = v.idp.ParseWithClaims(token, &c, v.keys.keyFor)
+	default:
+		return Claims{}, fmt.Errorf("%w: alg %q is not accepted", ErrUnauthenticated, alg)
+	}
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+	}
+	sub, _ := c.GetSubject()
+	uid, err := strconv.ParseInt(sub, 10, 64)
 	if err != nil || uid <= 0 {
 		return Claims{}, fmt.Errorf("%w: bad subject", ErrUnauthenticated)
 	}
-	return Claims{UserID: uid, Admin: c.Role == RoleAdmin}, nil
+	return Claims{UserID: uid, Admin: v.isAdmin(c)}, nil
+}
+
+// isAdmin: role "admin", or the admin group among the groups claim (a list
+// of strings or one string).
+func (v *Verifier) isAdmin(c jwt.MapClaims) bool {
+	if r, _ := c["role"].(string); r == RoleAdmin {
+		return true
+	}
+	if v.adminGroup == "" {
+		return false
+	}
+	switch g := c[v.groups].(type) {
+	case string:
+		return g == v.adminGroup
+	case []any:
+		for _, x := range g {
+			if s, _ := x.(string); s == v.adminGroup {
+				return true
+			}
+		}
+	}
+	return false
 }

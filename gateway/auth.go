@@ -8,6 +8,11 @@ import (
 	"github.com/stampede-sh/stampede/auth"
 )
 
+// TokenVerifier checks a bearer token (*auth.Verifier is one).
+type TokenVerifier interface {
+	Verify(token string) (auth.Claims, error)
+}
+
 // authedHandler is a handler that needs a verified caller.
 type authedHandler func(ctx *fasthttp.RequestCtx, c auth.Claims)
 

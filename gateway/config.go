@@ -32,6 +32,15 @@ type Config struct {
 	// AdminUsers are the user ids that the demo login gives role admin.
 	// Default none.
 	AdminUsers []int64
+	// DisableDemoCheckout leaves out POST /api/orders/{orderNo}/pay, the
+	// demo checkout that pays an order without a payment provider (it then
+	// answers 404 like any unknown path). Production mode sets it.
+	DisableDemoCheckout bool
+
+	// Verifier checks bearer tokens. Nil: HS256 tokens signed with
+	// JWTSecret only (auth.NewVerifier). Set it to also accept an identity
+	// provider's tokens (an *auth.Verifier from auth.New with a JWKS URL).
+	Verifier TokenVerifier
 	// TokenTTL is the life of a token issued by the demo login. Default 24h.
 	TokenTTL time.Duration
 
@@ -127,6 +136,20 @@ type Config struct {
 	// private, unregistered collectors.
 	Metrics *Metrics
 
+	// PushURL is the push WebSocket URL given to browsers by GET
+	// /api/config and allowed by the client's Content-Security-Policy.
+	// Empty: with PushURLFromHost, ws://<request host>:<port of PushAddr>/ws;
+	// without, /api/config names no URL and the client uses its fallback
+	// (ws[s]://<its own host>:8081/ws).
+	PushURL string
+	// PushAddr is the push role's listen address; its port completes the
+	// push URL when PushURL is empty.
+	PushAddr string
+	// PushURLFromHost builds the push URL from the request's Host header
+	// when PushURL is empty (development mode). Off, /api/config never
+	// echoes a client-chosen Host.
+	PushURLFromHost bool
+
 	// StaticDir is an optional folder of built client files served at /; a
 	// path without a file extension that matches no file gets index.html
 	// (single-page app fallback). Empty: nothing is served outside /api.
@@ -209,6 +232,9 @@ func (c *Config) Validate() error {
 		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:
 		return bad("BreakerFailures %d is below 1", c.BreakerFailures)
+	}
+	if err := c.validatePush(); err != nil {
+		return err
 	}
 	for _, id := range c.AdminUsers {
 		if id <= 0 {

@@ -30,6 +30,7 @@ const (
 	CodePurchaseLimitExceeded = "PURCHASE_LIMIT_EXCEEDED"
 	CodeInvalidState          = "INVALID_STATE"
 	CodeAmountMismatch        = "AMOUNT_MISMATCH"
+	CodePaymentNoReused       = "PAYMENT_NO_REUSED"
 	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
 	CodeUnavailable           = "UNAVAILABLE"
 	CodeRateLimited           = "RATE_LIMITED"
@@ -88,6 +89,7 @@ var errorTable = []struct {
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},
 	{persistence.ErrAmount, 409, CodeAmountMismatch, "amount differs from the order's amount"},
+	{persistence.ErrPaymentReused, 409, CodePaymentNoReused, "paymentNo was already used for another order"},
 	{auth.ErrUnauthenticated, 401, CodeUnauthenticated, "missing or invalid bearer token"},
 	{errBadSignature, 401, CodeBadSignature, "missing or invalid X-Signature"},
 	{errForbidden, 403, CodeForbidden, "admin role required"},

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -71,15 +74,59 @@ func (s *Server) Ready(ctx context.Context) error {
 }
 
 // readyz is GET /readyz: 200 {"status":"ready"}, or 503 UNAVAILABLE whose
-// message names the failed dependencies.
+// message names the failed dependencies ("not ready: redis, mysql") and no
+// more: the errors themselves, which carry internal addresses, go to the log.
 func (s *Server) readyz(ctx *fasthttp.RequestCtx) {
 	rctx, cancel := s.callCtx(s.cfg.ReadyTimeout)
 	err := s.Ready(rctx)
 	cancel()
 	if err != nil {
+		s.logNotReady(err)
 		ctx.Response.Header.Set("Retry-After", s.retryAfter)
-		writeError(ctx, fasthttp.StatusServiceUnavailable, CodeUnavailable, "not ready: "+err.Error())
+		writeError(ctx, fasthttp.StatusServiceUnavailable, CodeUnavailable, "not ready: "+failedDependencies(err))
 		return
 	}
 	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+// failedDependencies names the dependencies of a Ready error: the prefix
+// before ": " of each of its "; "-separated parts ("redis", "mysql",
+// "rabbitmq"), or "node id" for a missing node lease.
+func failedDependencies(err error) string {
+	var names []string
+	for _, part := range strings.Split(err.Error(), "; ") {
+		name, _, ok := strings.Cut(part, ": ")
+		switch {
+		case ok && name != "" && !strings.ContainsAny(name, " /:@"):
+		case strings.Contains(part, "node id"):
+			name = "node id"
+		default:
+			name = "dependency"
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// notReadyLog limits the "not ready" log lines of readyz: a poller asking
+// every few milliseconds gets one line per change of the error, or per 10s.
+type notReadyLog struct {
+	mu   sync.Mutex
+	last string
+	at   time.Time
+}
+
+func (s *Server) logNotReady(err error) {
+	msg := err.Error()
+	l := &s.notReady
+	l.mu.Lock()
+	if msg == l.last && time.Since(l.at) < 10*time.Second {
+		l.mu.Unlock()
+		return
+	}
+	l.last, l.at = msg, time.Now()
+	l.mu.Unlock()
+	s.log.Warn("not ready", "err", err)
 }

@@ -34,7 +34,9 @@ func Sign(secret, body []byte) string {
 // as REFUND_PENDING, the order stays as it is).
 //
 // 401 BAD_SIGNATURE, 400 INVALID_ARGUMENT, 404 (no such order), 409
-// AMOUNT_MISMATCH, 409 INVALID_STATE (order still PROCESSING: retry later).
+// AMOUNT_MISMATCH, 409 INVALID_STATE (order still PROCESSING: retry later),
+// 409 PAYMENT_NO_REUSED (the paymentNo already paid another order: a provider
+// must not read SUCCESS for a payment that did nothing).
 func (s *Server) paymentCallback(ctx *fasthttp.RequestCtx) {
 	if _, _, err := s.applyPayment(ctx.PostBody(), ctx.Request.Header.Peek(HeaderSignature)); err != nil {
 		s.fail(ctx, err)

@@ -14,6 +14,7 @@ func writeBody(ctx *fasthttp.RequestCtx, status int, b []byte) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType(contentTypeJSON)
 	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	ctx.Response.SetBody(b)
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"regexp"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,7 @@ type Server struct {
 	rdb        redis.UniversalClient
 	store      *persistence.Store
 	log        *slog.Logger
-	verifier   *auth.Verifier
+	verifier   TokenVerifier
 	gen        *order.NoGenerator
 	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
 	products   *productCache
@@ -48,6 +49,11 @@ type Server struct {
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
 	base context.Context
+
+	// Browser-facing settings (clientconfig.go) and readyz's log limiter.
+	pushPort   string // port of the push URL built for browsers
+	pushOrigin string // origin of Config.PushURL, a CSP source; "" without
+	notReady   notReadyLog
 }
 
 // New returns a gateway serving cfg with the given Redis client and MySQL
@@ -77,7 +83,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		rdb:        rdb,
 		store:      store,
 		log:        logger,
-		verifier:   auth.NewVerifier(cfg.JWTSecret),
+		verifier:   cfg.Verifier,
 		gen:        gen,
 		admins:     make(map[int64]bool, len(cfg.AdminUsers)),
 		retryAfter: retryAfterSeconds(cfg.BreakerOpen.Seconds()),
@@ -85,6 +91,10 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		metrics:    cfg.Metrics,
 		limiter:    newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
 	}
+	if s.verifier == nil {
+		s.verifier = auth.NewVerifier(cfg.JWTSecret)
+	}
+	s.pushPort, s.pushOrigin = pushSources(cfg)
 	s.soldOut.ttl = cfg.SoldOutTTL
 	if cfg.ReservePipeline > 1 {
 		s.batcher = newReserveBatcher(s, cfg.ReservePipeline)
@@ -101,10 +111,16 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		if s.static, err = newStaticHandler(cfg.StaticDir, s.notFoundJSON); err != nil {
 			return nil, err
 		}
+		serve := s.static
+		s.static = func(ctx *fasthttp.RequestCtx) {
+			s.setSecurityHeaders(ctx)
+			serve(ctx)
+		}
 	}
 	s.router = s.routes()
 	s.handler = s.recoverPanics(s.router.Handler)
-	logger.Debug("gateway configured", "node", node, "demoLogin", !cfg.DisableDemoLogin, "static", cfg.StaticDir)
+	logger.Debug("gateway configured", "node", node, "demoLogin", !cfg.DisableDemoLogin,
+		"demoCheckout", !cfg.DisableDemoCheckout, "static", cfg.StaticDir)
 	return s, nil
 }
 
@@ -122,7 +138,7 @@ func (s *Server) routes() *router.Router {
 		static = s.metrics.route("GET", "static").instrument(s.static)
 	}
 	r.NotFound = func(ctx *fasthttp.RequestCtx) {
-		if static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) {
+		if static != nil && (ctx.IsGet() || ctx.IsHead()) && !bytes.HasPrefix(ctx.Path(), apiPrefix) && !bytes.Equal(ctx.Path(), metricsPath) {
 			static(ctx)
 			return
 		}
@@ -136,13 +152,18 @@ func (s *Server) routes() *router.Router {
 	}
 	handle("GET", "/healthz", s.healthz)
 	handle("GET", "/readyz", s.readyz)
-	handle("POST", "/api/auth/login", s.login)
+	handle("GET", "/api/config", s.clientConfig)
+	if !s.cfg.DisableDemoLogin { // otherwise the path is unknown: 404
+		handle("POST", "/api/auth/login", s.login)
+	}
 
 	handle("POST", "/api/orders", s.authed(s.createOrder))
 	handle("GET", "/api/orders", s.authed(s.listOrders))
 	handle("GET", "/api/orders/{orderNo}", s.authed(s.getOrder))
 	handle("POST", "/api/orders/{orderNo}/cancel", s.authed(s.cancelOrder))
-	handle("POST", "/api/orders/{orderNo}/pay", s.authed(s.demoPay))
+	if !s.cfg.DisableDemoCheckout { // otherwise the path is unknown: 404
+		handle("POST", "/api/orders/{orderNo}/pay", s.authed(s.demoPay))
+	}
 	handle("POST", "/api/payments/callback", s.paymentCallback)
 
 	handle("GET", "/api/products", s.listProducts)
@@ -279,6 +300,10 @@ func (s *Server) recoverPanics(next fasthttp.RequestHandler) fasthttp.RequestHan
 // is set, and a JSON 404 for everything else).
 var apiPrefix = []byte("/api/")
 
+// metricsPath never gets the client's index.html either: where /metrics is
+// not served (production mode) it is a plain 404.
+var metricsPath = []byte("/metrics")
+
 func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute) }
 
 // healthz answers 200 while the process serves HTTP.
@@ -287,11 +312,31 @@ func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly broken connections)
-// to slog at debug level.
+// to slog at debug level. Messages about unreadable requests quote the
+// request's bytes, which may hold a bearer token: redact cuts them.
 type fasthttpLogger struct{ l *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Debug("fasthttp: " + fmt.Sprintf(format, args...))
+	if !f.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	f.l.Debug("fasthttp: " + redact(fmt.Sprintf(format, args...)))
+}
+
+// Patterns of credentials in a log message: an Authorization or Cookie
+// header's value, a token query parameter, a JWT anywhere (also one sent as
+// a WebSocket subprotocol).
+var (
+	credentialHeader = regexp.MustCompile(`(?i)((?:proxy-)?authorization|cookie|sec-websocket-protocol|x-signature)(\s*[:=]\s*)[^\r\n"]*`)
+	tokenParam       = regexp.MustCompile(`(?i)([?&](?:access_)?token=)[^&\s"]*`)
+	jwtLike          = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+)
+
+// redact removes credentials from a log message (fasthttpLogger).
+func redact(msg string) string {
+	msg = credentialHeader.ReplaceAllString(msg, "$1$2[redacted]")
+	msg = tokenParam.ReplaceAllString(msg, "$1[redacted]")
+	return jwtLike.ReplaceAllString(msg, "[redacted-jwt]")
 }
 
 // callCtx returns the context for one dependency call of a handler.

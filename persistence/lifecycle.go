@@ -305,7 +305,8 @@ const (
 // payment_no makes duplicates no-ops.
 //
 // Errors: ErrNotFound (no order), ErrAmount (amount differs from the order's;
-// nothing recorded), ErrInvalidState (order still PROCESSING; retry later).
+// nothing recorded), ErrInvalidState (order still PROCESSING; retry later),
+// ErrPaymentReused (paymentNo already recorded for another order).
 func (s *Store) Pay(ctx context.Context, p Payment) (PayOutcome, Order, error) {
 	var out PayOutcome
 	var o Order
@@ -328,6 +329,13 @@ func (s *Store) Pay(ctx context.Context, p Payment) (PayOutcome, Order, error) {
 		_, err = tx.ExecContext(ctx, `INSERT INTO payment (payment_no, order_no, amount, status, paid_at) VALUES (?, ?, ?, ?, ?)`,
 			p.PaymentNo, p.OrderNo, p.Amount, status, p.PaidAt.UTC())
 		if IsDuplicate(err) {
+			var owner string
+			if err := tx.QueryRowContext(ctx, `SELECT order_no FROM payment WHERE payment_no = ?`, p.PaymentNo).Scan(&owner); err != nil {
+				return fmt.Errorf("read payment: %w", err)
+			}
+			if owner != p.OrderNo { // a replay must be of the same payment, not a paymentNo reused for another order
+				return fmt.Errorf("%w: paymentNo %s paid order %s", ErrPaymentReused, p.PaymentNo, owner)
+			}
 			out = PayDuplicate
 			return nil
 		}

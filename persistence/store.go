@@ -16,6 +16,9 @@ var (
 	ErrInvalidState = errors.New("persistence: invalid state") // the order is not in a status that allows the change
 	ErrAmount       = errors.New("persistence: amount mismatch")
 	ErrConflict     = errors.New("persistence: conflict") // a unique key with different content, e.g. a repairNo reused
+	// ErrPaymentReused: a payment callback's paymentNo is already recorded
+	// for another order; nothing changed.
+	ErrPaymentReused = errors.New("persistence: paymentNo already used for another order")
 )
 
 // Store is the MySQL store. Safe for concurrent use.
@@ -177,7 +180,7 @@ func IsRetryable(err error) bool {
 	// Anything that is not a MySQL server error is a transport problem:
 	// connection refused, reset, bad connection, timeout.
 	return !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidState) &&
-		!errors.Is(err, ErrAmount) && !errors.Is(err, ErrConflict) &&
+		!errors.Is(err, ErrAmount) && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrPaymentReused) &&
 		!errors.Is(err, context.Canceled)
 }
 

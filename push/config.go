@@ -3,6 +3,7 @@ package push
 import (
 	"errors"
 	"fmt"
+	"path"
 	"time"
 
 	"github.com/stampede-sh/stampede/order"
@@ -48,14 +49,26 @@ type Config struct {
 	// reconnection. Default 8.
 	ResyncConcurrency int
 
-	// AllowedOrigins are the Origin host patterns (path.Match syntax, e.g.
-	// "shop.example.com" or "*.example.com:8080") allowed to open sockets.
-	// Empty (the default) allows every origin: sockets are authenticated with
-	// an explicit bearer token, never with an ambient cookie, so a foreign page
-	// gains nothing from opening one (no cross-site WebSocket hijacking). The
-	// gateway serves the client on another port than push, so the same-origin
-	// rule of coder/websocket would otherwise refuse the demo.
+	// AllowedOrigins are the Origin host patterns (path.Match syntax, matched
+	// against the Origin's host[:port], e.g. "shop.example.com",
+	// "*.example.com" or "shop.example.com:8443"; "*" allows every origin)
+	// allowed to open sockets; a browser page of another origin gets 403
+	// before the upgrade. Empty (the default): only the page's own host — the
+	// Origin's host name must equal the request's Host name (any port: the
+	// gateway serves the client on another port than push). Requests without
+	// an Origin header (not from a browser) are not refused: they carry an
+	// explicit bearer token, never an ambient cookie.
 	AllowedOrigins []string
+
+	// MaxSocketsPerUser caps the open sockets of one user on this hub: a
+	// socket over the cap closes the user's oldest one with
+	// StatusTooManySockets (4429). Default 8; -1: no cap.
+	MaxSocketsPerUser int
+
+	// MaxHeaderBytes bounds the request headers of a socket's handshake
+	// (net/http's MaxHeaderBytes; larger ones get 431). Default 4096, as
+	// the gateway's.
+	MaxHeaderBytes int
 
 	// ReconnectMin and ReconnectMax bound the exponential backoff (with
 	// jitter) between attempts to reconnect to RabbitMQ. Defaults 100ms, 10s.
@@ -99,6 +112,12 @@ func (c *Config) setDefaults() {
 	if c.ResyncConcurrency == 0 {
 		c.ResyncConcurrency = 8
 	}
+	if c.MaxSocketsPerUser == 0 {
+		c.MaxSocketsPerUser = 8
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 4096
+	}
 	if c.ReconnectMin == 0 {
 		c.ReconnectMin = 100 * time.Millisecond
 	}
@@ -133,6 +152,17 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSubscriptions < 0 {
 		errs = append(errs, fmt.Errorf("MaxSubscriptions %d < 0", c.MaxSubscriptions))
+	}
+	if c.MaxSocketsPerUser < -1 {
+		errs = append(errs, fmt.Errorf("MaxSocketsPerUser %d < -1", c.MaxSocketsPerUser))
+	}
+	if c.MaxHeaderBytes < 1024 {
+		errs = append(errs, fmt.Errorf("MaxHeaderBytes %d < 1024", c.MaxHeaderBytes))
+	}
+	for _, p := range c.AllowedOrigins {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			errs = append(errs, fmt.Errorf("AllowedOrigins pattern %q is malformed", p))
+		}
 	}
 	if c.ResyncConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("ResyncConcurrency %d < 1", c.ResyncConcurrency))

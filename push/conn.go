@@ -24,6 +24,7 @@ type conn struct {
 	ws     *websocket.Conn
 	nc     net.Conn // the hijacked connection, if the hub's own server accepted it
 	userID int64
+	seq    uint64 // registration order in the hub (the oldest socket has the lowest)
 	send   chan []byte
 
 	ctx    context.Context // cancelled by kill; bounds snapshot loads

@@ -20,7 +20,11 @@
 // a client that cannot keep up is disconnected (close 1008) instead of slowing
 // the hub or other clients. Heartbeats are WebSocket pings; shutdown closes
 // every socket with 1001 and a reason; an unauthenticated socket is closed with
-// 4401.
+// 4401. A user may hold Config.MaxSocketsPerUser sockets (8): one more closes
+// the user's oldest with 4429 ("too many sockets for this user …"). Browser
+// pages of other origins than the page's own host (Config.AllowedOrigins) get
+// 403 before the upgrade; handshake headers are bounded (431) like the
+// gateway's.
 //
 // push must never show a user someone else's order, never let a socket's
 // order version go backwards, never block on a slow socket and never touch the

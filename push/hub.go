@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +48,8 @@ type Hub struct {
 
 type counters struct {
 	sockets, received, malformed, sent, stale, evicted, unauthenticated, reconnects atomic.Int64
+	originRefused, overCap                                                          atomic.Int64
+	seq                                                                             atomic.Uint64 // order of registration (oldest socket first)
 }
 
 // Stats is a point-in-time view of the hub's counters, for metrics.
@@ -59,6 +63,8 @@ type Stats struct {
 	Evicted         int64 // sockets closed as slow consumers
 	Unauthenticated int64 // sockets closed with 4401
 	AMQPReconnects  int64 // RabbitMQ connections made after the first
+	OriginRefused   int64 // handshakes refused (403) for their Origin
+	OverCap         int64 // sockets closed with 4429: their user opened more than MaxSocketsPerUser
 }
 
 // New returns a Hub. verifier checks the bearer tokens; snap reads order
@@ -107,6 +113,7 @@ func (h *Hub) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           h.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    h.cfg.MaxHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, netConnKey{}, c)
 		},
@@ -241,13 +248,15 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.wg.Done()
-	token := tokenFrom(r)
-	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}}
-	if len(h.cfg.AllowedOrigins) == 0 {
-		opts.InsecureSkipVerify = true // see Config.AllowedOrigins
-	} else {
-		opts.OriginPatterns = h.cfg.AllowedOrigins
+	if !h.originAllowed(r) {
+		h.stats.originRefused.Add(1)
+		h.log.Debug("websocket origin refused", "origin", r.Header.Get("Origin"), "host", r.Host)
+		http.Error(w, "push: origin not allowed", http.StatusForbidden)
+		return
 	}
+	token := tokenFrom(r)
+	// The origin was checked above (Config.AllowedOrigins).
+	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true}
 	ws, err := websocket.Accept(w, r, opts)
 	if err != nil {
 		h.log.Debug("websocket accept", "err", err)
@@ -278,6 +287,32 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.readLoop()
 	c.kill(websocket.StatusNormalClosure, "")
 	<-writerDone
+}
+
+// originAllowed applies Config.AllowedOrigins to the request's Origin.
+func (h *Hub) originAllowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true // not a browser: see Config.AllowedOrigins
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if len(h.cfg.AllowedOrigins) == 0 {
+		host := r.Host
+		if hn, _, err := net.SplitHostPort(host); err == nil {
+			host = hn
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		return host != "" && strings.EqualFold(u.Hostname(), host)
+	}
+	for _, p := range h.cfg.AllowedOrigins {
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(u.Host)); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // closeBounded closes ws with code and reason. A peer that stopped reading
@@ -313,6 +348,21 @@ func (h *Hub) register(c *conn) bool {
 		set = make(map[*conn]struct{})
 		h.users[c.userID] = set
 	}
+	if limit := h.cfg.MaxSocketsPerUser; limit > 0 && len(set) >= limit {
+		// Over the cap: the user's oldest socket goes (a buyer who opened
+		// a new tab wants the new one to work).
+		var oldest *conn
+		for o := range set {
+			if oldest == nil || o.seq < oldest.seq {
+				oldest = o
+			}
+		}
+		delete(set, oldest)
+		h.stats.sockets.Add(-1)
+		h.stats.overCap.Add(1)
+		oldest.kill(StatusTooManySockets, fmt.Sprintf("too many sockets for this user (at most %d): closed the oldest", limit))
+	}
+	c.seq = h.stats.seq.Add(1)
 	set[c] = struct{}{}
 	h.stats.sockets.Add(1)
 	return true
@@ -391,6 +441,8 @@ func (h *Hub) Stats() Stats {
 		Evicted:         h.stats.evicted.Load(),
 		Unauthenticated: h.stats.unauthenticated.Load(),
 		AMQPReconnects:  h.stats.reconnects.Load(),
+		OriginRefused:   h.stats.originRefused.Load(),
+		OverCap:         h.stats.overCap.Load(),
 	}
 }
 

@@ -38,6 +38,9 @@ const (
 	// StatusUnauthenticated closes a socket without a valid token (the
 	// WebSocket counterpart of HTTP 401).
 	StatusUnauthenticated = 4401
+	// StatusTooManySockets closes a user's oldest socket when a new one
+	// would exceed Config.MaxSocketsPerUser (the counterpart of HTTP 429).
+	StatusTooManySockets = 4429
 )
 
 // Subprotocol is the WebSocket subprotocol of Stampede's messages. Browsers

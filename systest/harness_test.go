@@ -105,6 +105,9 @@ type env struct {
 	client *http.Client
 	admin  string
 	nodeID atomic.Int64
+	// tokenFor, if set, makes the buyers' bearer tokens (default: HS256
+	// with jwtSecret).
+	tokenFor func(user int64) string
 }
 
 func newEnv(t *testing.T) *env {
@@ -343,11 +346,13 @@ func (e *env) baseFor(user int64) string {
 	return e.bases[int(user%int64(len(e.bases)))]
 }
 
-// serveAt is serve with the gateway's listen address given.
+// serveAt is serve with the gateway's listen address given. Processes run
+// in development mode (the demo login and checkout, the built-in payment
+// key) unless extra says --mode production.
 func (e *env) serveAt(name, roles, httpAddr string, extra ...string) *proc {
 	e.t.Helper()
 	p := &proc{name: name, stderr: &lockedBuffer{}, exited: make(chan struct{}), metricsAddr: freeAddr(e.t)}
-	args := append([]string{"serve", "--roles", roles,
+	args := append([]string{"serve", "--mode", "development", "--roles", roles,
 		"--mysql-dsn", e.mysqlDSN, "--redis-addr", e.redisAddr, "--amqp-url", e.amqpURL,
 		"--http-addr", httpAddr, "--push-addr", freeAddr(e.t), "--metrics-addr", p.metricsAddr,
 		"--jwt-secret", jwtSecret, "--log-level", "warn", "--node-id", fmt.Sprint(e.nodeID.Add(1)),
@@ -557,6 +562,9 @@ type intent struct {
 
 func (e *env) newIntent(user int64) *intent {
 	tok, _ := auth.Issue([]byte(jwtSecret), user, false, time.Hour)
+	if e.tokenFor != nil {
+		tok = e.tokenFor(user)
+	}
 	return &intent{user: user, token: tok, requestID: fmt.Sprintf("fault-%d-%d", user, time.Now().UnixNano()%1e6)}
 }
 

@@ -46,7 +46,7 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	child := exec.Command(self, "serve", "--roles", "push", "--push-addr", addr,
+	child := exec.Command(self, "serve", "--mode", modeDevelopment, "--roles", "push", "--push-addr", addr,
 		"--amqp-url", cfg.AMQPURL, "--jwt-secret", cfg.JWTSecret, "--mysql-dsn", cfg.MySQLDSN,
 		"--redis-addr", cfg.RedisAddr, "--redis-db", strconv.Itoa(cfg.RedisDB), "--log-level", "error")
 	child.Stdout, child.Stderr = os.Stderr, os.Stderr

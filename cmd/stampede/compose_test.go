@@ -74,7 +74,20 @@ func TestComposeScalesEveryRole(t *testing.T) {
 				t.Errorf("%s: %s is not a setting of the binary", role, k)
 			}
 		}
+		// Production-like: production mode, secrets the user must set
+		// (compose's ${VAR:?message} refuses to start without them).
+		if s.Environment["STAMPEDE_MODE"] != "production" {
+			t.Errorf("%s: STAMPEDE_MODE %q, want production", role, s.Environment["STAMPEDE_MODE"])
+		}
+		for _, k := range []string{"STAMPEDE_JWT_SECRET", "STAMPEDE_PAYMENT_SECRET"} {
+			if v := s.Environment[k]; !strings.HasPrefix(v, "${"+k+":?") {
+				t.Errorf("%s: %s is %q, want a ${%s:?…} placeholder the user must set", role, k, v, k)
+			}
+		}
 		for k, v := range s.Environment {
+			if strings.HasPrefix(v, "${") {
+				v = "compose-test-secret-0123456789abcdef-" + k // what the user sets
+			}
 			t.Setenv(k, v)
 		}
 		cfg, err := parse("serve", s.Command[1:], nil)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 // environment variable and may be overridden by the flag of the same name
 // (SPEC §7). The table in README.md lists them all.
 type Config struct {
+	Mode                string        // STAMPEDE_MODE, -mode: "production" (serve's default) or "development" (demo, bench: demo login and checkout, built-in keys)
 	HTTPAddr            string        // STAMPEDE_HTTP_ADDR, -http-addr: gateway listen address (127.0.0.1:8080)
 	RedisAddr           string        // STAMPEDE_REDIS_ADDR, -redis-addr: host:port; a comma-separated list = Redis Cluster
 	RedisDB             int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
@@ -25,7 +27,12 @@ type Config struct {
 	MySQLMaxConns       int           // STAMPEDE_MYSQL_MAX_CONNS, -mysql-max-conns: MySQL connections per process (64)
 	AMQPURL             string        // STAMPEDE_AMQP_URL, -amqp-url
 	AMQPQueueType       string        // STAMPEDE_AMQP_QUEUE_TYPE, -amqp-queue-type: "quorum" (production default) or "classic" (quorum)
-	JWTSecret           string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens
+	JWTSecret           string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens (development: a built-in key)
+	JWKSURL             string        // STAMPEDE_JWT_JWKS_URL, -jwt-jwks-url: identity provider's key set for RS256/ES256 tokens ("": HS256 only)
+	JWTIssuer           string        // STAMPEDE_JWT_ISSUER, -jwt-issuer: required iss of JWKS tokens
+	JWTAudience         string        // STAMPEDE_JWT_AUDIENCE, -jwt-audience: required aud of JWKS tokens
+	JWTAdminGroup       string        // STAMPEDE_JWT_ADMIN_GROUP, -jwt-admin-group: a token listing this group in its groups claim is an admin
+	JWTGroupsClaim      string        // STAMPEDE_JWT_GROUPS_CLAIM, -jwt-groups-claim: name of that claim (groups)
 	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
 	PayTimeout          time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
 	DemoLogin           bool          // STAMPEDE_DEMO_LOGIN, -demo-login: POST /api/auth/login issues tokens (true)
@@ -47,7 +54,9 @@ type Config struct {
 	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
 	OutboxRetention     time.Duration // STAMPEDE_OUTBOX_RETENTION, -outbox-retention: SENT outbox rows kept this long, 0 = forever (168h)
 	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
-	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = ws://<host>:<push port>/ws)
+	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = development: ws://<host>:<push port>/ws; production: the client's own fallback)
+	PushMaxSockets      int           // STAMPEDE_PUSH_MAX_SOCKETS, -push-max-sockets: open sockets per user per push process, -1 = no cap (8)
+	PushOrigins         string        // STAMPEDE_PUSH_ALLOWED_ORIGINS, -push-allowed-origins: comma-separated Origin host patterns ("": the page's own host)
 	StaticDir           string        // STAMPEDE_STATIC_DIR, -static-dir: built client files served at / ("client/dist" if present)
 	LogLevel            string        // STAMPEDE_LOG_LEVEL, -log-level: debug, info, warn, error (info)
 	Migrate             bool          // STAMPEDE_MIGRATE, -migrate: apply migrations at start-up (false)
@@ -67,7 +76,41 @@ type Config struct {
 	RateUserBurst   int           // STAMPEDE_RATE_USER_BURST, -rate-user-burst: per-user bucket size, 0 = two seconds' worth (40)
 	ReservePipeline int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
 	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
+
+	command  string          // the subcommand parsed (parse)
+	explicit map[string]bool // flag names given as a flag or through their variable (parse)
 }
+
+// Modes (Config.Mode).
+const (
+	modeProduction  = "production"
+	modeDevelopment = "development"
+)
+
+// defaultMode is the mode of a command without STAMPEDE_MODE or --mode: the
+// demo and the benchmarks need the demo login and checkout; everything else,
+// serve first, is safe by default.
+func defaultMode(command string) string {
+	if command == "demo" || strings.HasPrefix(command, "bench") {
+		return modeDevelopment
+	}
+	return modeProduction
+}
+
+// defaultMetricsAddr is the metrics listener of production mode when
+// STAMPEDE_METRICS_ADDR is not set: loopback only (9091, not 9090, which is
+// Prometheus's own port).
+const defaultMetricsAddr = "127.0.0.1:9091"
+
+// minSecretBytes is the shortest JWT or payment secret production accepts.
+const minSecretBytes = 32
+
+// secretFlags are never shown with their values in -h; for dsnFlags the
+// password is masked.
+var (
+	secretFlags = map[string]bool{"jwt-secret": true, "payment-secret": true}
+	dsnFlags    = map[string]bool{"mysql-dsn": true, "amqp-url": true}
+)
 
 // Roles the binary can run.
 var allRoles = []string{"gateway", "writer", "relay", "consumer", "sweeper", "push"}
@@ -88,7 +131,7 @@ func envString(name, def string) string {
 // Every flag's help ends with "[$STAMPEDE_…]", the variable it is read
 // from; the flag wins over the variable. Errors from malformed environment
 // values are collected in errs.
-func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
+func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	help := func(env, text string) string { return text + " [$" + env + "]" }
 	str := func(p *string, name, env, def, text string) {
 		fs.StringVar(p, name, envString(env, def), help(env, text))
@@ -134,6 +177,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	if st, err := os.Stat("client/dist/index.html"); err == nil && !st.IsDir() {
 		static = "client/dist"
 	}
+	str(&c.Mode, "mode", "STAMPEDE_MODE", mode, "production (no demo login or checkout; real secrets required; /metrics only on the metrics listener) or development (demo login and checkout, built-in keys)")
 	str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
 	str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
 	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
@@ -141,11 +185,16 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
 	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
-	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", devJWTSecret, "HS256 key of bearer tokens (set it in production)")
-	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", devPaymentSecret, "HMAC-SHA256 key of payment callbacks (set it in production)")
+	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes in production (development: a built-in key); prefer the variable: a flag shows in the process list")
+	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes in production (development: a built-in key)")
+	str(&c.JWKSURL, "jwt-jwks-url", "STAMPEDE_JWT_JWKS_URL", "", "identity provider's JWKS URL: RS256/ES256 tokens verified against its keys (cached, refreshed, refetched on an unknown kid), next to HS256 ones")
+	str(&c.JWTIssuer, "jwt-issuer", "STAMPEDE_JWT_ISSUER", "", "required iss claim of JWKS-verified tokens")
+	str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
+	str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin (besides role: admin)")
+	str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
 	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
-	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login")
-	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins")
+	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login (development mode only)")
+	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins (development mode only)")
 	str(&c.Roles, "roles", "STAMPEDE_ROLES", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
 	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = lease a free one from Redis"))
 	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, fmt.Sprintf("reservations per writer transaction (1..%d)", pipeline.MaxWriterBatch))
@@ -163,12 +212,14 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error) {
 	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
 	dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
 	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
-	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers (empty: ws://<host>:<push port>/ws)")
+	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers by GET /api/config (empty: development ws://<request host>:<push port>/ws; production none, the client uses its own host and port 8081)")
+	integer(&c.PushMaxSockets, "push-max-sockets", "STAMPEDE_PUSH_MAX_SOCKETS", 8, "open WebSockets per user per push process; one more closes the user's oldest with 4429 (-1: no cap)")
+	str(&c.PushOrigins, "push-allowed-origins", "STAMPEDE_PUSH_ALLOWED_ORIGINS", "", "comma-separated Origin host patterns allowed to open WebSockets, e.g. shop.example.com,*.example.com:8443 (empty: the page's own host; *: any)")
 	str(&c.StaticDir, "static-dir", "STAMPEDE_STATIC_DIR", static, "built client files served at / (default client/dist if present)")
 	str(&c.LogLevel, "log-level", "STAMPEDE_LOG_LEVEL", "info", "debug, info, warn or error (JSON logs on stderr)")
 	boolean(&c.Migrate, "migrate", "STAMPEDE_MIGRATE", false, "apply migrations at start-up")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "STAMPEDE_SHUTDOWN_TIMEOUT", 20*time.Second, "bound on draining at SIGTERM; the process exits 1 if roles are still draining then")
-	str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "extra listener serving only GET /metrics, for processes without the gateway role (empty: /metrics only on the gateway's port)")
+	str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "listener serving only GET /metrics (production default "+defaultMetricsAddr+"; \"\" or off: none; development also serves /metrics on the gateway's port)")
 	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "admin-only net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off); keep it on loopback")
 	dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
 	dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
@@ -234,9 +285,7 @@ func (c *Config) Validate() error {
 	if _, err := c.adminIDs(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.JWTSecret == "" || c.PaymentSecret == "" {
-		errs = append(errs, errors.New("jwt and payment secrets must not be empty"))
-	}
+	errs = append(errs, c.validateMode()...)
 	if c.ShutdownTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("shutdown timeout %s is under 1s", c.ShutdownTimeout))
 	}
@@ -261,6 +310,14 @@ func (c *Config) Validate() error {
 	if c.ReconcileInterval < 0 || c.StuckAfter <= 0 {
 		errs = append(errs, errors.New("reconcile interval must be >= 0 and stuck-after > 0"))
 	}
+	if c.PushMaxSockets < -1 || c.PushMaxSockets == 0 {
+		errs = append(errs, fmt.Errorf("push max sockets %d: want a positive cap or -1 for none", c.PushMaxSockets))
+	}
+	if c.JWKSURL != "" {
+		if u, err := url.Parse(c.JWKSURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("STAMPEDE_JWT_JWKS_URL %q is not an http(s) URL", c.JWKSURL))
+		}
+	}
 	for _, a := range []struct{ name, addr string }{{"http", c.HTTPAddr}, {"push", c.PushAddr}, {"metrics", c.MetricsAddr}, {"pprof", c.PprofAddr}} {
 		if a.addr == "" && a.name != "http" {
 			continue
@@ -273,6 +330,114 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// resolve applies the defaults that depend on the mode, after the flags
+// were parsed (parse): development fills in the built-in keys; production
+// turns the demo login off and opens the metrics listener on loopback,
+// unless those settings were given.
+func (c *Config) resolve() {
+	switch c.Mode {
+	case modeDevelopment:
+		if c.JWTSecret == "" {
+			c.JWTSecret = devJWTSecret
+		}
+		if c.PaymentSecret == "" {
+			c.PaymentSecret = devPaymentSecret
+		}
+	case modeProduction:
+		if !c.explicit["metrics-addr"] {
+			c.MetricsAddr = defaultMetricsAddr
+		}
+		if !c.explicit["demo-login"] {
+			c.DemoLogin = false
+		}
+	}
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	}
+}
+
+// validateMode checks what the mode requires. Production: no demo login or
+// demo admins, and for the processes that use them (a gateway: both; push
+// and `stampede token`: the JWT secret) secrets of at least minSecretBytes
+// that are not the built-in development keys. Each error names the setting.
+func (c *Config) validateMode() []error {
+	switch c.Mode {
+	case modeDevelopment:
+		return nil
+	case modeProduction:
+	default:
+		return []error{fmt.Errorf("STAMPEDE_MODE %q is neither production nor development", c.Mode)}
+	}
+	var errs []error
+	if c.command == "demo" || strings.HasPrefix(c.command, "bench") {
+		errs = append(errs, fmt.Errorf("stampede %s runs in development mode only (STAMPEDE_MODE=development)", c.command))
+	}
+	if c.DemoLogin {
+		errs = append(errs, errors.New("STAMPEDE_DEMO_LOGIN: the demo login does not exist in production mode (it signs a token for any userId)"))
+	}
+	if c.AdminUsers != "" {
+		errs = append(errs, errors.New("STAMPEDE_ADMIN_USERS: demo-login admins do not exist in production mode; admins carry role: admin or the STAMPEDE_JWT_ADMIN_GROUP group in their token"))
+	}
+	if c.JWKSURL != "" && (c.JWTIssuer == "" || c.JWTAudience == "") {
+		errs = append(errs, errors.New("STAMPEDE_JWT_ISSUER and STAMPEDE_JWT_AUDIENCE must be set with STAMPEDE_JWT_JWKS_URL in production mode: "+
+			"otherwise tokens the provider issued for other applications are accepted"))
+	}
+	roles, _ := c.roleSet()
+	serve := c.command == "" || c.command == "serve"
+	if c.command == "token" || serve && (roles["gateway"] || roles["push"]) {
+		if err := checkSecret("STAMPEDE_JWT_SECRET", c.JWTSecret, devJWTSecret); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if serve && roles["gateway"] {
+		if err := checkSecret("STAMPEDE_PAYMENT_SECRET", c.PaymentSecret, devPaymentSecret); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// checkSecret is nil for a secret production accepts.
+func checkSecret(env, v, dev string) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%s is not set: production mode needs a secret of at least %d bytes (or run with STAMPEDE_MODE=development)", env, minSecretBytes)
+	case v == dev:
+		return fmt.Errorf("%s is the built-in development key, which anyone can read in the source: set a secret of your own", env)
+	case len(v) < minSecretBytes:
+		return fmt.Errorf("%s is %d bytes: production mode needs at least %d", env, len(v), minSecretBytes)
+	}
+	return nil
+}
+
+// devWarning is the one line development mode logs at start, listing what
+// it leaves open; "" in production mode.
+func (c *Config) devWarning() string {
+	if c.Mode != modeDevelopment {
+		return ""
+	}
+	roles, _ := c.roleSet()
+	var open []string
+	if roles["gateway"] {
+		if c.DemoLogin {
+			open = append(open, "demo login POST /api/auth/login signs a token for any userId")
+		}
+		if c.AdminUsers != "" {
+			open = append(open, "it signs admin tokens for STAMPEDE_ADMIN_USERS="+c.AdminUsers)
+		}
+		open = append(open, "demo checkout POST /api/orders/{orderNo}/pay pays without a payment provider",
+			"/metrics is served on the public API port", "GET /api/config echoes the request's Host")
+	}
+	if c.JWTSecret == devJWTSecret {
+		open = append(open, "STAMPEDE_JWT_SECRET is the built-in development key")
+	}
+	if c.PaymentSecret == devPaymentSecret {
+		open = append(open, "STAMPEDE_PAYMENT_SECRET is the built-in development key")
+	}
+	return "DEVELOPMENT MODE, UNSAFE FOR REAL SALES: " + strings.Join(open, "; ") +
+		" (STAMPEDE_MODE=production, the default of serve, refuses all of this)"
 }
 
 func (c *Config) roleSet() (map[string]bool, error) {
@@ -317,6 +482,17 @@ func (c *Config) adminIDs() ([]int64, error) {
 		out = append(out, id)
 	}
 	return out, nil
+}
+
+// pushOrigins is PushOrigins as a list (nil: the page's own host).
+func (c *Config) pushOrigins() []string {
+	var out []string
+	for _, o := range strings.Split(c.PushOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func (c *Config) redisAddrs() []string {

@@ -111,6 +111,8 @@ func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, e
 	if len(envErrs) > 0 {
 		return nil, fmt.Errorf("invalid config: %w", errors.Join(envErrs...))
 	}
+	cfg.command, cfg.explicit = name, explicitSettings(fs)
+	cfg.resolve()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -131,14 +133,37 @@ func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.
 			}
 		}
 		fmt.Fprintln(w, "Flags. A flag overrides the environment variable named in brackets; a default shown")
-		fmt.Fprintln(w, "is the variable's value when it is set. README.md \"Configuration\" has the table.")
+		fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). README.md \"Configuration\" has the table.")
+		fs.VisitAll(func(f *flag.Flag) {
+			switch {
+			case secretFlags[f.Name]:
+				f.DefValue = ""
+			case dsnFlags[f.Name]:
+				f.DefValue = maskPassword(f.DefValue)
+			}
+		})
 		fs.PrintDefaults()
 	}
-	cfg.bind(fs, envErrs)
+	cfg.bind(fs, envErrs, defaultMode(name))
 	if extra != nil {
 		extra(fs)
 	}
 	return fs
+}
+
+// explicitSettings are the flags of fs given on the command line or through
+// their environment variable.
+func explicitSettings(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) {
+		if env := settingVar(f.Usage); env != "" {
+			if _, ok := os.LookupEnv(env); ok {
+				set[f.Name] = true
+			}
+		}
+	})
+	return set
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {

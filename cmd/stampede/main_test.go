@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Every test runs in development mode (the demo login and checkout, the
+	// built-in keys) unless it asks for production itself.
+	os.Setenv("STAMPEDE_MODE", "development")
 	goleak.VerifyTestMain(m,
 		// fasthttp's process-wide Date refresher, and a stopped server's
 		// worker-pool cleaner that notices the stop only after its 10 s sleep.

@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
@@ -84,27 +80,5 @@ func feedProducts(ctx context.Context, rdb redis.UniversalClient, store *persist
 				hub.PublishProduct(p.ID, sum, sum <= 0)
 			}
 		}
-	}
-}
-
-// clientConfig serves GET /api/config: where the client finds the push
-// WebSocket. publicURL wins; otherwise ws://<request host>:<push port>/ws.
-func clientConfig(publicURL, pushAddr string) fasthttp.RequestHandler {
-	_, port, _ := net.SplitHostPort(pushAddr)
-	return func(ctx *fasthttp.RequestCtx) {
-		u := publicURL
-		if u == "" {
-			host := string(ctx.Host())
-			if h, _, err := net.SplitHostPort(host); err == nil {
-				host = h
-			}
-			if strings.Contains(host, ":") { // IPv6 literal
-				host = "[" + host + "]"
-			}
-			u = "ws://" + host + ":" + port + "/ws"
-		}
-		b, _ := json.Marshal(map[string]string{"pushUrl": u})
-		ctx.SetContentType("application/json")
-		ctx.SetBody(b)
 	}
 }

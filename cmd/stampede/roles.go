@@ -42,6 +42,21 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			return fail(err)
 		}
 	}
+	// One verifier of bearer tokens for the gateway and push: HS256 with the
+	// shared secret, plus the identity provider's JWKS if configured.
+	var verifier *auth.Verifier
+	if roles["gateway"] || roles["push"] {
+		v, err := auth.New(ctx, auth.Options{
+			Secret: []byte(cfg.JWTSecret), JWKSURL: cfg.JWKSURL, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
+			AdminGroup: cfg.JWTAdminGroup, GroupsClaim: cfg.JWTGroupsClaim, Logger: log.With("component", "auth"),
+		})
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, v.Close)
+		verifier = v
+	}
+	production := cfg.Mode == modeProduction
 	if roles["gateway"] {
 		admins, _ := cfg.adminIDs()
 		var ready func(ctx context.Context) error
@@ -61,32 +76,39 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			return fail(err)
 		}
 		gw, err := gateway.New(gateway.Config{
-			Addr:               cfg.HTTPAddr,
-			JWTSecret:          []byte(cfg.JWTSecret),
-			PaymentSecret:      []byte(cfg.PaymentSecret),
-			DisableDemoLogin:   !cfg.DemoLogin,
-			AdminUsers:         admins,
-			PayTimeout:         cfg.PayTimeout,
-			NodeID:             int(cfg.NodeID),
-			StaticDir:          cfg.StaticDir,
-			ShutdownTimeout:    cfg.ShutdownTimeout * 3 / 4, // within the process's bound
-			ReadyCheck:         ready,
-			Ops:                pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
-			Metrics:            a.tel.gateway,
-			RateGlobal:         cfg.RateGlobal,
-			RateGlobalBurst:    cfg.RateGlobalBurst,
-			RateUser:           cfg.RateUser,
-			RateUserBurst:      cfg.RateUserBurst,
-			SoldOutTTL:         cfg.SoldOutTTL,
-			ReservePipeline:    cfg.ReservePipeline,
-			SyncIntake:         cfg.Intake == "sync",
-			RedisCheckInterval: cfg.RedisCheckInterval,
+			Addr:             cfg.HTTPAddr,
+			JWTSecret:        []byte(cfg.JWTSecret),
+			PaymentSecret:    []byte(cfg.PaymentSecret),
+			DisableDemoLogin: !cfg.DemoLogin,
+			AdminUsers:       admins,
+			// Production: no free checkout, no Host echo in /api/config.
+			DisableDemoCheckout: production,
+			PushURLFromHost:     !production,
+			PushURL:             cfg.PushURL,
+			PushAddr:            cfg.PushAddr,
+			Verifier:            verifier,
+			PayTimeout:          cfg.PayTimeout,
+			NodeID:              int(cfg.NodeID),
+			StaticDir:           cfg.StaticDir,
+			ShutdownTimeout:     cfg.ShutdownTimeout * 3 / 4, // within the process's bound
+			ReadyCheck:          ready,
+			Ops:                 pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
+			Metrics:             a.tel.gateway,
+			RateGlobal:          cfg.RateGlobal,
+			RateGlobalBurst:     cfg.RateGlobalBurst,
+			RateUser:            cfg.RateUser,
+			RateUserBurst:       cfg.RateUserBurst,
+			SoldOutTTL:          cfg.SoldOutTTL,
+			ReservePipeline:     cfg.ReservePipeline,
+			SyncIntake:          cfg.Intake == "sync",
+			RedisCheckInterval:  cfg.RedisCheckInterval,
 		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
 			return fail(err)
 		}
-		gw.Handle("GET", "/metrics", fasthttpadaptor.NewFastHTTPHandler(a.tel.handler()))
-		gw.Handle("GET", "/api/config", clientConfig(cfg.PushURL, cfg.PushAddr))
+		if !production { // production: /metrics only on the metrics listener (startTelemetry)
+			gw.Handle("GET", "/metrics", fasthttpadaptor.NewFastHTTPHandler(a.tel.handler()))
+		}
 		runs = append(runs, gw.Run)
 	}
 	if roles["writer"] {
@@ -150,7 +172,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		runs = append(runs, s.Run)
 	}
 	if roles["push"] {
-		hub, err := push.New(push.Config{Addr: cfg.PushAddr}, auth.NewVerifier([]byte(cfg.JWTSecret)),
+		hub, err := push.New(push.Config{Addr: cfg.PushAddr, MaxSocketsPerUser: cfg.PushMaxSockets, AllowedOrigins: cfg.pushOrigins()}, verifier,
 			pushSnapshots{a.store}, cfg.AMQPURL, log.With("role", "push"))
 		if err != nil {
 			return fail(err)

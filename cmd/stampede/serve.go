@@ -117,6 +117,9 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 	if err != nil {
 		return nil, err
 	}
+	if w := cfg.devWarning(); w != "" {
+		logger.Warn(w)
+	}
 	store, err := persistence.Open(ctx, cfg.MySQLDSN)
 	if err != nil {
 		return nil, err
