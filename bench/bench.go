@@ -94,6 +94,8 @@ type Options struct {
 	Params  Params
 	// Ceiling runs redis-benchmark against the reserve script.
 	Ceiling bool
+	// Command is recorded in the report.
+	Command string
 }
 
 // Params size the scenarios. DefaultParams is the full benchmark,
@@ -349,7 +351,7 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	p := opts.Params
 	r := &run{env: env, p: p, id: newRunID(), log: env.Log}
 	rep := &Report{
-		RunID: r.id, Started: time.Now().UTC(), Quick: p.Quick, Params: p,
+		RunID: r.id, Started: time.Now().UTC(), Quick: p.Quick, Params: p, Command: opts.Command,
 		Machine: machineInfo(ctx, env.Redis, env.Store), Scenarios: selected,
 	}
 	for _, t := range targets {

@@ -122,6 +122,9 @@ func (r *Report) Markdown() string {
 		w(", **quick smoke run**: its numbers say nothing about capacity")
 	}
 	w(".\n\n")
+	if r.Command != "" {
+		w("Command:\n\n```\n%s\n```\n\n", r.Command)
+	}
 	m := r.Machine
 	w("Machine: %s, %d cores, %s GB RAM, %s, %s; Redis %s; MySQL %s. Load average at start: %s. ",
 		m.CPU, m.Cores, strconv.FormatFloat(float64(m.MemoryMB)/1024, 'f', 1, 64), m.OS, m.GoVersion, orNA(m.Redis), orNA(m.MySQL), orNA(m.LoadAvg))

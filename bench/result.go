@@ -18,6 +18,8 @@ type Report struct {
 	Params    Params    `json:"params"`
 	Targets   []Target  `json:"targets"`
 	Scenarios []string  `json:"scenarios"`
+	// Command is the command line that ran the benchmark ("" if unknown).
+	Command string `json:"command,omitempty"`
 	// Results holds one entry per scenario and target, in run order.
 	Results []*ScenarioResult `json:"results"`
 	// Ceiling is redis-benchmark's figure for the reserve script alone.

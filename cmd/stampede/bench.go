@@ -194,7 +194,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: script, Log: stdout, IdleWait: idleWait,
 		Pipeline: pipe, RabbitMQMetricsURL: f.rabbitMetrics,
 	}
-	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling})
+	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling,
+		Command: "stampede bench " + strings.Join(redactSecrets(args), " ")})
 	if rep != nil && len(rep.Results) > 0 {
 		jsonPath, mdPath, err := rep.WriteFiles(f.out)
 		if err != nil {
@@ -340,4 +341,22 @@ func parseRates(s string) ([]float64, error) {
 		return nil, errors.New("--sustained-rates lists no rate")
 	}
 	return out, nil
+}
+
+// redactSecrets returns args with the values of secret flags
+// (-jwt-secret, -payment-secret, …) replaced, for reports.
+func redactSecrets(args []string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || !strings.Contains(name, "secret") {
+			continue
+		}
+		if hasValue {
+			out[i] = a[:strings.Index(a, "=")+1] + "REDACTED"
+		} else if i+1 < len(out) {
+			out[i+1] = "REDACTED"
+		}
+	}
+	return out
 }

@@ -103,3 +103,10 @@ func TestBenchQuick(t *testing.T) {
 		t.Errorf("a scenario failed")
 	}
 }
+
+func TestRedactSecrets(t *testing.T) {
+	got := strings.Join(redactSecrets([]string{"--quick", "--jwt-secret", "s1", "-payment-secret=s2", "--scenarios", "drain"}), " ")
+	if want := "--quick --jwt-secret REDACTED -payment-secret=REDACTED --scenarios drain"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

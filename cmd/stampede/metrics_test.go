@@ -240,7 +240,9 @@ func TestMetricsDuringSale(t *testing.T) {
 		return unsent == 0 && age == 0 && backlog == 0 && drift == 0,
 			fmt.Sprintf("unsent %v, oldest age %v, intake backlog %v, drift %v", unsent, age, backlog, drift)
 	})
-	if sent := idle.value("stampede_outbox_rows", "status", "SENT"); sent < 80 { // 40 created + 40 WAITING_PAY status events (+ 40 delayed closes)
+	// 40 created + the WAITING_PAY changes, in one ORDER_STATUS_BATCH row per
+	// order-lock transaction (at least one, at most 40).
+	if sent := idle.value("stampede_outbox_rows", "status", "SENT"); sent < 41 || sent > 80 {
 		t.Errorf("outbox SENT rows = %v", sent)
 	}
 	if v := idle.value("stampede_writer_entries_total", "outcome", "written"); v != 40 {
@@ -249,8 +251,11 @@ func TestMetricsDuringSale(t *testing.T) {
 	if v := idle.value("stampede_consumer_messages_total", "handler", pipeline.ConsumerOrderLock, "outcome", pipeline.OutcomeOK); v != 40 {
 		t.Errorf("order-lock ok = %v, want 40", v)
 	}
-	if v := idle.value("stampede_relay_publishes_total", "outcome", "acked"); v < 80 {
+	if v := idle.value("stampede_relay_publishes_total", "outcome", "acked"); v < 41 {
 		t.Errorf("relay acked = %v", v)
+	}
+	if v := idle.value("stampede_consumer_lock_batch_messages"); v < 1 || v > 40 {
+		t.Errorf("order-lock transactions = %v for 40 orders", v)
 	}
 	for _, name := range []string{"stampede_writer_batch_entries", "stampede_writer_commit_duration_seconds", "stampede_relay_publish_confirm_duration_seconds"} {
 		if v := idle.value(name); v <= 0 {
