@@ -16,10 +16,11 @@ const (
 	EventCreated       EventType = "ORDER_CREATED"        // writer: a reservation became an order row
 	EventStatusChanged EventType = "ORDER_STATUS_CHANGED" // any transition (SPEC §2)
 	EventPayTimeout    EventType = "ORDER_PAY_TIMEOUT"    // delayed close message, due at pay_deadline
-	// EventStatusBatch carries, in Events, the status changes of one
-	// order-lock batch into one status for one product: one message where
-	// there were hundreds (the batched consumer's WAITING_PAY events, for
-	// push). Its OrderNo is the first event's.
+	// EventStatusBatch carries, in Events, status changes of one product
+	// into one status made by one transaction: one message where there were
+	// hundreds (the batched consumer's WAITING_PAY changes, for push; the
+	// sweeper's CANCELLED closes, for push and the release consumer). Its
+	// OrderNo is the first event's.
 	EventStatusBatch EventType = "ORDER_STATUS_BATCH"
 )
 

@@ -25,8 +25,10 @@ import (
 //     back twice);
 //   - one UPDATE per product gives the summed quantity back from locked to
 //     available;
-//   - one multi-row insert appends the CANCELLED status events, whose delivery
-//     makes the release consumer give the Redis reservations back.
+//   - one ORDER_STATUS_BATCH outbox row per product carries the CANCELLED
+//     status changes (StatusBatchMessage); its delivery makes push update
+//     the buyers' pages and the release consumer give each order's Redis
+//     reservation back (idempotent per order by its release marker).
 //
 // It returns the orders it closed (after the change). A failed transaction
 // changes nothing; the caller may fall back to CloseOrder one order at a time
@@ -96,13 +98,17 @@ func (s *Store) CloseDueBatch(ctx context.Context, limit int) ([]Order, error) {
 				return fmt.Errorf("release stock of product %d: locked < %d", pid, back[pid])
 			}
 		}
-		msgs := make([]OutboxMessage, 0, len(closed))
+		byProduct := map[int64][]order.Event{}
 		for i := range closed {
 			o := &closed[i]
 			o.Status, o.Version, o.UpdatedAt, o.CloseReason = order.Cancelled, o.Version+1, now, string(order.ReasonTimeout)
-			m, err := StatusMessage(order.Event{OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity,
-				Amount: o.Amount, From: order.WaitingPay, Status: order.Cancelled, Version: o.Version, Reason: o.CloseReason,
-				PayDeadline: o.PayDeadline, OccurredAt: now})
+			byProduct[o.ProductID] = append(byProduct[o.ProductID], order.Event{OrderNo: o.OrderNo, UserID: o.UserID,
+				ProductID: o.ProductID, Quantity: o.Quantity, Amount: o.Amount, From: order.WaitingPay, Status: order.Cancelled,
+				Version: o.Version, Reason: o.CloseReason, PayDeadline: o.PayDeadline, OccurredAt: now})
+		}
+		msgs := make([]OutboxMessage, 0, len(products))
+		for _, pid := range products {
+			m, err := StatusBatchMessage(byProduct[pid])
 			if err != nil {
 				return err
 			}

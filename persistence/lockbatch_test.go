@@ -148,10 +148,35 @@ func TestCloseDueBatch(t *testing.T) {
 		if o.Status != order.Cancelled || o.CloseReason != string(order.ReasonTimeout) || o.Version != 3 {
 			t.Errorf("%s: %+v", no, o)
 		}
-		var n int
-		s.DB.QueryRow(`SELECT COUNT(*) FROM mq_outbox WHERE event_id = ?`, order.StatusEventID(no, 3)).Scan(&n)
-		if n != 1 {
-			t.Errorf("%s: no CANCELLED status event", no)
+	}
+	// One status batch per product carries the closes.
+	rows, err := s.DB.Query(`SELECT payload FROM mq_outbox WHERE event_type = ? AND routing_key = ?`, string(order.EventStatusBatch), order.RouteStatus(order.Cancelled))
+	if err != nil {
+		t.Fatal(err)
+	}
+	announced := map[string]int{}
+	batches := 0
+	for rows.Next() {
+		var body []byte
+		rows.Scan(&body)
+		ev, err := order.DecodeEvent(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches++
+		for _, x := range ev.Events {
+			if x.Version == 3 && x.Reason == string(order.ReasonTimeout) {
+				announced[x.OrderNo]++
+			}
+		}
+	}
+	rows.Close()
+	if batches != 2 {
+		t.Errorf("%d CANCELLED status batches for one pass over 2 products, want 2", batches)
+	}
+	for _, no := range want {
+		if announced[no] != 1 {
+			t.Errorf("%s: announced %d times in the status batches", no, announced[no])
 		}
 	}
 	if st := checkStock(t, s, p1.ID); st.Locked != 0 || st.Sold != 2 || st.Available != 18 {

@@ -564,25 +564,46 @@ func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
 	return v, err
 }
 
-// release gives a CANCELLED or FAILED order's Redis reservation back, once.
+// release gives a CANCELLED or FAILED order's Redis reservation back, once
+// (a per-order marker). A status batch (the sweeper's closes of one pass, one
+// product) gives back each of its orders in turn; a transient failure retries
+// the whole message, and the orders released before it are no-ops then.
 func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error) {
-	if ev.Type != order.EventStatusChanged || !ev.Status.ReleasesStock() {
+	events := []order.Event{ev}
+	switch {
+	case ev.Type == order.EventStatusBatch && ev.Status.ReleasesStock():
+		events = ev.Events
+	case ev.Type != order.EventStatusChanged || !ev.Status.ReleasesStock():
 		return discard, fmt.Errorf("consumer: %s %s event on %s", ev.Type, ev.Status, QueueStockRelease)
 	}
-	_, shard, pid, err := order.ParseNo(ev.OrderNo)
-	if err != nil || pid != ev.ProductID || ev.Quantity <= 0 || ev.UserID <= 0 {
-		return discard, fmt.Errorf("consumer: release event %s does not match its orderNo or lacks user/quantity", ev.EventID)
+	type target struct {
+		keys lua.Keys
+		e    order.Event
 	}
-	start := time.Now()
-	released, _, err := lua.Release(ctx, c.rdb, lua.ShardKeys(pid, shard), ev.OrderNo, ev.UserID, ev.Quantity, c.cfg.ReleaseMarkerTTL)
-	c.m.luaRelease.Observe(time.Since(start).Seconds())
-	if err != nil {
-		// ErrNotFound (the shard's stock hash is missing, e.g. Redis lost
-		// its data) is retried too: releasing into nothing would lose the
-		// units, and the product is reloaded by the gateway or an operator.
-		return retry, err
+	targets := make([]target, 0, len(events))
+	for _, e := range events {
+		_, shard, pid, err := order.ParseNo(e.OrderNo)
+		if err != nil || pid != e.ProductID || e.Quantity <= 0 || e.UserID <= 0 {
+			return discard, fmt.Errorf("consumer: release event %s does not match its orderNo or lacks user/quantity", e.EventID)
+		}
+		targets = append(targets, target{lua.ShardKeys(pid, shard), e})
 	}
-	if !released {
+	released := 0
+	for _, t := range targets {
+		start := time.Now()
+		ok, _, err := lua.Release(ctx, c.rdb, t.keys, t.e.OrderNo, t.e.UserID, t.e.Quantity, c.cfg.ReleaseMarkerTTL)
+		c.m.luaRelease.Observe(time.Since(start).Seconds())
+		if err != nil {
+			// ErrNotFound (the shard's stock hash is missing, e.g. Redis lost
+			// its data) is retried too: releasing into nothing would lose the
+			// units, and the product is reloaded by the gateway or an operator.
+			return retry, err
+		}
+		if ok {
+			released++
+		}
+	}
+	if released == 0 {
 		return ackDuplicate, nil
 	}
 	return ack, nil

@@ -219,3 +219,69 @@ func testConsumerRejectsPoisonAndKeepsGoing(t *testing.T, qt pipeline.QueueType)
 		t.Errorf("redis available %d", a)
 	}
 }
+
+// The batch design: no delayed close message; the sweeper closes the unpaid
+// orders at their deadline in one transaction, announces them in one
+// CANCELLED status batch, and the release consumer gives each one's Redis
+// reservation back exactly once, also when the batch is delivered again.
+func TestFlowSweeperClosesUnpaidOrders(t *testing.T) {
+	forEachQueueType(t, testFlowSweeperClosesUnpaidOrders)
+}
+
+func testFlowSweeperClosesUnpaidOrders(t *testing.T, qt pipeline.QueueType) {
+	e := newEnvType(t, qt)
+	ctx := context.Background()
+	p, k := e.product(10, 10)
+	_, _, c := startPipeline(e, pipeline.ConsumerConfig{PayTimeout: time.Second})
+	sw, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 50 * time.Millisecond, Redis: e.rdb, ReconcileInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "sweeper", sw.Run)
+	nos := e.reserve(p, k, 1, 3, 2)
+	e.waitCount(10*time.Second, 3, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status IN ('WAITING_PAY', 'CANCELLED')`, p.ID)
+	paid, err := e.store.GetOrder(ctx, nos[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := e.store.Pay(ctx, persistence.Payment{PaymentNo: "pay-" + paid.OrderNo, OrderNo: paid.OrderNo, Amount: paid.Amount, PaidAt: time.Now()}); err != nil || out != persistence.PayPaid {
+		t.Fatalf("pay: %v %v", out, err)
+	}
+	e.waitCount(10*time.Second, 2, `SELECT COUNT(*) FROM order_info WHERE status = 'CANCELLED' AND close_reason = ?`, string(order.ReasonTimeout))
+	pipelinetest.WaitFor(t, 10*time.Second, "redis release of the closed orders", func() (bool, string) {
+		a := e.redisAvailable(k)
+		return a == 8, fmt.Sprintf("redis available %d, want 8", a)
+	})
+	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)
+	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueuePayTimeoutDelay); n != 0 {
+		t.Errorf("%d delayed close messages, want none", n)
+	}
+	if st := e.stock(p.ID); st.Available != 8 || st.Locked != 0 || st.Sold != 2 {
+		t.Errorf("mysql stock %+v, want 8 available, 2 sold", st)
+	}
+	// The CANCELLED batch again (a relay that died before marking it SENT).
+	acked := c.Stats().Acked
+	res, err := e.store.DB.Exec(`UPDATE mq_outbox SET status = 'NEW', next_retry_at = NOW(3) WHERE routing_key = ? AND event_type = ?`,
+		order.RouteStatus(order.Cancelled), string(order.EventStatusBatch))
+	if n, _ := res.RowsAffected(); err != nil || n < 1 {
+		t.Fatalf("requeue the CANCELLED batch: %d rows, %v", n, err)
+	}
+	pipelinetest.WaitFor(t, 10*time.Second, "redelivered batch handled", func() (bool, string) {
+		n := c.Stats().Acked - acked
+		return n >= 1, fmt.Sprintf("%d acked since", n)
+	})
+	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)
+	if a := e.redisAvailable(k); a != 8 {
+		t.Errorf("redis available %d after the redelivered batch, want 8 (released exactly once)", a)
+	}
+	for _, no := range nos[1:] {
+		if n, _ := e.rdb.Exists(ctx, k.Released(no)).Result(); n != 1 {
+			t.Errorf("no release marker for %s", no)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if rep, err := pipeline.WaitIdle(rctx, e.rdb, e.store, []int64{p.ID}, 20*time.Millisecond); err != nil || !rep.OK {
+		t.Errorf("reconcile: %v %v", rep.Failed(), err)
+	}
+}

@@ -69,9 +69,10 @@ func TestSweepersCloseDueOrdersOnce(t *testing.T) {
 	if st := e.stock(p.ID); st.Available != 96 || st.Locked != 2 || st.Sold != 2 {
 		t.Errorf("mysql stock %+v, want 96/2/2", st)
 	}
-	// Each close appended one CANCELLED status event for the Redis release.
-	if n := e.count(`SELECT COUNT(*) FROM mq_outbox WHERE routing_key = ?`, order.RouteStatus(order.Cancelled)); n != 20 {
-		t.Errorf("%d CANCELLED events, want 20", n)
+	// Each close pass (5 orders of one product) appended one CANCELLED status
+	// batch for push and the Redis release: 20 orders, 4 passes.
+	if n := e.count(`SELECT COUNT(*) FROM mq_outbox WHERE routing_key = ? AND event_type = ?`, order.RouteStatus(order.Cancelled), string(order.EventStatusBatch)); n != 4 {
+		t.Errorf("%d CANCELLED status batches, want 4", n)
 	}
 }
 
