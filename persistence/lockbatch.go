@@ -283,18 +283,15 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 				Amount: o.Amount, From: order.Processing, Status: to, Version: o.Version, Reason: reason, PayDeadline: o.PayDeadline, OccurredAt: now}
 			if to == order.WaitingPay {
 				waiting[o.ProductID] = append(waiting[o.ProductID], ev)
-			} else {
-				m, err := StatusMessage(ev)
-				if err != nil {
-					return err
-				}
-				msgs = append(msgs, m)
-			}
-			if to == order.WaitingPay {
 				flows = append(flows, flowRow{order.FlowLock, o.OrderNo, o.ProductID, o.Quantity, ""})
-			} else {
-				flows = append(flows, flowRow{order.FlowRelease, o.OrderNo, o.ProductID, 0, "mysql stock short"})
+				continue
 			}
+			m, err := StatusMessage(ev)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+			flows = append(flows, flowRow{order.FlowRelease, o.OrderNo, o.ProductID, 0, "mysql stock short"})
 		}
 		return nil
 	}
