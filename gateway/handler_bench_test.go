@@ -18,6 +18,7 @@ import (
 //	soldout    a fresh intent for a product the sold-out cache holds: 409
 //	replay     an accepted intent re-sent while the product is on sale: 200
 //	replay-so  an accepted intent re-sent after the sell-out: 200
+//	*-pipe     the same with Config.LookupPipeline and ReservePipeline 64
 //	accepted   a fresh intent that takes a unit: 202
 //
 // The request bodies are built without allocating, so allocs/op is the
@@ -41,15 +42,18 @@ func BenchmarkOrderHandler(b *testing.B) {
 		return append(dst, `"}`...)
 	}
 
-	b.Run("soldout", func(b *testing.B) {
-		e := newEnv(b, withCache)
+	withPipe := func(c *Config) { c.LookupPipeline, c.ReservePipeline = 64, 64 }
+	soldout := func(b *testing.B, mods ...func(*Config)) {
+		e := newEnv(b, append(mods, withCache)...)
 		pid := e.product(openSale(1))
 		e.accepted(1, pid, 1, "first")
 		e.buy(2, pid, 1, "second").wantError(b, 409, CodeSoldOut)
 		runHandlerBench(b, e.srv.Handler(), auths, 409, func(dst []byte, i int64) []byte { return body(dst, pid, "s-", i) })
-	})
-	replay := func(b *testing.B, soldOut bool) {
-		e := newEnv(b, withCache)
+	}
+	b.Run("soldout", func(b *testing.B) { soldout(b) })
+	b.Run("soldout-pipe", func(b *testing.B) { soldout(b, withPipe) })
+	replay := func(b *testing.B, soldOut bool, mods ...func(*Config)) {
+		e := newEnv(b, append(mods, withCache)...)
 		stock := int64(users)
 		if !soldOut {
 			stock *= 2
@@ -64,12 +68,16 @@ func BenchmarkOrderHandler(b *testing.B) {
 		runHandlerBench(b, e.srv.Handler(), auths, 200, func(dst []byte, i int64) []byte { return body(dst, pid, "r-", i%users) })
 	}
 	b.Run("replay", func(b *testing.B) { replay(b, false) })
+	b.Run("replay-pipe", func(b *testing.B) { replay(b, false, withPipe) })
 	b.Run("replay-so", func(b *testing.B) { replay(b, true) })
-	b.Run("accepted", func(b *testing.B) {
-		e := newEnv(b, withCache)
+	b.Run("replay-so-pipe", func(b *testing.B) { replay(b, true, withPipe) })
+	accepted := func(b *testing.B, mods ...func(*Config)) {
+		e := newEnv(b, append(mods, withCache)...)
 		pid := e.product(openSale(10_000_000))
 		runHandlerBench(b, e.srv.Handler(), auths, 202, func(dst []byte, i int64) []byte { return body(dst, pid, "a-", i) })
-	})
+	}
+	b.Run("accepted", func(b *testing.B) { accepted(b) })
+	b.Run("accepted-pipe", func(b *testing.B) { accepted(b, withPipe) })
 }
 
 // runHandlerBench runs h from 32 goroutines per CPU: request i is sent by
