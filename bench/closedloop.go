@@ -27,7 +27,14 @@ import (
 // request due at once and ClosedConns workers: each worker's next request
 // starts when its last was answered.
 func (r *run) closedLoop(ctx context.Context, t *target, requests int64, build func(int64, *fasthttp.Request), observe func(loadgen.Outcome, *fasthttp.Response)) (*loadgen.Result, error) {
+	return r.closedLoopCfg(ctx, t, requests, build, observe, nil)
+}
+
+func (r *run) closedLoopCfg(ctx context.Context, t *target, requests int64, build func(int64, *fasthttp.Request), observe func(loadgen.Outcome, *fasthttp.Response), mod func(*loadgen.Config)) (*loadgen.Result, error) {
 	cfg := r.loadConfig(t)
+	if mod != nil {
+		mod(&cfg)
+	}
 	cfg.Workers = r.p.ClosedConns
 	cfg.Rate = 1e9 // one request per ns: every request is due at once
 	cfg.LateAfter = time.Duration(math.MaxInt64)
@@ -46,7 +53,8 @@ func (r *run) closedLoop(ctx context.Context, t *target, requests int64, build f
 
 // healthz measures GET /healthz closed-loop: the bare answer.
 func (r *run) healthz(ctx context.Context, t *target) (*loadgen.Result, error) {
-	return r.closedLoop(ctx, t, 0, func(_ int64, req *fasthttp.Request) { req.SetRequestURI("/healthz") }, nil)
+	return r.closedLoopCfg(ctx, t, 0, func(_ int64, req *fasthttp.Request) { req.SetRequestURI("/healthz") }, nil,
+		func(c *loadgen.Config) { c.Classify = nil }) // "200", not an order's "200 replay"
 }
 
 // closedLine is one log line of a closed-loop run.
