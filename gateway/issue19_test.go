@@ -117,3 +117,42 @@ func TestSoldOutReplaysOnEveryGateway(t *testing.T) {
 			other.name, gateways[soldOn].name, r, newNo)
 	}
 }
+
+// TestReplayKeepsSoldOutMarked: on a one-shard product a replay that runs the
+// script after the cache entry expired learns that the shard is empty and
+// marks the product sold out again, so a storm of pure replays is answered
+// by the record lookups; stock released later still sells within the bound.
+func TestReplayKeepsSoldOutMarked(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	e := newEnv(t, func(c *Config) { c.SoldOutTTL = ttl })
+	pid := e.product(openSale(1))
+	no := e.accepted(71, pid, 1, "k-a")
+	e.buy(72, pid, 1, "k-b").wantError(t, 409, CodeSoldOut)
+	time.Sleep(ttl + 100*time.Millisecond) // the entry expires
+	if r := e.buy(71, pid, 1, "k-a"); r.status != 200 || r.json(t)["orderNo"] != no {
+		t.Fatalf("replay: %s", r)
+	}
+	if !e.srv.soldOut.hit(pid, time.Now()) {
+		t.Fatal("a replay that found the shard empty did not mark the product sold out")
+	}
+	k := lua.ShardKeys(pid, 0)
+	if _, _, err := lua.Release(context.Background(), e.rdb, k, no, 71, 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	for {
+		r := e.buy(73, pid, 1, "k-c")
+		if r.status == 202 {
+			break
+		}
+		r.wantError(t, 409, CodeSoldOut)
+		if time.Since(released) > ttl+2*time.Second {
+			t.Fatalf("released unit not sold within %v", ttl)
+		}
+		// Replays while the unit is back do not mark the product again.
+		if r := e.buy(71, pid, 1, "k-a"); r.status != 200 {
+			t.Fatalf("replay after the release: %s", r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
