@@ -19,6 +19,9 @@ import (
 //	replay     an accepted intent re-sent while the product is on sale: 200
 //	replay-so  an accepted intent re-sent after the sell-out: 200
 //	*-pipe     the same with Config.LookupPipeline and ReservePipeline 64
+//
+// The others run the test configuration (baseConfig: LookupPipeline 64, the
+// binary's default; ReservePipeline off).
 //	accepted   a fresh intent that takes a unit: 202
 //
 // The request bodies are built without allocating, so allocs/op is the
