@@ -22,6 +22,7 @@ import (
 //
 // The others run the test configuration (baseConfig: LookupPipeline 64, the
 // binary's default; ReservePipeline off).
+//
 //	accepted   a fresh intent that takes a unit: 202
 //
 // The request bodies are built without allocating, so allocs/op is the
