@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/lestrrat-go/jwx/v3/jwk"
 )
 
 // RoleAdmin is the role claim of administrators.
@@ -74,50 +75,71 @@ type Verifier struct {
 	adminGroup string
 	groups     string // name of the groups claim
 	peek       *jwt.Parser
+	cache      *tokenCache      // nil: every token is checked in full
+	clock      func() time.Time // nil: time.Now (tests set it)
 }
 
-// NewVerifier returns a Verifier of HS256 tokens signed with secret.
+// NewVerifier returns a Verifier of HS256 tokens signed with secret, with
+// the default cache of verified tokens (CacheOptions).
 func NewVerifier(secret []byte) *Verifier {
-	return &Verifier{secret: secret, hs: hsParser(), peek: jwt.NewParser()}
-}
-
-func hsParser() *jwt.Parser {
-	return jwt.NewParser(
+	v := &Verifier{secret: secret, peek: jwt.NewParser(), cache: newTokenCache(CacheOptions{})}
+	v.hs = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(5*time.Second),
+		jwt.WithTimeFunc(v.now),
 	)
+	return v
 }
 
-// Verify returns the claims of a valid token, or ErrUnauthenticated.
-func (v *Verifier) Verify(token string) (Claims, error) {
+// proof is what a full check learnt besides the claims: the token's exp
+// and, for a JWKS-verified token, the key of the set it was checked with.
+type proof struct {
+	exp time.Time
+	kid string
+	key jwk.Key // nil for HS256
+}
+
+// check verifies token in full.
+func (v *Verifier) check(token string) (Claims, proof, error) {
 	// The unverified header only picks the path; each path accepts its own
 	// algorithms and keys only, so a lying header gains nothing.
 	t, _, err := v.peek.ParseUnverified(token, jwt.MapClaims{})
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+		return Claims{}, proof{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
 	var c jwt.MapClaims
+	var pr proof
 	switch alg, _ := t.Header["alg"].(string); {
 	case alg == jwt.SigningMethodHS256.Alg():
 		if len(v.secret) == 0 {
-			return Claims{}, fmt.Errorf("%w: HS256 tokens are not accepted", ErrUnauthenticated)
+			return Claims{}, proof{}, fmt.Errorf("%w: HS256 tokens are not accepted", ErrUnauthenticated)
 		}
 		_, err = v.hs.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
 	case v.idp != nil && (alg == jwt.SigningMethodRS256.Alg() || alg == jwt.SigningMethodES256.Alg()):
-		_, err = v.idp.ParseWithClaims(token, &c, v.keys.keyFor)
+		_, err = v.idp.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+			key, pub, err := v.keys.keyOf(t)
+			pr.kid, _ = t.Header["kid"].(string)
+			pr.key = key
+			return pub, err
+		})
 	default:
-		return Claims{}, fmt.Errorf("%w: alg %q is not accepted", ErrUnauthenticated, alg)
+		return Claims{}, proof{}, fmt.Errorf("%w: alg %q is not accepted", ErrUnauthenticated, alg)
 	}
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+		return Claims{}, proof{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
 	sub, _ := c.GetSubject()
 	uid, err := strconv.ParseInt(sub, 10, 64)
 	if err != nil || uid <= 0 {
-		return Claims{}, fmt.Errorf("%w: bad subject", ErrUnauthenticated)
+		return Claims{}, proof{}, fmt.Errorf("%w: bad subject", ErrUnauthenticated)
 	}
-	return Claims{UserID: uid, Admin: v.isAdmin(c)}, nil
+	exp, err := c.GetExpirationTime()
+	if err != nil || exp == nil { // the parsers require exp: not reached
+		return Claims{}, proof{}, fmt.Errorf("%w: no exp", ErrUnauthenticated)
+	}
+	pr.exp = exp.Time
+	return Claims{UserID: uid, Admin: v.isAdmin(c)}, pr, nil
 }
 
 // isAdmin: role "admin", or the admin group among the groups claim (a list

@@ -53,6 +53,9 @@ type Options struct {
 	// "groups".
 	GroupsClaim string
 
+	// Cache sizes the cache of verified tokens (cache.go).
+	Cache CacheOptions
+
 	Logger *slog.Logger
 }
 
@@ -65,6 +68,7 @@ func New(ctx context.Context, o Options) (*Verifier, error) {
 		o.GroupsClaim = "groups"
 	}
 	v := NewVerifier(o.Secret)
+	v.cache = newTokenCache(o.Cache)
 	v.adminGroup, v.groups = o.AdminGroup, o.GroupsClaim
 	if o.JWKSURL == "" {
 		if len(o.Secret) == 0 {
@@ -85,6 +89,7 @@ func New(ctx context.Context, o Options) (*Verifier, error) {
 		jwt.WithValidMethods([]string{jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(30 * time.Second),
+		jwt.WithTimeFunc(v.now),
 	}
 	if o.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(o.Issuer))
@@ -168,12 +173,32 @@ func (k *jwks) close() error {
 // keyFor is the jwt.Keyfunc of RS256/ES256 tokens: the public key of the
 // token's kid, of the type its alg needs (never a symmetric key).
 func (k *jwks) keyFor(t *jwt.Token) (any, error) {
+	_, pub, err := k.keyOf(t)
+	return pub, err
+}
+
+// keyOf is keyFor that also returns the JWKS entry of the key.
+func (k *jwks) keyOf(t *jwt.Token) (jwk.Key, any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
 	key, err := k.lookup(kid)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	pub, err := publicKeyFor(key, kid, alg)
+	return key, pub, err
+}
+
+// holds reports whether key is still the entry of kid in the cached set
+// (no fetch): false once the set was fetched again, even with the same keys.
+func (k *jwks) holds(kid string, key jwk.Key) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	cur, ok := k.find(ctx, kid)
+	return ok && cur == key
+}
+
+func publicKeyFor(key jwk.Key, kid, alg string) (any, error) {
 	if ka, ok := key.Algorithm(); ok && ka.String() != alg {
 		return nil, fmt.Errorf("key %q is for %s, token says %s", kid, ka, alg)
 	}
@@ -203,20 +228,7 @@ func (k *jwks) keyFor(t *jwt.Token) (any, error) {
 func (k *jwks) lookup(kid string) (jwk.Key, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	find := func() (jwk.Key, bool) {
-		set, err := k.cache.Lookup(ctx, k.url)
-		if err != nil {
-			return nil, false
-		}
-		if kid == "" {
-			if set.Len() == 1 {
-				key, ok := set.Key(0)
-				return key, ok
-			}
-			return nil, false
-		}
-		return set.LookupKeyID(kid)
-	}
+	find := func() (jwk.Key, bool) { return k.find(ctx, kid) }
 	if key, ok := find(); ok {
 		return key, nil
 	}
@@ -237,4 +249,20 @@ func (k *jwks) lookup(kid string) (jwk.Key, error) {
 		return key, nil
 	}
 	return nil, fmt.Errorf("no key %q in the JWKS", kid)
+}
+
+// find returns the key with kid of the cached set (or its only key when kid
+// is empty), without fetching.
+func (k *jwks) find(ctx context.Context, kid string) (jwk.Key, bool) {
+	set, err := k.cache.Lookup(ctx, k.url)
+	if err != nil {
+		return nil, false
+	}
+	if kid == "" {
+		if set.Len() == 1 {
+			return set.Key(0)
+		}
+		return nil, false
+	}
+	return set.LookupKeyID(kid)
 }

@@ -26,12 +26,13 @@ const (
 	Sustained = "sustained"
 	SoldOut   = "soldout"
 	Duplicate = "duplicate"
+	Replay    = "replay"
 	E2E       = "e2e"
 	Drain     = "drain"
 )
 
 // All lists every scenario in run order.
-var All = []string{Spike, Sustained, SoldOut, Duplicate, E2E, Drain}
+var All = []string{Spike, Sustained, SoldOut, Duplicate, Replay, E2E, Drain}
 
 // Env is what the scenarios need besides the gateway: direct access to the
 // Redis and MySQL the gateway uses (for the audit and the end-to-end
@@ -135,6 +136,13 @@ type Params struct {
 	DuplicateBurst   int     `json:"duplicateBurst"`   // consecutive sends of one key per round
 	DuplicateRate    float64 `json:"duplicateRate"`
 
+	// ClosedConns and ClosedDuration shape the closed-loop runs (closedloop.go):
+	// GET /healthz and the sold-out storm of soldout, the replay storm of
+	// replay. ReplayKeys is the number of intents replay accepts and re-sends.
+	ClosedConns    int           `json:"closedConns"`
+	ClosedDuration time.Duration `json:"closedDuration"`
+	ReplayKeys     int           `json:"replayKeys"`
+
 	E2ERate     float64       `json:"e2eRate"`
 	E2EDuration time.Duration `json:"e2eDuration"`
 	E2EPoll     time.Duration `json:"e2ePoll"` // period of the WAITING_PAY count
@@ -165,8 +173,9 @@ func (p Params) MarshalJSON() ([]byte, error) {
 		E2EDuration     string `json:"e2eDuration"`
 		E2EPoll         string `json:"e2ePoll"`
 		DrainPayTimeout string `json:"drainPayTimeout"`
+		ClosedDuration  string `json:"closedDuration"`
 	}{plain(p), p.Timeout.String(), p.SustainedWarmup.String(), p.SustainedStep.String(), p.SustainedP99.String(),
-		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String(), p.DrainPayTimeout.String()})
+		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String(), p.DrainPayTimeout.String(), p.ClosedDuration.String()})
 }
 
 // DefaultParams is the full benchmark of issue 5.
@@ -180,6 +189,7 @@ func DefaultParams() Params {
 		SustainedWarmup: time.Second, SustainedStep: 5 * time.Second, SustainedP99: 50 * time.Millisecond,
 		SoldOutStock: 100, SoldOutRate: 60_000, SoldOutWarmup: time.Second, SoldOutDuration: 5 * time.Second,
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
+		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000,
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
 		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignMessage, DesignBatch}, DrainPayTimeout: time.Minute,
 		CeilingRequests: 200_000, CeilingClients: 50,
@@ -200,6 +210,7 @@ func QuickParams() Params {
 	p.SoldOutStock, p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration = 20, 3_000, 500*time.Millisecond, 1500*time.Millisecond
 	p.DuplicateKeys, p.DuplicateReplays, p.DuplicateBurst, p.DuplicateRate = 200, 10, 5, 2_000
 	p.E2ERate, p.E2EDuration = 1_000, 2*time.Second
+	p.ClosedDuration, p.ReplayKeys = time.Second, 2_000
 	p.DrainOrders, p.DrainRate, p.DrainPayTimeout = 2_000, 2_000, 10*time.Second
 	p.CeilingRequests = 20_000
 	return p
@@ -227,6 +238,9 @@ func (p Params) Validate() error {
 	}
 	if p.DuplicateKeys < 1 || p.DuplicateReplays < 1 || p.DuplicateBurst < 1 || p.DuplicateRate <= 0 {
 		errs = append(errs, errors.New("duplicate keys, replays, burst and rate must be positive"))
+	}
+	if p.ClosedConns < 1 || p.ClosedDuration <= 0 || p.ReplayKeys < 1 {
+		errs = append(errs, errors.New("closed-loop connections, duration and replay keys must be positive"))
 	}
 	if p.E2ERate <= 0 || p.E2EDuration <= 0 || p.E2EPoll <= 0 {
 		errs = append(errs, errors.New("e2e rate, duration and poll must be positive"))
@@ -268,6 +282,7 @@ var scenarioFuncs = map[string]scenarioFunc{
 	Sustained: runSustained,
 	SoldOut:   runSoldOut,
 	Duplicate: runDuplicate,
+	Replay:    runReplay, // replay.go
 	E2E:       runE2E,
 	Drain:     runDrain,
 }

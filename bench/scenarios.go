@@ -269,6 +269,7 @@ func runSoldOut(ctx context.Context, r *run, t *target) *ScenarioResult {
 		s.HeadlineLatency = classLatency(storm, classSoldOut)
 		s.figure("answers", storm.Throughput, "req/s")
 	}
+	r.soldOutClosedLoop(ctx, t, s, pid, prefix, late.observe) // closedloop.go
 	lateN, lateUnknown := late.counts()
 	accepted, unknown := soldN+lateN, soldUnknown+lateUnknown
 	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {

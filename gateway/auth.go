@@ -13,6 +13,12 @@ type TokenVerifier interface {
 	Verify(token string) (auth.Claims, error)
 }
 
+// bytesVerifier is a TokenVerifier that checks a token held in a byte slice
+// without copying it (*auth.Verifier: a cached token costs no allocation).
+type bytesVerifier interface {
+	VerifyBytes(token []byte) (auth.Claims, error)
+}
+
 // authedHandler is a handler that needs a verified caller.
 type authedHandler func(ctx *fasthttp.RequestCtx, c auth.Claims)
 
@@ -47,5 +53,9 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx) (auth.Claims, error) {
 	if len(h) <= len(bearerPrefix) || !bytes.EqualFold(h[:len(bearerPrefix)], bearerPrefix) {
 		return auth.Claims{}, auth.ErrUnauthenticated
 	}
-	return s.verifier.Verify(string(bytes.TrimSpace(h[len(bearerPrefix):])))
+	tok := bytes.TrimSpace(h[len(bearerPrefix):])
+	if bv, ok := s.verifier.(bytesVerifier); ok {
+		return bv.VerifyBytes(tok)
+	}
+	return s.verifier.Verify(string(tok))
 }

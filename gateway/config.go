@@ -101,6 +101,12 @@ type Config struct {
 	// 0 or 1: one round trip per call (the default).
 	ReservePipeline int
 
+	// LookupPipeline, above 1, sends the request-record GETs of concurrent
+	// sold-out cache hits to Redis in pipelines of up to this many
+	// (lookup_batch.go); 0 or 1: one round trip each. Default 0 here; the
+	// binary's default is STAMPEDE_LOOKUP_PIPELINE.
+	LookupPipeline int
+
 	// SyncIntake writes each accepted order to MySQL within its request
 	// instead of the intake stream (STAMPEDE_INTAKE=sync, sync_intake.go).
 	SyncIntake bool
@@ -228,6 +234,8 @@ func (c *Config) Validate() error {
 		return bad("negative duration")
 	case c.ReservePipeline < 0 || c.ReservePipeline > 1024:
 		return bad("ReservePipeline %d is outside 0..1024", c.ReservePipeline)
+	case c.LookupPipeline < 0 || c.LookupPipeline > 1024:
+		return bad("LookupPipeline %d is outside 0..1024", c.LookupPipeline)
 	case c.RateGlobal < 0, c.RateUser < 0, c.RateGlobalBurst < 0, c.RateUserBurst < 0, c.SoldOutTTL < 0:
 		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:

@@ -105,13 +105,27 @@ var errorTable = []struct {
 // permanent (a MySQL server error such as a broken query, or ErrConflict) is a
 // bug, 500 INTERNAL; anything else — a lost connection, a timeout, a Redis
 // error — is 503 UNAVAILABLE with Retry-After.
+// tableErrors[i] is the answer of errorTable[i], built once (never modified).
+var tableErrors = func() []*apiError {
+	out := make([]*apiError, len(errorTable))
+	for i, t := range errorTable {
+		out[i] = &apiError{status: t.status, code: t.code, message: t.message, retryAfter: t.status == 503}
+	}
+	return out
+}()
+
 func toAPIError(err error) (e *apiError, known bool) {
+	for i, t := range errorTable { // a bare sentinel, the hot case (409 SOLD_OUT): no allocation
+		if err == t.err {
+			return tableErrors[i], true
+		}
+	}
 	if errors.As(err, &e) {
 		return e, true
 	}
-	for _, t := range errorTable {
+	for i, t := range errorTable {
 		if errors.Is(err, t.err) {
-			return &apiError{status: t.status, code: t.code, message: t.message, retryAfter: t.status == 503}, true
+			return tableErrors[i], true
 		}
 	}
 	if !persistence.IsRetryable(err) { // a MySQL server error such as a broken query, or ErrConflict

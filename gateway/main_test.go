@@ -63,6 +63,8 @@ func baseConfig() Config {
 		// Correctness tests run 500 requests at once on a loaded 2-core
 		// machine: a generous Redis timeout keeps them about correctness.
 		RedisTimeout: 10 * time.Second,
+		// The binary's default (STAMPEDE_LOOKUP_PIPELINE).
+		LookupPipeline: 64,
 	}
 }
 

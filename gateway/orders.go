@@ -86,7 +86,11 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		Sync:      s.cfg.SyncIntake,
 	}
 	res, dry, err := s.reserve(productID, shards, home, args)
-	if dry {
+	// A replay tells the stock of its shard too: on a one-shard product a
+	// storm of replays after the sell-out keeps the sold-out cache marked
+	// (its replays are then answered by the pipelined record lookups)
+	// instead of running the script each.
+	if dry || (shards == 1 && res.Available == 0 && errors.Is(err, lua.ErrDuplicate)) {
 		s.soldOut.mark(productID, time.Now())
 	}
 	if err == nil && s.cfg.SyncIntake {

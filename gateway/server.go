@@ -40,6 +40,7 @@ type Server struct {
 	metrics    *Metrics
 	limiter    *rateLimiter    // nil: no rate limits
 	batcher    *reserveBatcher // nil: one round trip per reserve call
+	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	soldOut    soldOutCache
 	routing    routeCache
 	corrupt    corruptLog                     // stockfault.go
@@ -98,6 +99,9 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	s.soldOut.ttl = cfg.SoldOutTTL
 	if cfg.ReservePipeline > 1 {
 		s.batcher = newReserveBatcher(s, cfg.ReservePipeline)
+	}
+	if cfg.LookupPipeline > 1 {
+		s.lookups = newLookupBatcher(s, cfg.LookupPipeline)
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
@@ -221,6 +225,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.batcher != nil {
 		batchDone := s.batcher.start(rctx) // reserve_batch.go
 		defer func() { stopRepair(); <-batchDone }()
+	}
+	if s.lookups != nil {
+		lookupDone := s.lookups.start(rctx) // lookup_batch.go
+		defer func() { stopRepair(); <-lookupDone }()
 	}
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {

@@ -27,7 +27,8 @@ import (
 // A cache hit is not a blind 409: a replay of a request that was accepted
 // before the sell-out must still get 200 with its orderNo. So a hit costs one
 // plain GET of the (user, requestId) idempotency record in the user's home
-// shard — no script, no write — and answers the replay (200, or 422 for a
+// shard — no script, no write; the GETs of concurrent hits share pipelines
+// (Config.LookupPipeline, lookup_batch.go) — and answers the replay (200, or 422 for a
 // different quantity) when the record exists, 409 SOLD_OUT otherwise. A
 // request the cache answers skips the script's other checks (sale window,
 // per-order maximum): it gets SOLD_OUT where the script would have said
@@ -65,10 +66,15 @@ func (c *soldOutCache) mark(productID int64, now time.Time) {
 // out: the stored answer of a replay, else 409 SOLD_OUT.
 func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Keys, requestID string, quantity int64) {
 	var seen string
-	err := s.redisCall(func(rctx context.Context) (err error) {
-		seen, err = s.rdb.Get(rctx, k.Request(c.UserID, requestID)).Result()
-		return err
-	})
+	var err error
+	if s.lookups != nil {
+		seen, err = s.lookups.get(k.Request(c.UserID, requestID)) // lookup_batch.go
+	} else {
+		err = s.redisCall(func(rctx context.Context) (err error) {
+			seen, err = s.rdb.Get(rctx, k.Request(c.UserID, requestID)).Result()
+			return err
+		})
+	}
 	switch {
 	case errors.Is(err, redis.Nil):
 		s.metrics.reserveOutcome(lua.ErrSoldOut)

@@ -53,8 +53,8 @@ func TestReserveOutcomes(t *testing.T) {
 	}
 	// Replay: same orderNo back, nothing taken.
 	r, err = reserve(rdb, k, "o1-other", 1, "r1", 3)
-	if !errors.Is(err, lua.ErrDuplicate) || r.OrderNo != "o1" {
-		t.Fatalf("replay: %+v %v", r, err)
+	if !errors.Is(err, lua.ErrDuplicate) || r.OrderNo != "o1" || r.Available != 7 {
+		t.Fatalf("replay: %+v %v; want o1 with 7 available", r, err)
 	}
 	r, err = reserve(rdb, k, "o1-other", 1, "r1", 2)
 	if !errors.Is(err, lua.ErrKeyReused) || r.OrderNo != "o1" {

@@ -24,8 +24,10 @@
 --   0 RESERVED      stock taken, reservation appended to the intake stream, orderNo = ARGV[1]
 --                   (sync mode: not appended; {0, orderNo, available, price, acceptedMs})
 --   1 DUPLICATE     same user, requestId and quantity seen before: orderNo is the stored one;
---                   {1, orderNo, 0, status} with the record's last known status
---                   ("PROCESSING" when the pipeline has not reported one)
+--                   {1, orderNo, available, status} with the record's last known status
+--                   ("PROCESSING" when the pipeline has not reported one) and the shard's
+--                   available units (-1 if unknown: no stock hash, or not an integer), so
+--                   that a gateway can tell a storm of replays that the product is sold out
 --   2 KEY_REUSED    same user and requestId with a different quantity: orderNo is the stored one
 --   3 NOT_FOUND     no stock hash: the product is unknown to this shard
 --   4 NOT_ACTIVE    outside [start, end) on the Redis server clock
@@ -59,7 +61,7 @@ if seen then
     if st == '' then
       st = 'PROCESSING'
     end
-    return {1, no, 0, st}
+    return {1, no, int(redis.call('HGET', KEYS[1], 'available')) or -1, st}
   end
   return {2, no, 0}
 end

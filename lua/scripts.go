@@ -104,7 +104,7 @@ type ReserveArgs struct {
 // ReserveResult is what reserve answered.
 type ReserveResult struct {
 	OrderNo   string // the new orderNo, or the stored one for ErrDuplicate and ErrKeyReused
-	Available int64  // units left in the shard after the call (0 when unknown)
+	Available int64  // units left in the shard after the call (0 when unknown; ErrDuplicate: -1 when unknown)
 	// Status is, for ErrDuplicate, the order's last status known to Redis
 	// (SetStatus): "PROCESSING" until the pipeline reported another one.
 	Status string

@@ -53,6 +53,9 @@ type benchFlags struct {
 	drainRate      float64
 	drainDesigns   string
 	drainPay       time.Duration
+	closedConns    int
+	closedDuration time.Duration
+	replayKeys     int
 }
 
 // benchPipeline runs the pipeline roles (writer, relay, consumer, sweeper)
@@ -230,6 +233,9 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&f.drainOrders, "drain-orders", 0, "drain: reservations accepted with the pipeline stopped, per design (default 50000)")
 	fs.Float64Var(&f.drainRate, "drain-rate", 0, "drain: rate they are accepted at, requests/s (default 12000)")
 	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (default message,batch: the previous design, then the batch design)")
+	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
+	fs.DurationVar(&f.closedDuration, "closed-duration", 0, "soldout, replay: length of each closed-loop run (default 5s, 1s with --quick)")
+	fs.IntVar(&f.replayKeys, "replay-keys", 0, "replay: intents accepted, then re-sent (default 10000, 2000 with --quick)")
 	fs.DurationVar(&f.drainPay, "drain-pay-timeout", 0, "drain: pay timeout of the drained orders; nobody pays, so each is closed at its deadline and the close delay measured (default 1m)")
 }
 
@@ -294,6 +300,9 @@ func (f *benchFlags) params() (bench.Params, error) {
 	}
 	setFloat(&p.DrainRate, f.drainRate)
 	setDur(&p.DrainPayTimeout, f.drainPay)
+	setInt(&p.ClosedConns, f.closedConns)
+	setDur(&p.ClosedDuration, f.closedDuration)
+	setInt(&p.ReplayKeys, f.replayKeys)
 	if f.drainDesigns != "" {
 		p.DrainDesigns = nil
 		for _, d := range strings.Split(f.drainDesigns, ",") {

@@ -75,6 +75,7 @@ type Config struct {
 	RateUser        float64       // STAMPEDE_RATE_USER, -rate-user: order requests/s per user, 0 = no limit (20)
 	RateUserBurst   int           // STAMPEDE_RATE_USER_BURST, -rate-user-burst: per-user bucket size, 0 = two seconds' worth (40)
 	ReservePipeline int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
+	LookupPipeline  int           // STAMPEDE_LOOKUP_PIPELINE, -lookup-pipeline: sold-out request-record GETs per Redis pipeline, 0 = one round trip each (64)
 	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
 
 	command  string          // the subcommand parsed (parse)
@@ -241,6 +242,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	f64(&c.RateUser, "rate-user", "STAMPEDE_RATE_USER", 20, "order requests/s one user may send (token bucket; 0: no limit)")
 	integer(&c.RateUserBurst, "rate-user-burst", "STAMPEDE_RATE_USER_BURST", 40, "per-user token bucket size (0: two seconds' worth)")
 	integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
+	integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
 	dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
 }
 
@@ -297,6 +299,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReservePipeline < 0 || c.ReservePipeline > 1024 {
 		errs = append(errs, fmt.Errorf("reserve pipeline %d is outside 0..1024", c.ReservePipeline))
+	}
+	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
+		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
 	}
 	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 {
 		errs = append(errs, errors.New("rate limits, bursts and sold-out TTL must be >= 0"))

@@ -100,6 +100,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			RateUserBurst:       cfg.RateUserBurst,
 			SoldOutTTL:          cfg.SoldOutTTL,
 			ReservePipeline:     cfg.ReservePipeline,
+			LookupPipeline:      cfg.LookupPipeline,
 			SyncIntake:          cfg.Intake == "sync",
 			RedisCheckInterval:  cfg.RedisCheckInterval,
 		}, a.rdb, a.store, log.With("role", "gateway"))
