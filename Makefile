@@ -3,7 +3,7 @@ GO ?= go
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 ARGS ?=
 
-.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench bench-scale bench-services fmt clean
+.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench bench-push bench-scale bench-services fmt clean
 
 services:
 	bash scripts/services.sh
@@ -59,8 +59,14 @@ BENCH_ENV = STAMPEDE_MODE=development STAMPEDE_MYSQL_DSN='root@tcp(127.0.0.1:330
 bench-services:
 	bash scripts/services.sh --bench
 
+# A full `make bench` (no ARGS) also runs the push benchmark, which appends
+# its row to bench/results/push-<date>.md; with ARGS only `stampede bench`
+# runs (`make bench-push` runs the push benchmark alone).
 bench: bench-services build
 	$(BENCH_ENV) bin/stampede bench $(ARGS)
+	@if [ -z "$(ARGS)" ]; then $(MAKE) --no-print-directory bench-push; else echo "make bench: ARGS given, push benchmark skipped (make bench-push)"; fi
+
+bench-push: bench-services build
 	STAMPEDE_MODE=development bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
 
 # 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stampede-sh/stampede/bench/loadgen"
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/pipeline"
 )
@@ -163,20 +166,37 @@ func perOrder(a, b counters, n int64, ownSelects int64) map[string]float64 {
 	return out
 }
 
-// redisMemory is used_memory (bytes) and the key count of the bench's Redis
-// database.
-func (r *run) redisMemory(ctx context.Context) (bytes, keys int64, err error) {
-	info, err := r.env.Redis.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			bytes, _ = strconv.ParseInt(v, 10, 64)
+// redisFootprint counts the Redis keys of product pid (every key under its
+// shards' hash tags: stock, intake stream, request and user records, pending
+// orders, release markers) and their memory (MEMORY USAGE, pipelined). Only
+// the product's own keys: server-wide figures move with other scenarios'
+// keys expiring or being dropped meanwhile.
+func (r *run) redisFootprint(ctx context.Context, pid int64) (bytes, keys int64, err error) {
+	pattern := lua.Prefix + "{p:" + strconv.FormatInt(pid, 10) + ":*"
+	var cursor uint64
+	for {
+		batch, next, err := r.env.Redis.Scan(ctx, cursor, pattern, 2000).Result()
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(batch) > 0 {
+			pipe := r.env.Redis.Pipeline()
+			cmds := make([]*redis.IntCmd, len(batch))
+			for i, k := range batch {
+				cmds[i] = pipe.MemoryUsage(ctx, k)
+			}
+			pipe.Exec(ctx) // per-command errors: a key gone meanwhile counts 0
+			for _, c := range cmds {
+				if n, err := c.Result(); err == nil {
+					bytes += n
+					keys++
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return bytes, keys, nil
 		}
 	}
-	keys, err = r.env.Redis.DBSize(ctx).Result()
-	return bytes, keys, err
 }
 
 // drainRun is what one design did.
@@ -259,7 +279,7 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 	}
 	s.Tables = append(s.Tables, tbl)
 	rt := Table{Title: "Drain and close", Header: []string{"design", "orders", "drain orders/s (10–90 %)", "start → last orders/s", "time to last", "FAILED",
-		"Redis B/order before drain", "after", "Redis keys/order before", "after", "close delay p50", "p95", "p99", "max"}}
+		"Redis B/order (product's keys) before drain", "after", "Redis keys/order before", "after", "close delay p50", "p95", "p99", "max"}}
 	for _, dr := range runs {
 		cd := dr.closeDelay
 		rt.Rows = append(rt.Rows, []string{dr.design, strconv.FormatInt(dr.accepted, 10), fmtNum(dr.rate), fmtNum(dr.wallRate), dr.toLast.Round(10 * time.Millisecond).String(),
@@ -278,6 +298,7 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 		s.figure(dr.design+": drain rate", dr.rate, "orders/s")
 		if v, ok := dr.drainCost["Com_commit"]; ok {
 			s.figure(dr.design+": MySQL commits per drained order", v, "")
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %.4f MySQL COMMITs and %.3f statements per drained order", dr.design, v, dr.drainCost["statements"]))
 		}
 		if v, ok := dr.drainCost["statements"]; ok {
 			s.figure(dr.design+": MySQL statements per drained order", v, "")
@@ -285,8 +306,11 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 		s.figure(dr.design+": close delay p95", dr.closeDelay.P95, "ms")
 	}
 	last := runs[len(runs)-1]
-	s.Headline = Figure{Name: "drain rate (" + last.design + ")", Value: last.rate, Unit: "orders/s"}
+	s.Headline = Figure{Name: "drain rate (" + last.design + "; p50–p99: its close delay)", Value: last.rate, Unit: "orders/s"}
 	s.HeadlineLatency = last.closeDelay
+	for i, pid := range pids {
+		s.Notes = append(s.Notes, fmt.Sprintf("product %d: the %s design", pid, runs[min(i, len(runs)-1)].design))
+	}
 	s.Latencies = map[string]loadgen.Summary{}
 	for _, dr := range runs {
 		s.Latencies[dr.design+": pay deadline → CANCELLED (MySQL, ms resolution)"] = dr.closeDelay
@@ -337,7 +361,7 @@ func (r *run) drainOnce(ctx context.Context, t *target, design string, s *Scenar
 	if err != nil {
 		return nil, 0, err
 	}
-	mem0, keys0, err := r.redisMemory(ctx)
+	mem0, keys0, err := r.redisFootprint(ctx, pid)
 	if err != nil {
 		return nil, pid, err
 	}
@@ -360,7 +384,7 @@ func (r *run) drainOnce(ctx context.Context, t *target, design string, s *Scenar
 	if dr.accepted == 0 {
 		return nil, pid, fmt.Errorf("no reservation accepted")
 	}
-	if mem, keys, err := r.redisMemory(ctx); err == nil {
+	if mem, keys, err := r.redisFootprint(ctx, pid); err == nil {
 		dr.memDuring = float64(mem-mem0) / float64(dr.accepted)
 		dr.keysDuring = float64(keys-keys0) / float64(dr.accepted)
 	}
@@ -420,7 +444,7 @@ func (r *run) drainOnce(ctx context.Context, t *target, design string, s *Scenar
 	dr.failed = failed
 	c1, _ := r.readCounters(ctx)
 	dr.drainCost = perOrder(c0, c1, dr.accepted, own)
-	if mem, keys, err := r.redisMemory(ctx); err == nil {
+	if mem, keys, err := r.redisFootprint(ctx, pid); err == nil {
 		dr.memAfter = float64(mem-mem0) / float64(dr.accepted)
 		dr.keysAfter = float64(keys-keys0) / float64(dr.accepted)
 	}

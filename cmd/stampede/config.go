@@ -267,10 +267,14 @@ func (c *Config) Validate() error {
 	if c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
 		errs = append(errs, fmt.Errorf("consumer lock %q is neither batch nor message", c.ConsumerLock))
 	}
-	if c.ConsumerBatch < 1 || c.ConsumerBatch > persistence.MaxLockBatch || c.ConsumerLockChans < 1 || c.ConsumerLockChans > 64 ||
-		c.ConsumerBatchWait <= 0 || c.ConsumerBatchWait > time.Second {
-		errs = append(errs, fmt.Errorf("consumer batch %d (1..%d), batch wait %s (up to 1s) or lock channels %d (1..64) out of range",
-			c.ConsumerBatch, persistence.MaxLockBatch, c.ConsumerBatchWait, c.ConsumerLockChans))
+	if c.ConsumerBatch < 1 || c.ConsumerBatch > persistence.MaxLockBatch {
+		errs = append(errs, fmt.Errorf("consumer batch %d is outside 1..%d", c.ConsumerBatch, persistence.MaxLockBatch))
+	}
+	if c.ConsumerBatchWait <= 0 || c.ConsumerBatchWait > time.Second {
+		errs = append(errs, fmt.Errorf("consumer batch wait %s is outside (0, 1s]", c.ConsumerBatchWait))
+	}
+	if c.ConsumerLockChans < 1 || c.ConsumerLockChans > 64 {
+		errs = append(errs, fmt.Errorf("consumer lock channels %d is outside 1..64", c.ConsumerLockChans))
 	}
 	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
 		errs = append(errs, err)
