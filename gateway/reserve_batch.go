@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/stampede-sh/stampede/lua"
@@ -18,109 +16,32 @@ import (
 // network exchange is shared. Off (0) by default: see bench/README.md for
 // whether it pays on a given machine.
 
-const reserveWorkers = 4 // pipelines in flight at once
-
-type reserveJob struct {
-	call lua.ReserveCall
-	done chan struct{}
-}
-
+// reserveBatcher pipelines reserve calls (pipeBatcher).
 type reserveBatcher struct {
-	s       *Server
-	max     int
-	jobs    chan *reserveJob
-	stopped atomic.Pointer[chan struct{}] // closed while no worker runs
-	pool    sync.Pool
+	*pipeBatcher[lua.ReserveCall]
 }
 
 func newReserveBatcher(s *Server, max int) *reserveBatcher {
-	b := &reserveBatcher{s: s, max: max, jobs: make(chan *reserveJob, 4*max)}
-	closed := make(chan struct{})
-	close(closed)
-	b.stopped.Store(&closed)
-	b.pool.New = func() any { return &reserveJob{done: make(chan struct{}, 1)} }
-	return b
-}
-
-// start runs the workers until ctx ends; the returned channel closes when
-// they have stopped. Calls made while no worker runs go straight to Redis.
-func (b *reserveBatcher) start(ctx context.Context) <-chan struct{} {
-	stopped := make(chan struct{})
-	b.stopped.Store(&stopped)
-	var wg sync.WaitGroup
-	for range reserveWorkers {
-		wg.Go(func() { b.work(ctx) })
+	one := func(c *lua.ReserveCall) {
+		c.Err = s.redisCall(func(ctx context.Context) (err error) {
+			c.Result, err = lua.Reserve(ctx, s.rdb, c.Keys, c.Args)
+			return err
+		})
 	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(stopped)
-		// Calls queued as the workers stopped are answered directly.
-		for {
-			select {
-			case j := <-b.jobs:
-				b.runOne(j)
-			default:
-				close(done)
-				return
-			}
-		}
-	}()
-	return done
-}
-
-// reserve queues one call and waits for its answer.
-func (b *reserveBatcher) reserve(k lua.Keys, a lua.ReserveArgs) (lua.ReserveResult, error) {
-	j := b.pool.Get().(*reserveJob)
-	j.call = lua.ReserveCall{Keys: k, Args: a}
-	select {
-	case b.jobs <- j:
-	case <-*b.stopped.Load():
-		b.runOne(j)
+	bufs := make(chan []lua.ReserveCall, pipeWorkers) // one buffer per worker in flight
+	for range pipeWorkers {
+		bufs <- make([]lua.ReserveCall, 0, max)
 	}
-	<-j.done
-	res, err := j.call.Result, j.call.Err
-	j.call = lua.ReserveCall{}
-	b.pool.Put(j)
-	return res, err
-}
-
-func (b *reserveBatcher) runOne(j *reserveJob) {
-	j.call.Err = b.s.redisCall(func(ctx context.Context) (err error) {
-		j.call.Result, err = lua.Reserve(ctx, b.s.rdb, j.call.Keys, j.call.Args)
-		return err
-	})
-	j.done <- struct{}{}
-}
-
-func (b *reserveBatcher) work(ctx context.Context) {
-	batch := make([]*reserveJob, 0, b.max)
-	calls := make([]lua.ReserveCall, 0, b.max)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-b.jobs:
-			batch = append(batch[:0], j)
-		}
-	fill:
-		for len(batch) < b.max {
-			select {
-			case j := <-b.jobs:
-				batch = append(batch, j)
-			default:
-				break fill
-			}
-		}
-		calls = calls[:0]
-		for _, j := range batch {
-			calls = append(calls, j.call)
+	many := func(cs []*lua.ReserveCall) {
+		calls := (<-bufs)[:0]
+		for _, c := range cs {
+			calls = append(calls, *c)
 		}
 		start := time.Now()
 		ran := false
-		err := b.s.redisCall(func(ctx context.Context) error {
+		err := s.redisCall(func(ctx context.Context) error {
 			ran = true
-			lua.ReserveMany(ctx, b.s.rdb, calls)
+			lua.ReserveMany(ctx, s.rdb, calls)
 			for i := range calls { // the breaker counts a failed round trip once
 				if isRedisFailure(calls[i].Err) {
 					return calls[i].Err
@@ -129,14 +50,22 @@ func (b *reserveBatcher) work(ctx context.Context) {
 			return nil
 		})
 		d := time.Since(start).Seconds()
-		for i, j := range batch {
+		for i, c := range cs {
 			if ran {
-				j.call.Result, j.call.Err = calls[i].Result, calls[i].Err
+				c.Result, c.Err = calls[i].Result, calls[i].Err
 			} else {
-				j.call.Err = err
+				c.Err = err
 			}
-			b.s.metrics.lua.Observe(d)
-			j.done <- struct{}{}
+			s.metrics.lua.Observe(d)
 		}
+		clear(calls)
+		bufs <- calls
 	}
+	return &reserveBatcher{newPipeBatcher(max, one, many)}
+}
+
+// reserve queues one call and waits for its answer.
+func (b *reserveBatcher) reserve(k lua.Keys, a lua.ReserveArgs) (lua.ReserveResult, error) {
+	c := b.do(lua.ReserveCall{Keys: k, Args: a})
+	return c.Result, c.Err
 }
