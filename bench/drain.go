@@ -289,6 +289,10 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 		if dr.closesOverlapped {
 			s.Notes = append(s.Notes, dr.design+": the drain outlasted the pay timeout, so closes overlapped the drain and are counted in its cost")
 		}
+		if dr.pendingAfterDrain > 0 {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: %d outbox rows were still unsent when the drain's cost was read (idle wait ran out): their publishes are missing from it",
+				dr.design, dr.pendingAfterDrain))
+		}
 		if dr.closeIncomplete != "" {
 			s.Notes = append(s.Notes, dr.design+": "+dr.closeIncomplete)
 		}
