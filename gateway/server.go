@@ -42,6 +42,7 @@ type Server struct {
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	soldOut    soldOutCache
+	buyers     buyerCache // buyers.go
 	routing    routeCache
 	corrupt    corruptLog                     // stockfault.go
 	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
@@ -97,6 +98,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	}
 	s.pushPort, s.pushOrigin = pushSources(cfg)
 	s.soldOut.ttl = cfg.SoldOutTTL
+	s.buyers.ttl, s.buyers.max = cfg.SoldOutTTL, cfg.SoldOutBuyers
 	if cfg.ReservePipeline > 1 {
 		s.batcher = newReserveBatcher(s, cfg.ReservePipeline)
 	}
@@ -214,6 +216,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
 	repairDone := s.startTransferRepair(rctx) // shards.go
+	defer s.buyers.wg.Wait()                  // buyers.go: reads in flight
 	defer func() { stopRepair(); <-repairDone }()
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()

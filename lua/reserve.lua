@@ -10,6 +10,12 @@
 -- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds
 -- KEYS[4] order    hash   stampede:{p:<pid>:<shard>}:order:<orderNo> (u, r, q, pr, t)
 -- KEYS[5] intake   stream stampede:{p:<pid>:<shard>}:intake
+-- KEYS[6] buyers   set    stampede:{p:<pid>:<shard>}:buyers = the userIds of every intent
+--                         accepted here, plus one member "e<orderNo>" (the orderNo that
+--                         created the set: its incarnation, see buyers.lua); its TTL is
+--                         renewed to ARGV[5] with every acceptance, so it outlives every
+--                         request record of the shard. Gateways answer sold-out requests
+--                         of users not in it from memory (gateway/buyers.go)
 --
 -- ARGV[1] orderNo to use if this intent is new
 -- ARGV[2] userId (decimal)
@@ -107,6 +113,10 @@ redis.call('SET', KEYS[3], held + q, 'EX', ttl)
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
 redis.call('HSET', KEYS[4], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
 redis.call('EXPIRE', KEYS[4], ttl)
+if redis.call('SADD', KEYS[6], ARGV[2]) == 1 and redis.call('SCARD', KEYS[6]) == 1 then
+  redis.call('SADD', KEYS[6], 'e' .. ARGV[1])
+end
+redis.call('EXPIRE', KEYS[6], ttl)
 if ARGV[6] == 'sync' then
   return {0, ARGV[1], available, tonumber(s[2]), now}
 end

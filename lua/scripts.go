@@ -131,7 +131,7 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 	if a.Sync {
 		mode = "sync"
 	}
-	return []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()},
+	return []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake(), k.Buyers()},
 		[]any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
 }
 

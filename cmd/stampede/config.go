@@ -77,6 +77,7 @@ type Config struct {
 	ReservePipeline int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
 	LookupPipeline  int           // STAMPEDE_LOOKUP_PIPELINE, -lookup-pipeline: sold-out request-record GETs per Redis pipeline, 0 = one round trip each (64)
 	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
+	SoldOutBuyers   int           // STAMPEDE_SOLDOUT_BUYERS, -soldout-buyers: buyers of a sold-out product shard held in memory to answer everyone else at once, 0 = off (100000)
 
 	command  string          // the subcommand parsed (parse)
 	explicit map[string]bool // flag names given as a flag or through their variable (parse)
@@ -244,6 +245,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
 	integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
 	dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
+	integer(&c.SoldOutBuyers, "soldout-buyers", "STAMPEDE_SOLDOUT_BUYERS", 100_000, "a sold-out product shard with up to this many buyers has its buyers held in memory, so everyone else is answered SOLD_OUT without Redis (0: off; more buyers: one Redis lookup per answer)")
 }
 
 // Validate returns "invalid config: ..." for settings that cannot work.
@@ -307,8 +309,8 @@ func (c *Config) Validate() error {
 	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
 		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
 	}
-	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 {
-		errs = append(errs, errors.New("rate limits, bursts and sold-out TTL must be >= 0"))
+	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 {
+		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers must be >= 0"))
 	}
 	if c.OutboxRetention < 0 {
 		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))

@@ -99,6 +99,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			RateUser:            cfg.RateUser,
 			RateUserBurst:       cfg.RateUserBurst,
 			SoldOutTTL:          cfg.SoldOutTTL,
+			SoldOutBuyers:       cfg.SoldOutBuyers,
 			ReservePipeline:     cfg.ReservePipeline,
 			LookupPipeline:      cfg.LookupPipeline,
 			SyncIntake:          cfg.Intake == "sync",
