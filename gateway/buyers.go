@@ -86,7 +86,7 @@ func (s *Server) nonBuyer(productID int64, shard int, userID int64, now time.Tim
 	if sn != nil {
 		age = time.Duration(now.UnixNano() - sn.sent)
 	}
-	if sn == nil || age >= c.ttl/2 {
+	if sn == nil || age < 0 || age >= c.ttl/2 {
 		s.readBuyers(k, e, sn)
 	}
 	if sn == nil || !sn.usable || age >= c.ttl || age < 0 {

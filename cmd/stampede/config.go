@@ -33,6 +33,7 @@ type Config struct {
 	JWTAudience         string        // STAMPEDE_JWT_AUDIENCE, -jwt-audience: required aud of JWKS tokens
 	JWTAdminGroup       string        // STAMPEDE_JWT_ADMIN_GROUP, -jwt-admin-group: a token listing this group in its groups claim is an admin
 	JWTGroupsClaim      string        // STAMPEDE_JWT_GROUPS_CLAIM, -jwt-groups-claim: name of that claim (groups)
+	TokenCache          int           // STAMPEDE_TOKEN_CACHE, -token-cache: verified tokens kept (gateway and push), 0 = none (262144)
 	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
 	PayTimeout          time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
 	DemoLogin           bool          // STAMPEDE_DEMO_LOGIN, -demo-login: POST /api/auth/login issues tokens (true)
@@ -194,6 +195,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
 	str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin (besides role: admin)")
 	str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
+	integer(&c.TokenCache, "token-cache", "STAMPEDE_TOKEN_CACHE", 1<<18, "verified bearer tokens kept in memory, about 150 bytes each (0: every token checked in full); an LRU smaller than the buyers who retry in turn hits nothing, so size it for a sale's active buyers")
 	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
 	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login (development mode only)")
 	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins (development mode only)")
@@ -309,8 +311,8 @@ func (c *Config) Validate() error {
 	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
 		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
 	}
-	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 {
-		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers must be >= 0"))
+	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 {
+		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers, token cache must be >= 0"))
 	}
 	if c.OutboxRetention < 0 {
 		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))

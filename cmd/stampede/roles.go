@@ -49,6 +49,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		v, err := auth.New(ctx, auth.Options{
 			Secret: []byte(cfg.JWTSecret), JWKSURL: cfg.JWKSURL, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 			AdminGroup: cfg.JWTAdminGroup, GroupsClaim: cfg.JWTGroupsClaim, Logger: log.With("component", "auth"),
+			Cache: tokenCache(cfg.TokenCache),
 		})
 		if err != nil {
 			return fail(err)
@@ -217,4 +218,13 @@ func checkTopology(ctx context.Context, cfg *Config) error {
 		ch.Close()
 	}
 	return nil
+}
+
+// tokenCache sizes the verifier's cache of verified tokens: n tokens, none
+// for 0.
+func tokenCache(n int) auth.CacheOptions {
+	if n == 0 {
+		return auth.CacheOptions{Size: -1}
+	}
+	return auth.CacheOptions{Size: n}
 }
