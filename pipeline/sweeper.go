@@ -159,15 +159,10 @@ type Sweeper struct {
 	passes, skipped, reconcileSkipped            atomic.Int64
 }
 
-// Advisory lock names (persistence.Store.TryLock scopes them per database)
-// and the Redis key that spaces reconciliation rounds.
+// Advisory lock names (persistence.Store.TryLock scopes them per database).
 const (
 	sweepLockClose     = "sweeper.close"
 	sweepLockReconcile = "sweeper.reconcile"
-	// ReconcileMarkKey is set (NX, TTL ReconcileInterval) by the sweeper that
-	// starts a reconciliation round; while it exists other sweepers skip
-	// theirs.
-	ReconcileMarkKey = lua.Prefix + "sweeper:reconciled"
 )
 
 // NewSweeper returns a Sweeper; cfg is completed with defaults and validated.
@@ -371,7 +366,7 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	if mark <= 0 {
 		mark = time.Second
 	}
-	fresh, err := s.cfg.Redis.SetNX(ctx, ReconcileMarkKey, "1", mark*9/10).Result()
+	fresh, err := s.cfg.Redis.SetNX(ctx, lua.ReconcileMarkKey, "1", mark*9/10).Result()
 	if err != nil {
 		return fail(err)
 	}
