@@ -104,7 +104,7 @@ func TestShardedSaleSellsEveryUnit(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, en := range entries {
-			r, err := order.ParseReservation(en.Values)
+			r, err := lua.ParseReservation(en.Values)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -168,7 +168,7 @@ type WriterStats struct {
 // pending by a writer that stopped are reclaimed by the others with
 // XAUTOCLAIM after ClaimIdle.
 //
-// An entry that order.ParseReservation rejects can never become an order; it
+// An entry that lua.ParseReservation rejects can never become an order; it
 // is copied to the dead stream "<stream>:dead" (same hash tag, fields "id",
 // "error" and the original fields), then acknowledged and deleted. Its stock
 // stays reserved in Redis: the reconciler reports the drift and the dead
@@ -595,7 +595,7 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 			continue
 		}
 		seen[key] = true
-		r, err := order.ParseReservation(e.msg.Values)
+		r, err := lua.ParseReservation(e.msg.Values)
 		if err != nil {
 			dead = append(dead, e)
 			deadErr = append(deadErr, err)
@@ -693,7 +693,7 @@ func (w *Writer) ack(ctx context.Context, es []entry) error {
 			byStream[e.stream] = a
 		}
 		a.ids = append(a.ids, e.msg.ID)
-		if no, _ := e.msg.Values[order.FieldOrderNo].(string); no != "" {
+		if no, _ := e.msg.Values[lua.FieldOrderNo].(string); no != "" {
 			if _, shard, pid, err := order.ParseNo(no); err == nil && lua.ShardKeys(pid, shard).Intake() == e.stream {
 				a.records = append(a.records, lua.ShardKeys(pid, shard).Order(no))
 			}
