@@ -17,14 +17,14 @@ import (
 func TestHomeShardSpreads(t *testing.T) {
 	var n [4]int
 	for u := range int64(4000) {
-		n[homeShard(u, 4)]++
+		n[lua.HomeShard(u, 4)]++
 	}
 	for sh, c := range n {
 		if c < 800 || c > 1200 {
 			t.Fatalf("shard %d homes %d of 4000 users: %v", sh, c, n)
 		}
 	}
-	if homeShard(12345, 1) != 0 || homeShard(12345, 7) != homeShard(12345, 7) {
+	if lua.HomeShard(12345, 1) != 0 || lua.HomeShard(12345, 7) != lua.HomeShard(12345, 7) {
 		t.Fatal("homeShard is not deterministic")
 	}
 }
@@ -62,8 +62,8 @@ func TestShardedSaleSellsEveryUnit(t *testing.T) {
 					accepted.Add(1)
 					no := r.json(t)["orderNo"].(string)
 					_, sh, _, _ := order.ParseNo(no)
-					if sh != homeShard(u, 4) {
-						t.Errorf("user %d's order %s is in shard %d, not its home %d", u, no, sh, homeShard(u, 4))
+					if sh != lua.HomeShard(u, 4) {
+						t.Errorf("user %d's order %s is in shard %d, not its home %d", u, no, sh, lua.HomeShard(u, 4))
 					}
 					mu.Lock()
 					nos[no] = true

@@ -91,7 +91,7 @@ func TestRepairAdjustments(t *testing.T) {
 	if _, err := e.store.AdjustStock(ctx, p.ID, "R-done", 2, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := lua.Adjust(ctx, e.rdb, k, "R-done", 2, pipeline.AdjustMarkerTTL); err != nil {
+	if _, _, err := lua.Adjust(ctx, e.rdb, k, "R-done", 2, lua.AdjustMarkerTTL); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.AdjustStock(ctx, p.ID, "R-half", 3, ""); err != nil { // Redis failed here
