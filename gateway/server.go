@@ -216,8 +216,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// reserve batcher) must outlive the drain of requests in flight: it stops
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
-	repairDone := s.startTransferRepair(rctx) // shards.go
-	defer func() { stopRepair(); <-repairDone }()
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {

@@ -183,29 +183,3 @@ func TestShardedIdempotencyAndLimit(t *testing.T) {
 		t.Fatalf("%d units left over the shards; want 6", sum)
 	}
 }
-
-// TestTransferRepairLoop: with nobody buying, the gateway's background
-// repair completes a transfer whose mover died between its two steps.
-func TestTransferRepairLoop(t *testing.T) {
-	saved := transferRepairEvery
-	transferRepairEvery = 50 * time.Millisecond
-	defer func() { transferRepairEvery = saved }()
-	e := newEnv(t)
-	ctx := context.Background()
-	spec := openSale(10)
-	spec.Shards = 2
-	pid := e.product(spec)
-	if moved, err := lua.TransferOut(ctx, e.rdb, lua.ShardKeys(pid, 0), "dead-mover", 1, 3); err != nil || moved != 3 {
-		t.Fatalf("TransferOut: %d, %v", moved, err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.available(pid, 1) != 8 {
-		if time.Now().After(deadline) {
-			t.Fatalf("transfer not repaired: shards %d, %d", e.available(pid, 0), e.available(pid, 1))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if a := e.available(pid, 0); a != 2 {
-		t.Fatalf("donor has %d; want 2", a)
-	}
-}

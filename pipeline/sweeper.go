@@ -332,11 +332,12 @@ func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// ReconcileRound runs one reconciliation round (RepairLost when LostGrace >
-// 0, RepairAdjustments, ReconcileOnce) if this sweeper gets the reconcile
-// lock and no sweeper started a round less than ReconcileInterval ago. ran
-// reports whether it did; failures are logged and counted, not returned.
-// Requires Redis in the config.
+// ReconcileRound runs one reconciliation round — every repair of Redis stock
+// (RepairLost when LostGrace > 0, RepairTransfers, RepairAdjustments), then
+// ReconcileOnce — if this sweeper gets the reconcile lock and no sweeper
+// started a round less than ReconcileInterval ago. ran reports whether it
+// did; failures are logged and counted, not returned. Requires Redis in the
+// config.
 func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	skip := func() bool {
 		s.reconcileSkipped.Add(1)
@@ -375,6 +376,13 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	}
 	if s.cfg.LostGrace > 0 {
 		s.RepairLost(ctx)
+	}
+	if n, err := RepairTransfers(ctx, s.cfg.Redis, s.store); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("sweeper: stock transfer repair failed", "err", err)
+		}
+	} else if n > 0 {
+		s.log.Info("sweeper: completed stock transfers left half-done", "transfers", n)
 	}
 	if applied, err := RepairAdjustments(ctx, s.cfg.Redis, s.store); err != nil {
 		if ctx.Err() == nil {
