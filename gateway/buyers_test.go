@@ -125,12 +125,12 @@ func TestSoldOutBuyers(t *testing.T) {
 	// out with a copy of the buyers read before: within the bound B answers
 	// the new intent's replay with its orderNo (in between: 409).
 	ctx := context.Background()
-	home := homeShard(500, shards)
-	k := lua.ShardKeys(pid, homeShard(1, shards))
+	home := lua.HomeShard(500, shards)
+	k := lua.ShardKeys(pid, lua.HomeShard(1, shards))
 	if ok, _, err := lua.Release(ctx, a.rdb, k, nos[1], 1, 1, time.Hour); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
-	if homeShard(1, shards) != home { // the unit must be in user 500's home shard
+	if lua.HomeShard(1, shards) != home { // the unit must be in user 500's home shard
 		if _, err := a.rdb.HIncrBy(ctx, k.Stock(), "available", -1).Result(); err != nil {
 			t.Fatal(err)
 		}

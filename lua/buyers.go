@@ -17,11 +17,6 @@ var buyersScript = redis.NewScript(buyersSrc)
 
 func init() { all = append(all, buyersScript) }
 
-// Buyers is the shard's buyers set (reserve.lua): the userIds of every intent
-// accepted in this shard and one incarnation member "e<orderNo>". Its TTL is
-// renewed with every acceptance, so it outlives the shard's request records.
-func (k Keys) Buyers() string { return k.base + "buyers" }
-
 // BuyersState says what Buyers found.
 type BuyersState int
 
