@@ -39,7 +39,7 @@ func (h *lookupCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func gatewayWithCounter(t *testing.T, e *env, node int, mods ...func(*Config)) (*Server, *lookupCounter, *env) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: luatest.Addr(), DB: luatest.DBGateway})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	h := new(lookupCounter)
 	rdb.AddHook(h)
 	cfg := baseConfig()
