@@ -113,10 +113,12 @@ redis.call('SET', KEYS[3], held + q, 'EX', ttl)
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
 redis.call('HSET', KEYS[4], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
 redis.call('EXPIRE', KEYS[4], ttl)
-if redis.call('SADD', KEYS[6], ARGV[2]) == 1 and redis.call('SCARD', KEYS[6]) == 1 then
-  redis.call('SADD', KEYS[6], 'e' .. ARGV[1])
+if redis.call('EXPIRE', KEYS[6], ttl) == 1 then -- the set exists: TTL renewed
+  redis.call('SADD', KEYS[6], ARGV[2])
+else -- a new set, with its incarnation member
+  redis.call('SADD', KEYS[6], ARGV[2], 'e' .. ARGV[1])
+  redis.call('EXPIRE', KEYS[6], ttl)
 end
-redis.call('EXPIRE', KEYS[6], ttl)
 if ARGV[6] == 'sync' then
   return {0, ARGV[1], available, tonumber(s[2]), now}
 end
