@@ -118,11 +118,14 @@ func (s *Server) readBuyers(k buyerKey, e *buyerEntry, prev *buyerSnap) {
 			res, err = lua.Buyers(ctx, s.rdb, lua.ShardKeys(k.productID, k.shard), count, inc, s.buyers.max)
 			return err
 		})
-		if err != nil {
-			s.log.Debug("read buyers set", "productId", k.productID, "shard", k.shard, "err", err)
-			return // the record lookups answer meanwhile; the next hit reads again
-		}
 		sn := &buyerSnap{sent: sent.UnixNano(), count: res.Count}
+		if err != nil {
+			// The record lookups answer meanwhile; hits read again from
+			// SoldOutTTL/2 on, not at once (a failing Redis is not hit in a
+			// loop).
+			s.log.Debug("read buyers set", "productId", k.productID, "shard", k.shard, "err", err)
+			res.State = lua.BuyersUntracked
+		}
 		switch res.State {
 		case lua.BuyersUnchanged: // the previous copy, or a set still empty
 			sn.usable, sn.inc = true, inc
