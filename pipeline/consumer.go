@@ -498,7 +498,7 @@ func (c *Consumer) publisher(ctx context.Context, ch *amqp.Channel) (*confirmPub
 	}
 	closed := pch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
-		<-closed // closed by the library when pch closes, for whatever reason
+		<-closed //nolint:errcheck // closed by the library when pch closes, for whatever reason
 		ch.Close()
 	}()
 	return &confirmPublisher{ch: pch, timeout: c.cfg.PublishTimeout}, nil

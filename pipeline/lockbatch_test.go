@@ -149,6 +149,9 @@ func (e *env) waitingEvents() map[string]int {
 			}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
 	return out
 }
 

@@ -164,7 +164,7 @@ func (p *pubChannel) broken() bool {
 		return true
 	}
 	select {
-	case <-p.closes:
+	case <-p.closes: //nolint:errcheck // any close, whatever its error, means the channel is gone
 		return true
 	default:
 		return false

@@ -375,7 +375,7 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 		return skip()
 	}
 	if s.cfg.LostGrace > 0 {
-		s.RepairLost(ctx)
+		_, _ = s.RepairLost(ctx) // logged and counted inside
 	}
 	if n, err := RepairTransfers(ctx, s.cfg.Redis, s.store); err != nil {
 		if ctx.Err() == nil {

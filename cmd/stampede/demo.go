@@ -74,7 +74,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	go func() { served <- app.wait() }()
 	fail := func(err error) error {
 		stopServer()
-		<-served
+		<-served //nolint:errcheck // the error that made the demo fail is returned
 		return err
 	}
 

@@ -32,7 +32,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 	}
 	fail := func(err error) error {
 		for _, c := range closers {
-			c()
+			_ = c() // the failure being returned matters, not the cleanup's
 		}
 		return err
 	}
