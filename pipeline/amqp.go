@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -407,16 +408,12 @@ type ConnConfig struct {
 const DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 func (c *ConnConfig) setDefaults() {
-	if c.URL == "" {
-		c.URL = DefaultAMQPURL
-	}
-	if c.Name == "" {
-		c.Name = "stampede-" + instanceName()
-	}
-	setDur(&c.Heartbeat, 10*time.Second)
-	setDur(&c.DialTimeout, 5*time.Second)
-	setDur(&c.MinBackoff, 100*time.Millisecond)
-	setDur(&c.MaxBackoff, 10*time.Second)
+	c.URL = cmp.Or(c.URL, DefaultAMQPURL)
+	c.Name = cmp.Or(c.Name, "stampede-"+instanceName())
+	c.Heartbeat = cmp.Or(c.Heartbeat, 10*time.Second)
+	c.DialTimeout = cmp.Or(c.DialTimeout, 5*time.Second)
+	c.MinBackoff = cmp.Or(c.MinBackoff, 100*time.Millisecond)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, 10*time.Second)
 	c.Topology = c.Topology.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -595,10 +592,4 @@ func redactURL(s string) string {
 		return "<unparseable url>"
 	}
 	return u.Redacted()
-}
-
-func setDur(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,31 +114,19 @@ type ConsumerConfig struct {
 var ErrPoison = errors.New("consumer: poison message")
 
 func (c *ConsumerConfig) setDefaults() {
-	if c.Name == "" {
-		c.Name = instanceName()
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 64
-	}
-	if c.Workers == 0 {
-		c.Workers = 8
-	}
-	if c.LockBatch == 0 {
-		c.LockBatch = 256
-	}
-	setDur(&c.LockBatchWait, 5*time.Millisecond)
-	if c.LockChannels == 0 {
-		c.LockChannels = 2
-	}
-	setDur(&c.PayTimeout, 15*time.Minute)
-	setDur(&c.ReleaseMarkerTTL, 7*24*time.Hour)
-	setDur(&c.HandleTimeout, 30*time.Second)
-	setDur(&c.RetryBackoff, 500*time.Millisecond)
-	setDur(&c.MaxRetryBackoff, 10*time.Second)
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	setDur(&c.PublishTimeout, 5*time.Second)
+	c.Name = cmp.Or(c.Name, instanceName())
+	c.Prefetch = cmp.Or(c.Prefetch, 64)
+	c.Workers = cmp.Or(c.Workers, 8)
+	c.LockBatch = cmp.Or(c.LockBatch, 256)
+	c.LockBatchWait = cmp.Or(c.LockBatchWait, 5*time.Millisecond)
+	c.LockChannels = cmp.Or(c.LockChannels, 2)
+	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
+	c.ReleaseMarkerTTL = cmp.Or(c.ReleaseMarkerTTL, 7*24*time.Hour)
+	c.HandleTimeout = cmp.Or(c.HandleTimeout, 30*time.Second)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, 500*time.Millisecond)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, 10*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

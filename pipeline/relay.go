@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,24 +57,18 @@ type RelayConfig struct {
 }
 
 func (c *RelayConfig) setDefaults() {
-	if c.Owner == "" {
-		c.Owner = instanceName()
-	}
+	c.Owner = cmp.Or(c.Owner, instanceName())
 	if len(c.Owner) > 64 {
 		c.Owner = c.Owner[:64]
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
-	}
-	setDur(&c.PollInterval, 50*time.Millisecond)
-	setDur(&c.Lease, 30*time.Second)
-	setDur(&c.ConfirmTimeout, 5*time.Second)
-	if c.MaxRetries == 0 {
-		c.MaxRetries = 20
-	}
-	setDur(&c.RetryBackoff, time.Second)
-	setDur(&c.MaxRetryBackoff, time.Minute)
-	setDur(&c.ErrorBackoff, 5*time.Second)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.PollInterval = cmp.Or(c.PollInterval, 50*time.Millisecond)
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 5*time.Second)
+	c.MaxRetries = cmp.Or(c.MaxRetries, 20)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, time.Minute)
+	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,18 +63,14 @@ type SweeperConfig struct {
 }
 
 func (c *SweeperConfig) setDefaults() {
-	setDur(&c.Interval, time.Second)
-	setDur(&c.ReconcileInterval, 30*time.Second)
-	setDur(&c.ReconcileTimeout, 30*time.Second)
-	setDur(&c.LostGrace, 2*time.Minute)
-	setDur(&c.OutboxRetention, 7*24*time.Hour)
-	if c.PurgeBatch == 0 {
-		c.PurgeBatch = 5000
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 2000
-	}
-	setDur(&c.ErrorBackoff, 30*time.Second)
+	c.Interval = cmp.Or(c.Interval, time.Second)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, 30*time.Second)
+	c.ReconcileTimeout = cmp.Or(c.ReconcileTimeout, 30*time.Second)
+	c.LostGrace = cmp.Or(c.LostGrace, 2*time.Minute)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, 7*24*time.Hour)
+	c.PurgeBatch = cmp.Or(c.PurgeBatch, 5000)
+	c.BatchSize = cmp.Or(c.BatchSize, 2000)
+	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

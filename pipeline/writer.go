@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,31 +88,21 @@ const MaxWriterBatch = 5000
 
 func (c *WriterConfig) setDefaults() {
 	defer func() {
-		if c.PruneIdle == 0 {
-			c.PruneIdle = 10 * c.ClaimIdle
-		}
+		c.PruneIdle = cmp.Or(c.PruneIdle, 10*c.ClaimIdle)
 	}()
-	if c.Group == "" {
-		c.Group = "writers"
-	}
-	if c.Consumer == "" {
-		c.Consumer = instanceName()
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
-	}
-	setDur(&c.BatchWait, 20*time.Millisecond)
-	setDur(&c.ClaimIdle, 30*time.Second)
-	setDur(&c.ClaimInterval, c.ClaimIdle/2)
-	setDur(&c.StreamRefresh, time.Second)
-	setDur(&c.IdlePoll, 200*time.Millisecond)
-	setDur(&c.RetryMin, 100*time.Millisecond)
-	setDur(&c.RetryMax, 5*time.Second)
-	setDur(&c.FlushTimeout, 5*time.Second)
-	setDur(&c.RequestTTL, order.DefaultRequestTTL)
-	if c.DeadMaxLen == 0 {
-		c.DeadMaxLen = 100000
-	}
+	c.Group = cmp.Or(c.Group, "writers")
+	c.Consumer = cmp.Or(c.Consumer, instanceName())
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.BatchWait = cmp.Or(c.BatchWait, 20*time.Millisecond)
+	c.ClaimIdle = cmp.Or(c.ClaimIdle, 30*time.Second)
+	c.ClaimInterval = cmp.Or(c.ClaimInterval, c.ClaimIdle/2)
+	c.StreamRefresh = cmp.Or(c.StreamRefresh, time.Second)
+	c.IdlePoll = cmp.Or(c.IdlePoll, 200*time.Millisecond)
+	c.RetryMin = cmp.Or(c.RetryMin, 100*time.Millisecond)
+	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Second)
+	c.FlushTimeout = cmp.Or(c.FlushTimeout, 5*time.Second)
+	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
+	c.DeadMaxLen = cmp.Or(c.DeadMaxLen, 100000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
