@@ -336,3 +336,31 @@ func (s *Store) CountOrders(ctx context.Context, productID int64) ([]StatusCount
 	}
 	return out, rows.Err()
 }
+
+// ExistingOrders returns which of orderNos have an order_info row.
+func (s *Store) ExistingOrders(ctx context.Context, orderNos []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(orderNos))
+	for _, c := range chunks(len(orderNos), 1000) {
+		args := make([]any, 0, c[1]-c[0])
+		for _, no := range orderNos[c[0]:c[1]] {
+			args = append(args, no)
+		}
+		rows, err := s.DB.QueryContext(ctx, `SELECT order_no FROM order_info WHERE order_no IN (`+marks(len(args))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("persistence: existing orders: %w", err)
+		}
+		for rows.Next() {
+			var no string
+			if err := rows.Scan(&no); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[no] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -352,17 +352,3 @@ func (s *Store) OutboxCounts(ctx context.Context) (map[string]int64, time.Durati
 	}
 	return out, time.Duration(ageMS.Int64) * time.Millisecond, nil
 }
-
-// RecordConsumed inserts (eventID, consumer) into the consume log inside tx.
-// first is false if the pair was there already: the event was applied before
-// and the caller must not apply it again.
-func RecordConsumed(ctx context.Context, tx *sql.Tx, eventID, consumer string) (first bool, err error) {
-	_, err = tx.ExecContext(ctx, `INSERT INTO mq_consume_log (event_id, consumer_name) VALUES (?, ?)`, eventID, consumer)
-	if IsDuplicate(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("persistence: consume log: %w", err)
-	}
-	return true, nil
-}

@@ -419,45 +419,20 @@ func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v ver
 		c.acked.Add(1)
 	case discard:
 		outcome = OutcomeDeadLetter
-		body := d.Body
-		if len(body) > maxLoggedBody {
-			body = body[:maxLoggedBody]
-		}
-		c.log.Error("consumer: dead-lettering message", "handler", h.name, "eventId", d.MessageId,
-			"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "attempt", attempt, "body", string(body), "err", err)
-		reason := "unknown"
-		if err != nil {
-			reason = truncate(err.Error(), 500)
-		}
-		perr := pub.publish(ctx, "", QueueDLQ, republish(d, amqp.Table{
-			HeaderQueue: h.queue, HeaderHandler: h.name, HeaderReason: reason,
-			HeaderAttempts: int32(attempt), HeaderRoutingKey: routingKey,
-			HeaderDeadAt: time.Now().UTC().Format(time.RFC3339Nano),
-		}))
-		if perr != nil {
+		if perr := c.deadLetter(ctx, h, d, ev, err, attempt, routingKey, pub); perr != nil {
 			c.requeueLater(ctx, h, d, st.bo, perr)
 			outcome = OutcomeRetry
-			return false, false
 		}
-		_ = d.Ack(false)
-		c.rejected.Add(1)
 	case retry:
 		st.failing++
 		if st.failing == 1 || st.failing%20 == 0 {
 			c.log.Warn("consumer: transient failure, retrying through a delay queue", "handler", h.name,
 				"eventId", d.MessageId, "orderNo", ev.OrderNo, "attempt", attempt, "consecutive", st.failing, "err", err)
 		}
-		level, next := retryLevel(attempt), attempt+1
-		if outage {
-			level, next = outageRetryLevel, attempt
-		}
-		perr := pub.publish(ctx, RetryQueue(level), h.queue, republish(d, amqp.Table{HeaderAttempt: int32(next), HeaderRoutingKey: routingKey}))
-		if perr != nil {
+		if perr := c.retryLater(ctx, h, d, attempt, outage, routingKey, pub); perr != nil {
 			c.requeueLater(ctx, h, d, st.bo, perr)
 			return false, false
 		}
-		_ = d.Ack(false)
-		c.requeued.Add(1)
 		return false, true
 	}
 	return false, false

@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stampede-sh/stampede/metric"
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/metric"
 )
 
 // Metrics are the Prometheus collectors of the writer, relay, consumer and
