@@ -257,16 +257,32 @@ func (r *Relay) open(ctx context.Context) (*pubChannel, error) {
 func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.OutboxRow) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout)
 	defer cancel()
+	b := &relayBatch{rows: rows, failed: map[int]string{}, outcome: map[int]publishOutcome{}}
+	confirms, published := r.publish(bctx, pc, b)
+	r.awaitConfirms(bctx, pc, b, confirms, published)
+	r.collectReturns(pc, b)
+	return r.settle(ctx, b)
+}
 
-	failed := make(map[int]string, 0) // row index → cause
-	outcome := make(map[int]publishOutcome, 0)
-	fail := func(i int, o publishOutcome, cause string) {
-		failed[i] = cause
-		outcome[i] = o
-	}
-	confirms := make([]*amqp.DeferredConfirmation, len(rows))
-	published := make([]time.Time, len(rows))
-	for i, row := range rows {
+// relayBatch is one claimed batch and what went wrong with its rows.
+type relayBatch struct {
+	rows    []persistence.OutboxRow
+	failed  map[int]string // row index → cause
+	outcome map[int]publishOutcome
+}
+
+func (b *relayBatch) fail(i int, o publishOutcome, cause string) {
+	b.failed[i] = cause
+	b.outcome[i] = o
+}
+
+// publish sends every row of b with a deferred confirm; after a publish
+// error the rest of the batch fails with it. confirms[i] is nil for a row
+// not sent.
+func (r *Relay) publish(bctx context.Context, pc *pubChannel, b *relayBatch) (confirms []*amqp.DeferredConfirmation, published []time.Time) {
+	confirms = make([]*amqp.DeferredConfirmation, len(b.rows))
+	published = make([]time.Time, len(b.rows))
+	for i, row := range b.rows {
 		msg := amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
 			ContentType:  "application/json",
@@ -282,13 +298,22 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		published[i] = time.Now()
 		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(bctx, row.Exchange, row.RoutingKey, mustRoute(row.Exchange, row.RoutingKey), false, msg)
 		if err != nil {
-			for j := i; j < len(rows); j++ {
-				fail(j, pubFailed, "publish: "+err.Error())
+			for j := i; j < len(b.rows); j++ {
+				b.fail(j, pubFailed, "publish: "+err.Error())
 			}
 			break
 		}
 		confirms[i] = dc
 	}
+	return confirms, published
+}
+
+// awaitConfirms waits for the broker's confirm of every published row until
+// bctx ends; a row nacked, left unconfirmed by a closed channel or by the
+// timeout fails. After a timeout the channel is dropped: late confirms of
+// this batch must not be mistaken for anything; the next round opens a
+// fresh one.
+func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatch, confirms []*amqp.DeferredConfirmation, published []time.Time) {
 	timedOut := false
 	for i, dc := range confirms {
 		if dc == nil {
@@ -296,7 +321,7 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		}
 		if timedOut {
 			if !dc.Acked() {
-				fail(i, pubTimeout, "confirm timeout")
+				b.fail(i, pubTimeout, "confirm timeout")
 			}
 			continue
 		}
@@ -304,45 +329,53 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		case <-dc.Done():
 			if !dc.Acked() {
 				if pc.ch.IsClosed() {
-					fail(i, pubClosed, "channel closed before confirm")
+					b.fail(i, pubClosed, "channel closed before confirm")
 					continue
 				}
-				fail(i, pubNacked, "nacked by broker")
+				b.fail(i, pubNacked, "nacked by broker")
 			}
 			r.m.confirm.Observe(time.Since(published[i]).Seconds())
 		case <-bctx.Done():
 			timedOut = true
 			if !dc.Acked() {
-				fail(i, pubTimeout, "confirm timeout")
+				b.fail(i, pubTimeout, "confirm timeout")
 			}
 		}
 	}
 	if timedOut {
-		// Late confirms of this batch must not be mistaken for anything:
-		// drop the channel; the next round opens a fresh one.
 		pc.ch.Close()
 	}
-	// Every return of the batch arrived before its ack (see open).
-	index := make(map[string]int, len(rows))
-	for i, row := range rows {
+}
+
+// collectReturns fails the rows the broker returned unroutable (mandatory
+// publishes). Every return of the batch arrived before its ack (see open),
+// so the buffer holds them all once the confirms are in.
+func (r *Relay) collectReturns(pc *pubChannel, b *relayBatch) {
+	index := make(map[string]int, len(b.rows))
+	for i, row := range b.rows {
 		index[row.EventID] = i
 	}
-drain:
 	for {
 		select {
 		case ret, ok := <-pc.returns:
 			if !ok {
-				break drain
+				return
 			}
 			if i, found := index[ret.MessageId]; found {
-				fail(i, pubReturned, fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText))
+				b.fail(i, pubReturned, fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText))
 				r.returned.Add(1)
 			}
 		default:
-			break drain
+			return
 		}
 	}
+}
 
+// settle counts the batch's outcomes and records them: the confirmed rows
+// SENT, the failed ones RETRY (or DEAD past the budget) with one statement
+// per distinct cause (a batch usually fails for one).
+func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
+	rows, failed := b.rows, b.failed
 	acked := make([]int64, 0, len(rows))
 	for i, row := range rows {
 		if _, bad := failed[i]; !bad {
@@ -350,7 +383,7 @@ drain:
 		}
 	}
 	r.m.publishes[pubAcked].Add(float64(len(acked)))
-	for _, o := range outcome {
+	for _, o := range b.outcome {
 		r.m.publishes[o].Inc()
 	}
 	if r.cfg.AfterConfirm != nil {
@@ -372,38 +405,43 @@ drain:
 		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", cause,
 			"eventId", rows[i].EventID, "orderNo", rows[i].OrderNo)
 	}
-	// One statement per distinct cause (a batch usually fails for one).
 	byCause := map[string][]int{}
 	for i, cause := range failed {
 		byCause[cause] = append(byCause[cause], i)
 	}
 	for cause, idx := range byCause {
-		ids := make([]int64, len(idx))
-		for j, i := range idx {
-			ids[j] = rows[i].ID
-		}
-		var dead []int64
-		err := r.mark(ctx, func(mctx context.Context) (err error) {
-			dead, err = r.store.MarkRetryBatch(mctx, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
-			return err
-		})
-		if err != nil {
-			r.log.Error("relay: mark retry failed; rows are retried after their lease", "rows", len(ids),
-				"eventId", rows[idx[0]].EventID, "err", err)
-			continue
-		}
-		r.failed.Add(int64(len(ids)))
-		for _, id := range dead {
-			r.m.relayDead.Inc()
-			for _, i := range idx {
-				if row := rows[i]; row.ID == id {
-					r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
-						"retries", row.RetryCount+1, "cause", cause)
-				}
+		r.markRetry(ctx, rows, idx, cause)
+	}
+	return nil
+}
+
+// markRetry records rows[idx], failed for cause, as RETRY (DEAD past the
+// retry budget, logged one by one).
+func (r *Relay) markRetry(ctx context.Context, rows []persistence.OutboxRow, idx []int, cause string) {
+	ids := make([]int64, len(idx))
+	for j, i := range idx {
+		ids[j] = rows[i].ID
+	}
+	var dead []int64
+	err := r.mark(ctx, func(mctx context.Context) (err error) {
+		dead, err = r.store.MarkRetryBatch(mctx, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
+		return err
+	})
+	if err != nil {
+		r.log.Error("relay: mark retry failed; rows are retried after their lease", "rows", len(ids),
+			"eventId", rows[idx[0]].EventID, "err", err)
+		return
+	}
+	r.failed.Add(int64(len(ids)))
+	for _, id := range dead {
+		r.m.relayDead.Inc()
+		for _, i := range idx {
+			if row := rows[i]; row.ID == id {
+				r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
+					"retries", row.RetryCount+1, "cause", cause)
 			}
 		}
 	}
-	return nil
 }
 
 // mark runs a MarkSent/MarkRetry with a context detached from Run's, retrying
