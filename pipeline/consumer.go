@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -161,13 +160,6 @@ func (c *ConsumerConfig) Validate() error {
 	return nil
 }
 
-// ConsumerStats counts, over every handler, what a Consumer did.
-type ConsumerStats struct {
-	Acked    int64 // messages handled and acknowledged
-	Requeued int64 // messages sent to a delay queue (or, when that failed, requeued after a backoff)
-	Rejected int64 // messages dead-lettered: poison, or out of attempts
-}
-
 // Consumer runs the order-lock, stock-release and order-close handlers
 // (SPEC §1 "consumer"), each on its own channel with manual acknowledgement:
 // a message is acked only after the MySQL commit or the Redis script that
@@ -190,8 +182,7 @@ type Consumer struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	acked, requeued, rejected atomic.Int64
-	breakers                  map[string]*breaker // by handler name; read-only after NewConsumer
+	breakers map[string]*breaker // by handler name; read-only after NewConsumer
 }
 
 // NewConsumer returns a Consumer; cfg is completed with defaults and
@@ -209,11 +200,6 @@ func NewConsumer(store *persistence.Store, rdb redis.UniversalClient, conn *Conn
 		breakers[h] = newBreaker("consumer-"+h, log)
 	}
 	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: log, m: orNew(cfg.Metrics), breakers: breakers}, nil
-}
-
-// Stats returns the counters so far.
-func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{Acked: c.acked.Load(), Requeued: c.requeued.Load(), Rejected: c.rejected.Load()}
 }
 
 // verdict is what a handler decided about one message.
@@ -416,7 +402,6 @@ func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v ver
 			c.log.Debug("consumer: ack failed", "handler", h.name, "eventId", d.MessageId, "err", err)
 			return false, false
 		}
-		c.acked.Add(1)
 	case discard:
 		outcome = OutcomeDeadLetter
 		if perr := c.deadLetter(ctx, h, d, ev, err, attempt, routingKey, pub); perr != nil {
@@ -445,7 +430,6 @@ func (c *Consumer) requeueLater(ctx context.Context, h handler, d amqp.Delivery,
 	c.log.Warn("consumer: republish failed, requeueing after backoff", "handler", h.name, "eventId", d.MessageId, "err", err)
 	sleep(ctx, bo.next())
 	_ = d.Nack(false, true)
-	c.requeued.Add(1)
 }
 
 // publisher opens the confirm-mode channel for retries and dead letters of

@@ -356,6 +356,5 @@ func (c *Consumer) deadLetter(ctx context.Context, h handler, d amqp.Delivery, e
 		return perr
 	}
 	_ = d.Ack(false)
-	c.rejected.Add(1)
 	return nil
 }

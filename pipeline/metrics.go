@@ -26,6 +26,9 @@ import (
 //	relay_publish_confirm_duration_seconds    histogram: publish → broker confirm of one message
 //	relay_publishes_total{outcome}            acked, nacked, returned, timeout, closed (channel lost), failed (publish error)
 //	relay_dead_rows_total                     outbox rows that spent their retry budget (DEAD)
+//	relay_claimed_rows_total                  outbox rows claimed
+//	relay_rows_total{result}                  claimed rows marked sent (SENT) or retry (RETRY or DEAD)
+//	relay_channel_reopens_total               publish channels a relay opened after its first
 //	consumer_messages_total{handler,outcome}  ok, duplicate, retry, dead_letter, skipped
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
 //	consumer_lock_batch_messages              histogram: ORDER_CREATED messages per order-lock transaction (batch mode)
@@ -33,6 +36,7 @@ import (
 //	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
 //	sweeper_lost_closes_total                 due orders another closer changed between the sweep's read and its close (wasted attempts)
+//	sweeper_errors_total                      failed sweeper queries or closes
 //	sweeper_passes_total{pass,result}         pass close or reconcile: done, skipped (another sweeper holds the pass lock, or reconciled recently), error
 //	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
@@ -56,6 +60,10 @@ type Metrics struct {
 	confirm      prometheus.Observer
 	publishes    [numPublishOutcomes]prometheus.Counter
 	relayDead    prometheus.Counter
+	relayClaimed prometheus.Counter
+	relaySent    prometheus.Counter
+	relayRetry   prometheus.Counter
+	relayReopens prometheus.Counter
 	lostReleased prometheus.Counter
 	luaRelease   prometheus.Observer
 
@@ -67,6 +75,7 @@ type Metrics struct {
 
 	sweeperClosed  prometheus.Counter
 	sweeperLost    prometheus.Counter
+	sweeperErrors  prometheus.Counter
 	outboxPurged   prometheus.Counter
 	sweeperPasses  *prometheus.CounterVec
 	drift          *prometheus.GaugeVec
@@ -149,6 +158,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_relay_dead_rows_total",
 		Help: "Outbox rows marked DEAD after their retry budget.",
 	}))
+	m.relayClaimed = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_relay_claimed_rows_total",
+		Help: "Outbox rows the relay claimed (leased) to publish.",
+	}))
+	rows := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_relay_rows_total",
+		Help: "Claimed outbox rows the relay recorded, by result: sent (confirmed and marked SENT), retry (marked RETRY, or DEAD past the retry budget).",
+	}, []string{"result"}))
+	m.relaySent, m.relayRetry = rows.WithLabelValues("sent"), rows.WithLabelValues("retry")
+	m.relayReopens = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_relay_channel_reopens_total",
+		Help: "Publish channels a relay opened after its first (the broker or the channel was lost).",
+	}))
 	m.lostReleased = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",
@@ -185,6 +207,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.sweeperLost = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_closes_total",
 		Help: "Due orders the sweeper tried to close that another closer (the close consumer, a payment, a user cancel; never another sweeper while the pass lock works) changed first: wasted close attempts.",
+	}))
+	m.sweeperErrors = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_sweeper_errors_total",
+		Help: "Failed sweeper queries or closes (each pass is tried again after a backoff).",
 	}))
 	m.outboxPurged = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_outbox_purged_rows_total",

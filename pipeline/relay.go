@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -93,15 +92,6 @@ func (c *RelayConfig) Validate() error {
 	return nil
 }
 
-// RelayStats counts what a Relay did since it was made.
-type RelayStats struct {
-	Claimed   int64 // rows claimed
-	Sent      int64 // rows confirmed by the broker and marked SENT
-	Failed    int64 // rows marked RETRY (or DEAD): nacked, returned, timed out, channel closed
-	Returned  int64 // of Failed: returned as unroutable
-	Reconnect int64 // channels opened after the first
-}
-
 // Relay publishes the transactional outbox to RabbitMQ (SPEC §1 "relay").
 //
 // Each round it claims due rows with persistence.Store.ClaimOutbox (FOR
@@ -125,8 +115,7 @@ type Relay struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	claimed, sent, failed, returned, reconnects atomic.Int64
-	mysql                                       *breaker // around ClaimOutbox
+	mysql *breaker // around ClaimOutbox
 }
 
 // NewRelay returns a Relay publishing through conn; cfg is completed with
@@ -139,12 +128,6 @@ func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, er
 	log := cfg.Logger.With("component", "relay", "owner", cfg.Owner)
 	return &Relay{cfg: cfg, store: store, conn: conn, log: log, mysql: newBreaker("relay-mysql", log),
 		m: orNew(cfg.Metrics)}, nil
-}
-
-// Stats returns the counters so far.
-func (r *Relay) Stats() RelayStats {
-	return RelayStats{Claimed: r.claimed.Load(), Sent: r.sent.Load(), Failed: r.failed.Load(),
-		Returned: r.returned.Load(), Reconnect: r.reconnects.Load()}
 }
 
 // pubChannel is a confirm-mode channel with its return and close listeners.
@@ -198,7 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				continue
 			}
 			if opened++; opened > 1 {
-				r.reconnects.Add(1)
+				r.m.relayReopens.Inc()
 			}
 		}
 		// Claim only with a working channel: while the broker is away, rows
@@ -221,7 +204,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
-		r.claimed.Add(int64(len(rows)))
+		r.m.relayClaimed.Add(float64(len(rows)))
 		if err := r.relay(ctx, pc, rows); err != nil {
 			return err
 		}
@@ -363,7 +346,6 @@ func (r *Relay) collectReturns(pc *pubChannel, b *relayBatch) {
 			}
 			if i, found := index[ret.MessageId]; found {
 				b.fail(i, pubReturned, fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText))
-				r.returned.Add(1)
 			}
 		default:
 			return
@@ -397,7 +379,7 @@ func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
 			// The rows stay SENDING and are published again after the lease.
 			r.log.Error("relay: mark sent failed; rows will be sent again", "rows", len(acked), "err", err)
 		} else {
-			r.sent.Add(int64(len(acked)))
+			r.m.relaySent.Add(float64(len(acked)))
 		}
 	}
 	if len(failed) > 0 {
@@ -432,7 +414,7 @@ func (r *Relay) markRetry(ctx context.Context, rows []persistence.OutboxRow, idx
 			"eventId", rows[idx[0]].EventID, "err", err)
 		return
 	}
-	r.failed.Add(int64(len(ids)))
+	r.m.relayRetry.Add(float64(len(ids)))
 	for _, id := range dead {
 		r.m.relayDead.Inc()
 		for _, i := range idx {

@@ -223,6 +223,5 @@ func (c *Consumer) retryLater(ctx context.Context, h handler, d amqp.Delivery, a
 		return err
 	}
 	_ = d.Ack(false)
-	c.requeued.Add(1)
 	return nil
 }
