@@ -10,8 +10,8 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
-	"github.com/stampede-sh/stampede/metric"
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/metric"
 )
 
 // Metrics are the gateway's Prometheus collectors. Build one per registry
