@@ -96,6 +96,10 @@ type Config struct {
 	// sells again. 0: no sold-out cache.
 	SoldOutTTL time.Duration
 
+	// RoomWindow is how long a waiting-room admission lasts when the room
+	// is turned on without its own window (waitingroom.go). Default 2m.
+	RoomWindow time.Duration
+
 	// ReservePipeline, above 1, sends the reserve calls of concurrent
 	// requests to Redis in pipelines of up to this many (reserve_batch.go).
 	// 0 or 1: one round trip per call (the default).
@@ -175,6 +179,7 @@ func (c *Config) setDefaults() {
 	setDur(&c.TokenTTL, 24*time.Hour)
 	setDur(&c.PayTimeout, 15*time.Minute)
 	setDur(&c.RequestTTL, order.DefaultRequestTTL)
+	setDur(&c.RoomWindow, 2*time.Minute)
 	setDur(&c.NodeLeaseTTL, 30*time.Second)
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
