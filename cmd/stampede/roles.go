@@ -103,6 +103,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			LookupPipeline:      cfg.LookupPipeline,
 			SyncIntake:          cfg.Intake == "sync",
 			RedisCheckInterval:  cfg.RedisCheckInterval,
+			RoomWindow:          cfg.RoomWindow,
 		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
 			return fail(err)
@@ -171,9 +172,19 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			return fail(err)
 		}
 		runs = append(runs, s.Run)
+		// The waiting-room pacer (pipeline/pacer.go) goes with the sweeper:
+		// any number of them may run, their admission steps share one budget.
+		pc, err := pipeline.NewPacer(a.store, a.rdb, pipeline.PacerConfig{Rate: cfg.RoomRate, Ceiling: cfg.RoomCeiling,
+			Window: cfg.RoomWindow, TargetBacklog: cfg.RoomTargetBacklog, Metrics: pipeline.NewRoomMetrics(a.tel.reg),
+			Logger: log.With("role", "sweeper")})
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, pc.Run)
 	}
 	if roles["push"] {
-		hub, err := push.New(push.Config{Addr: cfg.PushAddr, MaxSocketsPerUser: cfg.PushMaxSockets, AllowedOrigins: cfg.pushOrigins()}, verifier,
+		hub, err := push.New(push.Config{Addr: cfg.PushAddr, MaxSocketsPerUser: cfg.PushMaxSockets, AllowedOrigins: cfg.pushOrigins(),
+			Lines: roomTickets{a.rdb}}, verifier,
 			pushSnapshots{a.store}, cfg.AMQPURL, log.With("role", "push"))
 		if err != nil {
 			return fail(err)
@@ -184,6 +195,8 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		}
 		runs = append(runs, hub.Run, func(ctx context.Context) error {
 			return feedProducts(ctx, a.rdb, a.store, hub, 250*time.Millisecond)
+		}, func(ctx context.Context) error {
+			return feedLines(ctx, a.rdb, a.store, hub, 250*time.Millisecond) // room.go
 		})
 	}
 	for _, run := range runs {
