@@ -123,7 +123,7 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 			go func() { defer rr.wg.Done(); rr.follow(sctx, pushURL, rs) }()
 		}
 	}
-	for range 64 {
+	for range 256 {
 		rr.wg.Add(1)
 		go func() { defer rr.wg.Done(); rr.orderWorker(sctx) }()
 	}
@@ -216,8 +216,8 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 	var outOfSeq int64
 	for _, rs := range rr.sample {
 		outOfSeq += rs.outOfSeq.Load()
-		if a := rs.admitted.Load(); a != 0 && a <= lastOK {
-			continue // admitted before the last unit went
+		if rr.buyers[rs.buyer].ticket.Load() == 0 || rs.admitted.Load() != 0 {
+			continue // no ticket (its request failed, or answered SOLD_OUT itself), or admitted: its order's answer tells it
 		}
 		waitingAtSellOut++
 		if so := rs.soldOut.Load(); so != 0 {
@@ -228,7 +228,8 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 			}
 		}
 	}
-	s.figure("sample sockets still waiting at the sell-out", float64(waitingAtSellOut), "sockets")
+	s.figure("sample sockets", float64(len(rr.sample)), "sockets")
+	s.figure("sample sockets with a ticket still waiting at the sell-out", float64(waitingAtSellOut), "sockets")
 	s.figure("slowest SOLD_OUT message after the last 202", float64(worst)/1e6, "ms")
 	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
 		return []pipeline.Check{
