@@ -67,7 +67,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	home := homeShard(c.UserID, shards)
+	home := lua.HomeShard(c.UserID, shards)
 	now := time.Now()
 	if s.soldOut.hit(productID, now) {
 		s.answerSoldOut(ctx, c, lua.ShardKeys(productID, home), requestID, quantity)
@@ -86,11 +86,11 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		Sync:      s.cfg.SyncIntake,
 	}
 	args.Admission = s.rooms.on(productID) // waitingroom.go: one map read
-	res, dry, err := s.reserve(productID, shards, home, args)
+	res, dry, err := s.stock.Reserve(productID, shards, home, args) // lua/shards.go
 	if errors.Is(err, lua.ErrRoomOn) { // the room was turned on since this gateway last looked
 		s.rooms.set(productID, true)
 		args.Admission = true
-		res, dry, err = s.reserve(productID, shards, home, args)
+		res, dry, err = s.stock.Reserve(productID, shards, home, args)
 	}
 	// A replay tells the stock of its shard too: on a one-shard product a
 	// storm of replays after the sell-out keeps the sold-out cache marked

@@ -2,12 +2,36 @@ package lua
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed load.lua
+	loadSrc string
+	//go:embed adjust.lua
+	adjustSrc string
+	//go:embed transfer_out.lua
+	transferOutSrc string
+	//go:embed transfer_in.lua
+	transferInSrc string
+	//go:embed status.lua
+	statusSrc string
+	//go:embed node_renew.lua
+	nodeRenewSrc string
+	//go:embed node_release.lua
+	nodeReleaseSrc string
+	//go:embed prune.lua
+	pruneSrc string
 )
 
 // Sentinel errors returned by the script wrappers.
@@ -137,7 +161,7 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 	}
 	keys := []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()}
 	if a.Admission {
-		keys = append(keys, k.base+"room:adm") // RoomKeys.Admitted of shard 0's tag
+		keys = append(keys, k.RoomAdmitted())
 	}
 	return keys, []any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
 }

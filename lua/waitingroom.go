@@ -47,30 +47,6 @@ var (
 	ErrRoomOff = errors.New("lua: waiting room off")
 )
 
-// RoomKeys builds the keys of one product's waiting room. Get one from Room.
-type RoomKeys struct {
-	base string // "stampede:{p:<pid>:0}:"
-}
-
-// Room returns the waiting-room keys of productID (under its shard 0 tag).
-func Room(productID int64) RoomKeys { return RoomKeys{base: ShardKeys(productID, 0).base} }
-
-// Stock is the shard-0 stock hash, whose field room is "1" while the room is on.
-func (r RoomKeys) Stock() string { return r.base + "stock" }
-
-// State is the room's hash: issued, upto, rate, window, ceiling, last,
-// carry, owed, admitted, expired (room_admit.lua names each).
-func (r RoomKeys) State() string { return r.base + "room" }
-
-// Line is the sorted set of waiting user ids by ticket.
-func (r RoomKeys) Line() string { return r.base + "room:line" }
-
-// Tickets is the hash userId → "<ticket> <issuedMs>" of the user's last ticket.
-func (r RoomKeys) Tickets() string { return r.base + "room:tickets" }
-
-// Admitted is the sorted set of admitted user ids by admission deadline (ms).
-func (r RoomKeys) Admitted() string { return r.base + "room:adm" }
-
 func (r RoomKeys) all() []string {
 	return []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted()}
 }
