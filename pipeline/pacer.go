@@ -152,6 +152,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var products []persistence.Product
 	var listed, measured time.Time
+	off := map[int64]bool{} // rooms found off since the last listing: not stepped again until the next
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,6 +165,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 			cancel()
 			if err == nil {
 				products, listed = ps, time.Now()
+				clear(off)
 			} else {
 				p.log.Warn("pacer: list products", "err", err)
 			}
@@ -174,49 +176,55 @@ func (p *Pacer) Run(ctx context.Context) error {
 		}
 		now := time.Now()
 		for _, pr := range products {
-			if pr.Shards > 1 || now.Before(pr.SaleStart) || !now.Before(pr.SaleEnd) {
+			if off[pr.ID] || pr.Shards > 1 || now.Before(pr.SaleStart) || !now.Before(pr.SaleEnd) {
 				continue // no room on sharded products; nobody admitted outside the sale
 			}
-			if err := p.Step(ctx, pr.ID, measure); err != nil && ctx.Err() == nil {
+			on, err := p.Step(ctx, pr.ID, measure)
+			if err != nil && ctx.Err() == nil {
 				p.log.Warn("pacer: step", "productId", pr.ID, "err", err)
+			}
+			if err == nil && !on {
+				off[pr.ID] = true
 			}
 		}
 	}
 }
 
-// Step runs one admission step for productID (after a backlog measurement
-// when measure is set and the rate is automatic). A room that is off costs
-// one script call that reads one hash field.
-func (p *Pacer) Step(ctx context.Context, productID int64, measure bool) error {
+// Step runs one admission step for productID and tells whether its room is
+// on. With measure set and the room on it then reads the room's counters
+// for the gauges and, in auto mode, measures the backlog for the next
+// step's rate. A room that is off costs one script call reading one field
+// (Run then skips it until its next product listing).
+func (p *Pacer) Step(ctx context.Context, productID int64, measure bool) (on bool, err error) {
 	rate := p.cfg.Rate
 	if rate == 0 {
-		var err error
-		if rate, err = p.autoRate(ctx, productID, measure); err != nil {
-			return err
-		}
+		rate = p.autoRate(productID)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	res, err := lua.Admit(sctx, p.rdb, productID, lua.AdmitArgs{Rate: rate, Max: 2000,
 		MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !res.On {
 		p.mu.Lock()
 		delete(p.rooms, productID)
 		p.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	p.m.record(productID, res, time.Now())
 	if measure {
+		if p.cfg.Rate == 0 {
+			p.measure(sctx, productID)
+		}
 		st, err := lua.ReadRoom(sctx, p.rdb, productID)
 		if err != nil {
-			return err
+			return true, err
 		}
 		p.m.status(productID, st)
 	}
-	return nil
+	return true, nil
 }
 
 // Rate is the auto rate this pacer asks for productID (0 before its first
@@ -230,26 +238,31 @@ func (p *Pacer) Rate(productID int64) float64 {
 	return 0
 }
 
-// autoRate measures productID's backlog when asked and returns the rate.
-func (p *Pacer) autoRate(ctx context.Context, productID int64, measure bool) (float64, error) {
+// autoRate is the rate auto mode asks for productID now.
+func (p *Pacer) autoRate(productID int64) float64 {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	rc := p.rooms[productID]
 	if rc == nil {
 		rc = &roomControl{rate: min(p.cfg.StartRate, p.cfg.Ceiling)}
 		p.rooms[productID] = rc
 	}
-	rate := rc.rate
-	p.mu.Unlock()
-	if !measure {
-		return rate, nil
-	}
+	return rc.rate
+}
+
+// measure reads productID's backlog and sets the rate of its next steps.
+func (p *Pacer) measure(ctx context.Context, productID int64) {
 	backlog, accepted, err := p.backlog(ctx, productID)
 	if err != nil {
-		return rate, nil // keep the last rate; the next measurement tries again
+		return // keep the last rate; the next measurement tries again
 	}
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	rc := p.rooms[productID]
+	if rc == nil {
+		return
+	}
 	if !rc.at.IsZero() {
 		dt := now.Sub(rc.at).Seconds()
 		d := max(float64((accepted-rc.accepted)-(backlog-rc.backlog))/dt, 0)
@@ -258,7 +271,6 @@ func (p *Pacer) autoRate(ctx context.Context, productID int64, measure bool) (fl
 	}
 	rc.backlog, rc.accepted, rc.at = backlog, accepted, now
 	p.m.control(productID, float64(backlog), rc.drain)
-	return rc.rate, nil
 }
 
 // nextRate is auto mode's control rule (see the package comment above Pacer).
