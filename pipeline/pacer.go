@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/metric"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
@@ -74,23 +76,15 @@ type PacerConfig struct {
 }
 
 func (c *PacerConfig) setDefaults() {
-	if c.Ceiling == 0 {
-		c.Ceiling = 2000
-	}
-	if c.MinRate == 0 {
-		c.MinRate = 5
-	}
-	if c.StartRate == 0 {
-		c.StartRate = 50
-	}
-	setDur(&c.TargetBacklog, 2*time.Second)
-	setDur(&c.Interval, 100*time.Millisecond)
-	setDur(&c.MeasureEvery, 500*time.Millisecond)
-	setDur(&c.Window, 2*time.Minute)
-	setDur(&c.ListEvery, 2*time.Second)
-	if c.Group == "" {
-		c.Group = "writers"
-	}
+	c.Ceiling = cmp.Or(c.Ceiling, 2000)
+	c.MinRate = cmp.Or(c.MinRate, 5)
+	c.StartRate = cmp.Or(c.StartRate, 50)
+	c.TargetBacklog = cmp.Or(c.TargetBacklog, 2*time.Second)
+	c.Interval = cmp.Or(c.Interval, 100*time.Millisecond)
+	c.MeasureEvery = cmp.Or(c.MeasureEvery, 500*time.Millisecond)
+	c.Window = cmp.Or(c.Window, 2*time.Minute)
+	c.ListEvery = cmp.Or(c.ListEvery, 2*time.Second)
+	c.Group = cmp.Or(c.Group, "writers")
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -337,7 +331,7 @@ type RoomMetrics struct {
 // NewRoomMetrics creates the room series and registers them with reg (nil: unregistered).
 func NewRoomMetrics(reg prometheus.Registerer) *RoomMetrics {
 	g := func(name, help string) *prometheus.GaugeVec {
-		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stampede_room_" + name, Help: help}, []string{"product"}))
+		return metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stampede_room_" + name, Help: help}, []string{"product"}))
 	}
 	return &RoomMetrics{
 		issued:   g("tickets_issued", "Waiting-room tickets given so far, at the pacer's last step."),
@@ -348,11 +342,11 @@ func NewRoomMetrics(reg prometheus.Registerer) *RoomMetrics {
 		rate:     g("admission_rate", "Admission rate applied by the pacer's last step, buyers per second."),
 		backlog:  g("backlog_orders", "Auto pacer: the product's orders accepted and not yet past PROCESSING, at the last measurement."),
 		drain:    g("drain_rate", "Auto pacer: smoothed drain of the product's pipeline, orders per second."),
-		wait: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		wait: metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "stampede_room_wait_seconds", Help: "Time in line of each admitted buyer, ticket to admission.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
 		})),
-		admissions: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		admissions: metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stampede_room_admissions_total", Help: "Buyers admitted by this process's pacer steps.",
 		})),
 	}
