@@ -278,7 +278,9 @@ func (rr *roomRun) pushURL(ctx context.Context) string {
 	var c struct {
 		PushURL string `json:"pushUrl"`
 	}
-	json.Unmarshal(body, &c)
+	if json.Unmarshal(body, &c) != nil {
+		return ""
+	}
 	return c.PushURL
 }
 
@@ -389,8 +391,11 @@ func (rr *roomRun) follow(ctx context.Context, url string, rs *roomSocket) {
 		case <-ctx.Done():
 		case <-rs.subscribe:
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			ws.Write(wctx, websocket.MessageText, []byte(`{"type":"queue","productId":`+strconv.FormatInt(rr.pid, 10)+`}`))
+			err := ws.Write(wctx, websocket.MessageText, []byte(`{"type":"queue","productId":`+strconv.FormatInt(rr.pid, 10)+`}`))
 			cancel()
+			if err != nil {
+				rs.err.Store(err.Error())
+			}
 		}
 	}()
 	var lastSeq uint64

@@ -90,7 +90,7 @@ func (h *Hub) PublishLine(st LineState) {
 		b.pending[pid] = st
 		return
 	}
-	if wait := b.last[pid].Add(h.cfg.ProductThrottle).Sub(time.Now()); wait > 0 {
+	if wait := time.Until(b.last[pid].Add(h.cfg.ProductThrottle)); wait > 0 {
 		b.pending[pid] = st
 		b.timers[pid] = time.AfterFunc(wait, func() {
 			b.mu.Lock()
