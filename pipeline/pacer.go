@@ -38,7 +38,7 @@ import (
 //	             left PROCESSING
 //
 // The target backlog is TargetBacklog seconds of drain, T = TargetBacklog ×
-// max(d, rate). Below it the pipeline keeps up and the rate grows by a
+// max(d, MinRate). Below it the pipeline keeps up and the rate grows by a
 // quarter per measurement (or straight to d + (T − B)/1s if that is more):
 // the drain can only be measured up to what is admitted, so it has to be
 // probed upwards. Above it the rate falls to d − (B − T)/1s, which drains
@@ -269,7 +269,7 @@ func (p *Pacer) measure(ctx context.Context, productID int64) {
 
 // nextRate is auto mode's control rule (see the package comment above Pacer).
 func nextRate(rate, drain, backlog float64, cfg PacerConfig) float64 {
-	target := cfg.TargetBacklog.Seconds() * max(drain, rate)
+	target := cfg.TargetBacklog.Seconds() * max(drain, cfg.MinRate)
 	var next float64
 	if backlog < target {
 		next = max(rate*1.25, drain+(target-backlog))
