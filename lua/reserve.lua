@@ -16,6 +16,10 @@
 --                         renewed to ARGV[5] with every acceptance, so it outlives every
 --                         request record of the shard. Gateways answer sold-out requests
 --                         of users not in it from memory (gateway/buyers.go)
+-- KEYS[7] optional admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua):
+--                         userId by admission deadline (ms). Passed by a gateway that knows the
+--                         product's room is on (stock field room = "1"); an accepted order
+--                         uses the admission (removes the user)
 --
 -- ARGV[1] orderNo to use if this intent is new
 -- ARGV[2] userId (decimal)
@@ -45,6 +49,10 @@
 --                   request record) is not an integer: {9, '<field>', 0}. The product's
 --                   data needs repair; nothing else is affected (the gateway answers 500
 --                   STOCK_CORRUPT for this product only)
+--  10 ROOM_ON       the stock hash says the waiting room is on and KEYS[7] was not passed:
+--                   checked after the stock, before the limit; call again with KEYS[7]
+--  11 NOT_ADMITTED  the waiting room is on and the user holds no admission whose deadline
+--                   (KEYS[7]) is in the future
 -- Nothing is written unless the code is 0.
 
 local q = tonumber(ARGV[4])
@@ -72,7 +80,7 @@ if seen then
   return {2, no, 0}
 end
 
-local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end')
+local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end', 'room')
 if not s[1] then
   return {3, '', 0}
 end
@@ -98,6 +106,16 @@ end
 if available < q then
   return {6, '', available}
 end
+local room = s[7] == '1'
+if room then
+  if not KEYS[7] then
+    return {10, '', available}
+  end
+  local dl = tonumber(redis.call('ZSCORE', KEYS[7], ARGV[2]))
+  if not dl or dl <= now then
+    return {11, '', available}
+  end
+end
 local limit = tonumber(s[3])
 local held = int(redis.call('GET', KEYS[3]) or '0')
 if not held then
@@ -108,6 +126,9 @@ if limit > 0 and held + q > limit then
 end
 
 local ttl = tonumber(ARGV[5])
+if room then
+  redis.call('ZREM', KEYS[7], ARGV[2])
+end
 available = redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('SET', KEYS[3], held + q, 'EX', ttl)
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
