@@ -102,6 +102,9 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			ReservePipeline:     cfg.ReservePipeline,
 			LookupPipeline:      cfg.LookupPipeline,
 			SyncIntake:          cfg.Intake == "sync",
+			Durability:          gateway.Durability(cfg.RedisDurability),
+			ReplicaAcks:         cfg.RedisReplicaAcks,
+			ReplicaWait:         cfg.RedisReplicaWait,
 			RedisCheckInterval:  cfg.RedisCheckInterval,
 		}, a.rdb, a.store, log.With("role", "gateway"))
 		if err != nil {
@@ -116,6 +119,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		w, err := pipeline.NewWriter(a.store, a.rdb, pipeline.WriterConfig{
 			BatchSize: cfg.WriterBatch, BatchWait: cfg.WriterWait, ClaimIdle: cfg.WriterClaimIdle, Logger: log.With("role", "writer"),
 			FlushTimeout: min(5*time.Second, cfg.ShutdownTimeout/2), Metrics: a.tel.pipeline,
+			ReplicaAcks: writerReplicaAcks(cfg), ReplicaWait: cfg.RedisReplicaWait,
 		})
 		if err != nil {
 			return fail(err)
@@ -216,4 +220,13 @@ func checkTopology(ctx context.Context, cfg *Config) error {
 		ch.Close()
 	}
 	return nil
+}
+
+// writerReplicaAcks is WriterConfig.ReplicaAcks: the replicas a writer waits
+// for before storing entries, with Redis durability replicated only.
+func writerReplicaAcks(cfg *Config) int {
+	if cfg.RedisDurability == string(gateway.DurabilityReplicated) {
+		return cfg.RedisReplicaAcks
+	}
+	return 0
 }
