@@ -180,7 +180,6 @@ func (r *redisServer) command() *exec.Cmd {
 	return exec.Command("redis-server", r.args...)
 }
 
-
 // cutReplica makes the replica fall behind: it is stopped (SIGSTOP) and the
 // primary drops its replication link (CLIENT KILL TYPE replica), so what
 // the primary answers from now on exists only there; resumeReplica
