@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -39,6 +40,7 @@ type Server struct {
 	handler    fasthttp.RequestHandler
 	metrics    *Metrics
 	limiter    *rateLimiter    // nil: no rate limits
+	stock      *lua.Sharded    // the multi-shard operations, run under redisCall (shards.go)
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	durable    *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
@@ -107,6 +109,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	if cfg.Durability == DurabilityReplicated && !cfg.SyncIntake {
 		s.durable = newDurableWaiter(s, cfg.ReplicaAcks, cfg.ReplicaWait)
 	}
+	s.stock = s.newSharded()
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
@@ -217,8 +220,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// reserve batcher) must outlive the drain of requests in flight: it stops
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
-	repairDone := s.startTransferRepair(rctx) // shards.go
-	defer func() { stopRepair(); <-repairDone }()
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {

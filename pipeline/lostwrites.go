@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -121,7 +120,8 @@ func repairChunk(ctx context.Context, rdb redis.UniversalClient, orders []persis
 			return fmt.Errorf("reconcile: record of %s: %w", o.OrderNo, rerr)
 		}
 		live := o.Status == order.Processing || o.Status == order.WaitingPay || o.Status == order.Paid
-		lost := errors.Is(rerr, redis.Nil) || !strings.HasPrefix(rec, o.OrderNo+" ")
+		r, ok := lua.ParseRequestRecord(rec)
+		lost := errors.Is(rerr, redis.Nil) || !ok || r.OrderNo != o.OrderNo
 		switch {
 		case lost && live:
 			ttl := cfg.RequestTTL - now.Sub(o.CreatedAt)
