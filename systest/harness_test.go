@@ -44,6 +44,9 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, f := range afterAllTests { // rabbitcluster_test.go
+		f()
+	}
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}

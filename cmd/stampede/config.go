@@ -193,7 +193,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	dur(&c.RedisReplicaWait, "redis-replica-wait", "STAMPEDE_REDIS_REPLICA_WAIT", 100*time.Millisecond, "longest wait for those replicas (WAIT timeout); longer answers 503 and the writer stores the reservation anyway")
 	str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
 	integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
-	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL; the nodes of a cluster as a comma-separated list of URLs (same vhost and credentials): each connection goes to the first that answers, and to another one when its node dies")
 	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
 	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes in production (development: a built-in key); prefer the variable: a flag shows in the process list")
 	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes in production (development: a built-in key)")
