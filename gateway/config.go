@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,48 +182,32 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	setDur(&c.TokenTTL, 24*time.Hour)
-	setDur(&c.PayTimeout, 15*time.Minute)
-	setDur(&c.RequestTTL, order.DefaultRequestTTL)
-	setDur(&c.NodeLeaseTTL, 30*time.Second)
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	setDur(&c.RedisTimeout, time.Second)
-	setDur(&c.StoreTimeout, 3*time.Second)
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
-	}
-	setDur(&c.BreakerOpen, time.Second)
-	setDur(&c.ProductCacheTTL, time.Second)
+	c.Addr = cmp.Or(c.Addr, DefaultAddr)
+	c.TokenTTL = cmp.Or(c.TokenTTL, 24*time.Hour)
+	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
+	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
+	c.NodeLeaseTTL = cmp.Or(c.NodeLeaseTTL, 30*time.Second)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.RedisTimeout = cmp.Or(c.RedisTimeout, time.Second)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, 3*time.Second)
+	c.BreakerFailures = cmp.Or(c.BreakerFailures, 5)
+	c.BreakerOpen = cmp.Or(c.BreakerOpen, time.Second)
+	c.ProductCacheTTL = cmp.Or(c.ProductCacheTTL, time.Second)
 	if c.RateGlobal > 0 && c.RateGlobalBurst == 0 {
 		c.RateGlobalBurst = int(max(c.RateGlobal, 1))
 	}
 	if c.RateUser > 0 && c.RateUserBurst == 0 {
 		c.RateUserBurst = int(max(2*c.RateUser, 1))
 	}
-	setDur(&c.ReadTimeout, 10*time.Second)
-	setDur(&c.WriteTimeout, 10*time.Second)
-	setDur(&c.IdleTimeout, time.Minute)
-	setDur(&c.ShutdownTimeout, 10*time.Second)
-	setDur(&c.ReadyTimeout, 2*time.Second)
-	setDur(&c.RedisCheckInterval, 10*time.Second)
-	if c.Durability == "" {
-		c.Durability = DurabilityNone
-	}
-	if c.ReplicaAcks == 0 {
-		c.ReplicaAcks = 1
-	}
-	setDur(&c.ReplicaWait, 100*time.Millisecond)
-}
-
-func setDur(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, 10*time.Second)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, 10*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, time.Minute)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, 2*time.Second)
+	c.RedisCheckInterval = cmp.Or(c.RedisCheckInterval, 10*time.Second)
+	c.Durability = cmp.Or(c.Durability, DurabilityNone)
+	c.ReplicaAcks = cmp.Or(c.ReplicaAcks, 1)
+	c.ReplicaWait = cmp.Or(c.ReplicaWait, 100*time.Millisecond)
 }
 
 // Validate reports the first problem of c as "invalid config: ...". It

@@ -253,7 +253,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	err := srv.ShutdownWithContext(sctx)
 	// If Serve had not yet taken the listener, Shutdown did not close it.
 	ln.Close()
-	<-errc
+	<-errc //nolint:errcheck // Serve's answer to the shutdown; err is the shutdown's
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)
 	}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,12 +67,10 @@ type LostWritesReport struct {
 // what Redis lost of them (see above). Safe while orders flow: every repair
 // is a script that checks its marker atomically.
 func RepairLostWrites(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, productIDs []int64, cfg LostWritesConfig) (LostWritesReport, error) {
-	setDur(&cfg.RequestTTL, order.DefaultRequestTTL)
-	setDur(&cfg.ReleaseMarkerTTL, 7*24*time.Hour)
-	setDur(&cfg.ReleaseGrace, time.Minute)
-	if cfg.MaxOrders == 0 {
-		cfg.MaxOrders = 200000
-	}
+	cfg.RequestTTL = cmp.Or(cfg.RequestTTL, order.DefaultRequestTTL)
+	cfg.ReleaseMarkerTTL = cmp.Or(cfg.ReleaseMarkerTTL, 7*24*time.Hour)
+	cfg.ReleaseGrace = cmp.Or(cfg.ReleaseGrace, time.Minute)
+	cfg.MaxOrders = cmp.Or(cfg.MaxOrders, 200000)
 	rep := LostWritesReport{Restored: []string{}, Released: []string{}}
 	now, err := store.Now(ctx)
 	if err != nil {

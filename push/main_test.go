@@ -404,16 +404,6 @@ func (c *client) next(d time.Duration) msg {
 	return msg{}
 }
 
-// nextOrder skips non-order messages.
-func (c *client) nextOrder(d time.Duration) msg {
-	c.t.Helper()
-	for {
-		if m := c.next(d); m.Type == "order" {
-			return m
-		}
-	}
-}
-
 // quiet fails the test if a message arrives within d.
 func (c *client) quiet(d time.Duration) {
 	c.t.Helper()
