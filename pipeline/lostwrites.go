@@ -78,6 +78,11 @@ func RepairLostWrites(ctx context.Context, rdb redis.UniversalClient, store *per
 	}
 	since := now.Add(-cfg.RequestTTL + time.Minute)
 	for _, pid := range productIDs {
+		if n, err := rdb.Exists(ctx, lua.ShardKeys(pid, 0).Stock()).Result(); err != nil {
+			return rep, fmt.Errorf("reconcile: stock of %d: %w", pid, err)
+		} else if n == 0 {
+			continue // not loaded in this Redis: nothing to repair against
+		}
 		orders, err := store.OrdersSince(ctx, pid, since, cfg.MaxOrders)
 		if err != nil {
 			return rep, err
@@ -128,6 +133,9 @@ func repairChunk(ctx context.Context, rdb redis.UniversalClient, orders []persis
 				continue
 			}
 			ok, err := lua.Restore(ctx, rdb, keys[i], o.OrderNo, o.UserID, o.RequestID, o.Quantity, string(o.Status), ttl)
+			if errors.Is(err, lua.ErrNotFound) {
+				continue // the product is not loaded in this Redis: nothing to repair against
+			}
 			if err != nil {
 				return err
 			}
@@ -136,6 +144,9 @@ func repairChunk(ctx context.Context, rdb redis.UniversalClient, orders []persis
 			}
 		case !lost && !live && marks[i].Val() == 0 && now.Sub(o.UpdatedAt) > cfg.ReleaseGrace:
 			ok, _, err := lua.Release(ctx, rdb, keys[i], o.OrderNo, o.UserID, o.Quantity, cfg.ReleaseMarkerTTL)
+			if errors.Is(err, lua.ErrNotFound) {
+				continue
+			}
 			if err != nil {
 				return err
 			}

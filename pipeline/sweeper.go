@@ -138,6 +138,10 @@ type Sweeper struct {
 	store *persistence.Store
 	log   *slog.Logger
 	m     *Metrics
+	// unrepaired: product → the drift a lost-write scan found nothing to
+	// repair in; the product is not scanned again until its drift changes
+	// (reconcile rounds only, one goroutine).
+	unrepaired map[int64]int64
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -392,17 +396,30 @@ func (s *Sweeper) RepairLost(ctx context.Context) (LostReport, error) {
 // signature of writes Redis lost. It counts and logs what it repaired.
 func (s *Sweeper) repairLostWrites(ctx context.Context, rep Report) {
 	var pids []int64
+	drift := map[int64]int64{}
 	for _, p := range rep.Products {
 		if p.Error == "" && p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
+			if d, seen := s.unrepaired[p.ProductID]; seen && d == p.Drift {
+				continue // scanned at this drift before, nothing to repair
+			}
 			pids = append(pids, p.ProductID)
+			drift[p.ProductID] = p.Drift
 		}
 	}
 	if len(pids) == 0 {
 		return
 	}
+	if s.unrepaired == nil {
+		s.unrepaired = map[int64]int64{}
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
 	defer cancel()
 	lw, err := RepairLostWrites(rctx, s.cfg.Redis, s.store, pids, LostWritesConfig{RequestTTL: s.cfg.RequestTTL})
+	if err == nil && len(lw.Restored)+len(lw.Released) == 0 {
+		for _, pid := range pids {
+			s.unrepaired[pid] = drift[pid]
+		}
+	}
 	s.m.repairs.WithLabelValues("restored").Add(float64(len(lw.Restored)))
 	s.m.repairs.WithLabelValues("released").Add(float64(len(lw.Released)))
 	if len(lw.Restored)+len(lw.Released) > 0 {
