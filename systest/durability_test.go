@@ -191,6 +191,9 @@ func clusterFailover(t *testing.T, level string) {
 			masters = append(masters, n.addr())
 		}
 	}
+	for _, m := range masters { // replicas in sync first: a replica that never synced cannot be promoted
+		waitReplicas(t, m, 1, 60*time.Second)
+	}
 	e.redisAddr = strings.Join(masters, ",")
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: masters, DialTimeout: time.Second, MaxRedirects: 16})
 	t.Cleanup(func() { cc.Close() })
