@@ -39,6 +39,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		stock, limit, shards int64
 		maxPer               int64
 		hasShards, hasMax    bool
+		room, hasRoom        bool
 	)
 	fields := [...]field{
 		stringField("name", &p.Name),
@@ -49,6 +50,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		intField("perUserLimit", &limit),
 		optional(intField("shards", &shards), &hasShards),
 		optional(intField("maxPerOrder", &maxPer), &hasMax),
+		optional(boolField("waitingRoom", &room), &hasRoom),
 	}
 	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
 		s.fail(ctx, err)
@@ -69,6 +71,10 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
+	if room && shards > 1 {
+		s.fail(ctx, errRoomSharded)
+		return
+	}
 	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
 
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -84,8 +90,17 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards)
-	s.writeJSON(ctx, fasthttp.StatusCreated, toProductJSON(p, p.Total))
+	if room {
+		if err := s.setRoom(p.ID, lua.RoomSettings{On: true, Window: s.cfg.RoomWindow}); err != nil {
+			s.log.Error("product stored and loaded but its waiting room not turned on", "productId", p.ID, "err", err)
+			s.fail(ctx, err)
+			return
+		}
+	}
+	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)
+	pj := toProductJSON(p, p.Total)
+	pj.WaitingRoom = room
+	s.writeJSON(ctx, fasthttp.StatusCreated, pj)
 }
 
 func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) error {

@@ -97,6 +97,10 @@ type Config struct {
 	// sells again. 0: no sold-out cache.
 	SoldOutTTL time.Duration
 
+	// RoomWindow is how long a waiting-room admission lasts when the room
+	// is turned on without its own window (waitingroom.go). Default 2m.
+	RoomWindow time.Duration
+
 	// ReservePipeline, above 1, sends the reserve calls of concurrent
 	// requests to Redis in pipelines of up to this many (reserve_batch.go).
 	// 0 or 1: one round trip per call (the default).
@@ -186,6 +190,7 @@ func (c *Config) setDefaults() {
 	c.TokenTTL = cmp.Or(c.TokenTTL, 24*time.Hour)
 	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
+	c.RoomWindow = cmp.Or(c.RoomWindow, 2*time.Minute)
 	c.NodeLeaseTTL = cmp.Or(c.NodeLeaseTTL, 30*time.Second)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.RedisTimeout = cmp.Or(c.RedisTimeout, time.Second)

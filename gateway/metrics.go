@@ -27,7 +27,8 @@ import (
 //	reserve_total{result}                                POST /api/orders outcomes that reached the
 //	                                                     reserve step: accepted, duplicate, sold_out,
 //	                                                     insufficient, limited, not_active, key_reused,
-//	                                                     not_found, invalid, rate_limited, unavailable
+//	                                                     not_found, invalid, rate_limited, unavailable,
+//	                                                     stock_corrupt, not_admitted (waiting room)
 //	lua_call_duration_seconds{script}                    latency of one Redis script call (defined in package lua,
 //	                                                     shared with the release calls of package pipeline)
 //	stock_corrupt_total{product}                         requests that found the product's stock data in
@@ -65,6 +66,7 @@ const (
 	ReserveRateLimited  = "rate_limited"  // 429 RATE_LIMITED (token buckets)
 	ReserveUnavailable  = "unavailable"   // 503: Redis failed or the breaker is open
 	ReserveCorrupt      = "stock_corrupt" // 500 STOCK_CORRUPT: the product's stock data is unusable
+	ReserveNotAdmitted  = "not_admitted"  // 409 NOT_ADMITTED: the waiting room is on and the buyer holds no admission
 )
 
 type reserveResult int
@@ -82,12 +84,14 @@ const (
 	resRateLimited
 	resUnavailable
 	resCorrupt
+	resNotAdmitted
 	numReserveResults
 )
 
 var reserveResultNames = [numReserveResults]string{
 	ReserveAccepted, ReserveDuplicate, ReserveSoldOut, ReserveInsufficient, ReserveLimited, ReserveNotActive,
 	ReserveKeyReused, ReserveNotFound, ReserveInvalid, ReserveRateLimited, ReserveUnavailable, ReserveCorrupt,
+	ReserveNotAdmitted,
 }
 
 // HTTPBuckets are the bucket bounds of stampede_http_request_duration_seconds:
@@ -107,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"method", "route", "status"}))
 	reserve := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_reserve_total",
-		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable, stock_corrupt.",
+		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable, stock_corrupt, not_admitted.",
 	}, []string{"result"}))
 	for i, name := range reserveResultNames {
 		m.reserve[i] = reserve.WithLabelValues(name)
@@ -186,6 +190,8 @@ func (m *Metrics) reserveOutcome(err error) {
 		r = resInvalid
 	case errors.Is(err, lua.ErrStockCorrupt):
 		r = resCorrupt
+	case errors.Is(err, lua.ErrNotAdmitted):
+		r = resNotAdmitted
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		r = resUnavailable
 	}

@@ -45,6 +45,7 @@ type Server struct {
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	durable    *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
 	soldOut    soldOutCache
+	rooms      roomHints // waitingroom.go
 	routing    routeCache
 	corrupt    corruptLog                     // stockfault.go
 	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
@@ -179,6 +180,8 @@ func (s *Server) routes() *router.Router {
 
 	handle("GET", "/api/products", s.listProducts)
 	handle("GET", "/api/products/{id}", s.getProduct)
+	handle("POST", "/api/products/{id}/queue", s.authed(s.takePlace))
+	handle("POST", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminWaitingRoom))
 	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
 	handle("POST", "/api/admin/products/{id}/stock", s.adminOnly(s.adminAdjustStock))
 	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))

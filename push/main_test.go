@@ -316,6 +316,13 @@ type msg struct {
 	Available   int64      `json:"available"`
 	SoldOut     bool       `json:"soldOut"`
 	Code        string     `json:"code"`
+	// {"type":"queue"} (line.go)
+	Ticket      int64  `json:"ticket"`
+	State       string `json:"state"`
+	Position    int64  `json:"position"`
+	EtaSeconds  *int64 `json:"etaSeconds"`
+	Seq         uint64 `json:"seq"`
+	BackInStock bool   `json:"backInStock"`
 }
 
 // client is a test socket whose messages a goroutine reads into msgs (unless

@@ -144,6 +144,7 @@ func (b *roleBuilder) gateway() error {
 		ReplicaAcks:         b.cfg.RedisReplicaAcks,
 		ReplicaWait:         b.cfg.RedisReplicaWait,
 		RedisCheckInterval:  b.cfg.RedisCheckInterval,
+		RoomWindow:          b.cfg.RoomWindow,
 	}, b.a.rdb, b.a.store, b.log.With("role", "gateway"))
 	if err != nil {
 		return err
@@ -220,11 +221,21 @@ func (b *roleBuilder) sweeper() error {
 		return err
 	}
 	b.runs = append(b.runs, s.Run)
+	// The waiting-room pacer (pipeline/pacer.go) goes with the sweeper: any
+	// number of them may run, their admission steps share one budget.
+	pc, err := pipeline.NewPacer(b.a.store, b.a.rdb, pipeline.PacerConfig{Rate: b.cfg.RoomRate, Ceiling: b.cfg.RoomCeiling,
+		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg),
+		Logger: b.log.With("role", "sweeper")})
+	if err != nil {
+		return err
+	}
+	b.runs = append(b.runs, pc.Run)
 	return nil
 }
 
 func (b *roleBuilder) push() error {
-	hub, err := push.New(push.Config{Addr: b.cfg.PushAddr, MaxSocketsPerUser: b.cfg.PushMaxSockets, AllowedOrigins: b.cfg.pushOrigins()}, b.verifier,
+	hub, err := push.New(push.Config{Addr: b.cfg.PushAddr, MaxSocketsPerUser: b.cfg.PushMaxSockets, AllowedOrigins: b.cfg.pushOrigins(),
+		Lines: roomTickets{b.a.rdb}}, b.verifier,
 		pushSnapshots{b.a.store}, b.cfg.AMQPURL, b.log.With("role", "push"))
 	if err != nil {
 		return err
@@ -235,6 +246,8 @@ func (b *roleBuilder) push() error {
 	}
 	b.runs = append(b.runs, hub.Run, func(ctx context.Context) error {
 		return feedProducts(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond)
+	}, func(ctx context.Context) error {
+		return feedLines(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond) // room.go
 	})
 	return nil
 }

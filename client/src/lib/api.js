@@ -62,6 +62,8 @@ export const api = {
   pay: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/pay`),
   cancel: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/cancel`),
   createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
+  /** queue takes (or finds again) the buyer's place in a product's waiting room. */
+  queue: (productId) => request('POST', `/api/products/${encodeURIComponent(productId)}/queue`),
   config: () => request('GET', '/api/config', { token: null, timeoutMs: 3000 }),
 }
 
