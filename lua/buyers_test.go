@@ -76,6 +76,14 @@ func TestBuyers(t *testing.T) {
 		t.Fatalf("recreated set: %+v %v; want MEMBERS of user 8, incarnation eo5", got, err)
 	}
 
+	// A reservation restored after Redis lost it (restore.lua) adds its user.
+	if ok, err := lua.Restore(ctx, rdb, k, "o7", 10, "r7", 1, "WAITING_PAY", time.Hour); err != nil || !ok {
+		t.Fatalf("restore: %v %v", ok, err)
+	}
+	if in, _ := rdb.SIsMember(ctx, k.Buyers(), "10").Result(); !in {
+		t.Fatal("a restored reservation's user is not in the buyers set")
+	}
+
 	// A shard whose stock hash was created before reserve.lua kept the set.
 	if err := rdb.HDel(ctx, k.Stock(), "buyers").Err(); err != nil {
 		t.Fatal(err)
