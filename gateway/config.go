@@ -155,6 +155,9 @@ type Config struct {
 	// when PushURL is empty (development mode). Off, /api/config never
 	// echoes a client-chosen Host.
 	PushURLFromHost bool
+	// Currency is the ISO 4217 code of every price and amount (integer minor
+	// units of it), given to browsers by GET /api/config. Default "USD".
+	Currency string
 
 	// StaticDir is an optional folder of built client files served at /; a
 	// path without a file extension that matches no file gets index.html
@@ -166,11 +169,15 @@ type Config struct {
 const (
 	DefaultAddr         = "127.0.0.1:8080"
 	DefaultMaxBodyBytes = 4096
+	DefaultCurrency     = "USD"
 )
 
 func (c *Config) setDefaults() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
+	}
+	if c.Currency == "" {
+		c.Currency = DefaultCurrency
 	}
 	setDur(&c.TokenTTL, 24*time.Hour)
 	setDur(&c.PayTimeout, 15*time.Minute)
@@ -240,6 +247,9 @@ func (c *Config) Validate() error {
 		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:
 		return bad("BreakerFailures %d is below 1", c.BreakerFailures)
+	}
+	if !validCurrency(c.Currency) {
+		return bad("Currency %q is not an ISO 4217 code (three upper-case letters)", c.Currency)
 	}
 	if err := c.validatePush(); err != nil {
 		return err

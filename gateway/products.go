@@ -28,13 +28,15 @@ type productJSON struct {
 	SaleEnd      time.Time `json:"saleEnd"`
 	PerUserLimit int64     `json:"perUserLimit"`
 	SoldOut      bool      `json:"soldOut"`
+	ImageURL     string    `json:"imageUrl,omitempty"`    // absolute http(s) URL; absent = none
+	Description  string    `json:"description,omitempty"` // plain text; absent = none
 }
 
 func toProductJSON(p persistence.Product, available int64) productJSON {
 	return productJSON{
 		ID: p.ID, Name: p.Name, Price: p.Price, Total: p.Total, Available: available,
 		SaleStart: p.SaleStart.UTC(), SaleEnd: p.SaleEnd.UTC(), PerUserLimit: p.PerUserLimit,
-		SoldOut: available <= 0,
+		SoldOut: available <= 0, ImageURL: p.ImageURL, Description: p.Description,
 	}
 }
 

@@ -86,6 +86,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			PushURLFromHost:     !production,
 			PushURL:             cfg.PushURL,
 			PushAddr:            cfg.PushAddr,
+			Currency:            cfg.Currency,
 			Verifier:            verifier,
 			PayTimeout:          cfg.PayTimeout,
 			NodeID:              int(cfg.NodeID),
