@@ -93,7 +93,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 			StaticDir:           cfg.StaticDir,
 			ShutdownTimeout:     cfg.ShutdownTimeout * 3 / 4, // within the process's bound
 			ReadyCheck:          ready,
-			Ops:                 pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn},
+			Ops:                 pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn, PayTimeout: cfg.PayTimeout},
 			Metrics:             a.tel.gateway,
 			RateGlobal:          cfg.RateGlobal,
 			RateGlobalBurst:     cfg.RateGlobalBurst,
