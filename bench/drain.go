@@ -172,7 +172,7 @@ func perOrder(a, b counters, n int64, ownSelects int64) map[string]float64 {
 // the product's own keys: server-wide figures move with other scenarios'
 // keys expiring or being dropped meanwhile.
 func (r *run) redisFootprint(ctx context.Context, pid int64) (bytes, keys int64, err error) {
-	pattern := lua.Prefix + "{p:" + strconv.FormatInt(pid, 10) + ":*"
+	pattern := lua.ProductKeysPattern(pid)
 	var cursor uint64
 	for {
 		batch, next, err := r.env.Redis.Scan(ctx, cursor, pattern, 2000).Result()

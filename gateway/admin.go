@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"net/url"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -18,8 +16,8 @@ import (
 
 // Limits of admin product fields.
 const (
-	maxShards          = 16  // stock shards per product (hot-SKU sharding, shards.go; orderNos have room for 100)
-	maxNameChars       = 200 // product.name is VARCHAR(200)
+	maxShards          = lua.MaxShards // stock shards per product (hot-SKU sharding, lua/shards.go)
+	maxNameChars       = 200           // product.name is VARCHAR(200)
 	defaultMaxPerOrder = 10
 	maxImageURLBytes   = 2048 // product.image_url is VARCHAR(2048), ASCII after validation
 	maxDescChars       = 2000 // product.description is VARCHAR(2000)
@@ -31,7 +29,7 @@ const (
 // createProduct is POST /api/admin/products
 //
 //	{"name", "price", "stock", "saleStart", "saleEnd", "perUserLimit",
-//	 "shards" (optional, 1…16, default 1: see shards.go), "maxPerOrder" (optional, default
+//	 "shards" (optional, 1…16, default 1: see lua/shards.go), "maxPerOrder" (optional, default
 //	 min(perUserLimit or 10, 10)), "imageUrl" (optional: an absolute http or
 //	 https URL of at most 2048 bytes), "description" (optional: at most 2000
 //	 characters of text)}
@@ -166,35 +164,15 @@ func validateMedia(imageURL, desc string) error {
 }
 
 // loadProduct creates the Redis stock hash of every shard of p and registers
-// the shards' intake streams and the product. Idempotent.
+// the shards' intake streams and the product (lua.Sharded.LoadProduct).
+// Idempotent.
 func (s *Server) loadProduct(p persistence.Product) error {
-	for sh := range p.Shards {
-		k := lua.ShardKeys(p.ID, sh)
-		share := shardShare(p.Total, p.Shards, sh)
-		err := s.redisCall(func(ctx context.Context) error {
-			if _, _, err := lua.Load(ctx, s.rdb, k, lua.ShardStock{
-				Available: share, Total: share, Price: p.Price, PerUserLimit: p.PerUserLimit,
-				MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd,
-			}); err != nil {
-				return err
-			}
-			return s.rdb.SAdd(ctx, lua.StreamsKey, k.Intake()).Err()
-		})
-		if err != nil {
-			return fmt.Errorf("gateway: load product %d shard %d: %w", p.ID, sh, err)
-		}
-	}
-	return s.redisCall(func(ctx context.Context) error {
-		return s.rdb.SAdd(ctx, lua.ProductsKey, strconv.FormatInt(p.ID, 10)).Err()
+	err := s.stock.LoadProduct(lua.Product{
+		ID: p.ID, Total: p.Total, Shards: p.Shards, Price: p.Price, PerUserLimit: p.PerUserLimit,
+		MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd,
 	})
-}
-
-// shardShare is shard sh's part of total units split over n shards: even
-// shares, the remainder going one unit each to the first shards.
-func shardShare(total int64, n, sh int) int64 {
-	share := total / int64(n)
-	if int64(sh) < total%int64(n) {
-		share++
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
-	return share
+	return nil
 }

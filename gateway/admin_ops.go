@@ -30,11 +30,6 @@ type AdminOps interface {
 // product; a replay may move thousands of messages).
 const adminOpsTimeout = 60 * time.Second
 
-// adjustMarkerTTL is the life of the Redis marker that makes a stock repair
-// apply once per shard; a retry of the same repairNo after it expired would
-// apply the repair to Redis again. pipeline.AdjustMarkerTTL is the same.
-const adjustMarkerTTL = 90 * 24 * time.Hour
-
 // CodeConflict is a 409 for a repairNo reused with different content.
 const CodeConflict = "CONFLICT"
 
@@ -205,7 +200,7 @@ func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	}
 	var redisAvail int64
 	err = s.redisCall(func(c context.Context) error {
-		_, redisAvail, err = lua.Adjust(c, s.rdb, lua.ShardKeys(pid, 0), repairNo, delta, adjustMarkerTTL)
+		_, redisAvail, err = lua.ApplyAdjustment(c, s.rdb, pid, repairNo, delta)
 		return err
 	})
 	if errors.Is(err, lua.ErrNegativeAdjust) {

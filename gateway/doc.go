@@ -11,12 +11,15 @@
 //   - POST /api/orders: orderNo generation, shard routing and lua.Reserve
 //     behind a circuit breaker (orders.go, breaker.go); the token buckets in
 //     front of it (ratelimit.go), the local sold-out cache (soldout.go),
-//     hot-SKU sharding with stock transfers between a product's shards
-//     (shards.go) and the synchronous-intake baseline (sync_intake.go);
+//     the routing of hot-SKU sharding (shards.go: shard counts, and
+//     lua.Sharded — the model's reserve with pull-and-retry — run under the
+//     gateway's timeout, breaker and batcher) and the synchronous-intake
+//     baseline (sync_intake.go);
 //   - order reads, cancel, demo checkout and the signed payment callback;
 //   - the product listing with a short in-memory cache of product rows and
 //     available counts read from Redis;
-//   - admin product creation, which loads the stock shards into Redis;
+//   - admin product creation, which loads the stock shards into Redis
+//     (lua.Sharded.LoadProduct), and stock adjustments (lua.ApplyAdjustment);
 //   - /healthz, /readyz and serving the built client (StaticDir);
 //   - its Prometheus series (metrics.go): request durations per route and
 //     status, reserve outcomes, reserve script latency — counters and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
@@ -139,7 +140,7 @@ func TestShardedReplayHitsSameShard(t *testing.T) {
 				t.Fatalf("user %d replay on another gateway: %s, want 200 %s", u, r, c.no)
 			}
 		}
-		if h1, h2 := homeShard(u, 4), homeShard(u, 4); h1 != h2 || !strings.HasPrefix(na[19:21], fmt.Sprintf("%02d", h1)) {
+		if h1, h2 := lua.HomeShard(u, 4), lua.HomeShard(u, 4); h1 != h2 || !strings.HasPrefix(na[19:21], fmt.Sprintf("%02d", h1)) {
 			t.Fatalf("user %d: home shard %d/%d, orderNo %s", u, h1, h2, na)
 		}
 	}

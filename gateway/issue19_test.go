@@ -85,7 +85,7 @@ func TestSoldOutReplaysOnEveryGateway(t *testing.T) {
 
 	// Buyer 1's unit comes back (a cancelled order's release): it sells again
 	// within the bound, through one gateway or the other.
-	k := lua.ShardKeys(pid, homeShard(1, shards))
+	k := lua.ShardKeys(pid, lua.HomeShard(1, shards))
 	if ok, _, err := lua.Release(context.Background(), e.rdb, k, nos[1], 1, 1, time.Hour); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}

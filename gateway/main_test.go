@@ -301,10 +301,10 @@ func (e *env) record(orderNo string) {
 		e.t.Fatal(err)
 	}
 	for _, en := range entries {
-		if en.Values[order.FieldOrderNo] != orderNo {
+		if en.Values[lua.FieldOrderNo] != orderNo {
 			continue
 		}
-		r, err := order.ParseReservation(en.Values)
+		r, err := lua.ParseReservation(en.Values)
 		if err != nil {
 			e.t.Fatal(err)
 		}

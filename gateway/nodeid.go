@@ -16,38 +16,12 @@ import (
 	"github.com/stampede-sh/stampede/order"
 )
 
-// NodeKeyPrefix prefixes the Redis keys of leased orderNo node ids:
-// "stampede:node:<0…1023>" = owner, with a TTL. Each key is its own slot on a
-// Redis Cluster; no script touches two of them.
-const NodeKeyPrefix = lua.Prefix + "node:"
-
 // ErrNoFreeNode is returned by LeaseNode when all 1024 node ids are leased.
 var ErrNoFreeNode = errors.New("gateway: all 1024 orderNo node ids are leased")
 
 // errNoNode answers orders while the gateway holds no valid node lease.
 var errNoNode = &apiError{status: 503, code: CodeUnavailable,
 	message: "this gateway holds no orderNo node id yet; retry shortly", retryAfter: true}
-
-// renewScript keeps KEYS[1] = ARGV[1] for ARGV[2] ms: 1 renewed, 2 taken
-// again after it had expired, 0 held by another owner (nothing changed).
-var renewScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
-return 0`)
-
-// releaseScript deletes KEYS[1] if it still holds ARGV[1]: 1 deleted, 0 not.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0`)
 
 // NodeLease is an orderNo node id (0…1023) leased from Redis, so that any
 // number of gateways started without a configured node id (NodeID -1, the
@@ -56,7 +30,7 @@ return 0`)
 // its writes (as Stampede's stock does): a Redis that restarts empty, or a
 // failover that loses the last writes, can hand a live gateway's id to a new
 // one until the live one's next renewal finds it taken (at most TTL/3). The lease is the key
-// NodeKeyPrefix+id holding a per-process owner string with a TTL; the holder
+// lua.NodeKey(id) holding a per-process owner string with a TTL; the holder
 // renews it every TTL/3 (Renew). The idea is the worker-id lease of
 // Snowflake-style generators that register their worker id in a shared store
 // (Baidu uid-generator, Meituan Leaf).
@@ -93,8 +67,6 @@ func LeaseNode(ctx context.Context, rdb redis.UniversalClient, owner string, ttl
 	return l, nil
 }
 
-func nodeKey(id int64) string { return NodeKeyPrefix + strconv.FormatInt(id, 10) }
-
 // acquire takes the first free id from a random start and returns the trust
 // deadline of the new lease, which the caller stores once it switched to it.
 func (l *NodeLease) acquire(ctx context.Context) (int64, error) {
@@ -102,7 +74,7 @@ func (l *NodeLease) acquire(ctx context.Context) (int64, error) {
 	for i := range int64(1024) {
 		id := (start + i) % 1024
 		t0 := time.Now()
-		ok, err := l.rdb.SetNX(ctx, nodeKey(id), l.owner, l.ttl).Result()
+		ok, err := lua.LeaseNode(ctx, l.rdb, id, l.owner, l.ttl)
 		if err != nil {
 			return 0, fmt.Errorf("gateway: lease node id: %w", err)
 		}
@@ -139,11 +111,11 @@ func (l *NodeLease) Valid(now time.Time) bool { return now.UnixNano() < l.until.
 // stays trusted only until its deadline.
 func (l *NodeLease) Renew(ctx context.Context, switchTo func(node int64)) (changed bool, err error) {
 	t0 := time.Now()
-	res, err := renewScript.Run(ctx, l.rdb, []string{nodeKey(l.Node())}, l.owner, l.ttl.Milliseconds()).Int64()
+	held, err := lua.RenewNode(ctx, l.rdb, l.Node(), l.owner, l.ttl)
 	if err != nil {
 		return false, fmt.Errorf("gateway: renew node lease: %w", err)
 	}
-	if res != 0 {
+	if held {
 		l.until.Store(l.deadline(t0))
 		return false, nil
 	}
@@ -162,7 +134,7 @@ func (l *NodeLease) Renew(ctx context.Context, switchTo func(node int64)) (chang
 // Release gives the id back if this lease still holds it.
 func (l *NodeLease) Release(ctx context.Context) error {
 	l.until.Store(0)
-	if err := releaseScript.Run(ctx, l.rdb, []string{nodeKey(l.Node())}, l.owner).Err(); err != nil {
+	if err := lua.ReleaseNode(ctx, l.rdb, l.Node(), l.owner); err != nil {
 		return fmt.Errorf("gateway: release node lease: %w", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp/fasthttputil"
 
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 )
 
@@ -56,8 +57,8 @@ func TestNodeLeaseGatewaysNeverShareANode(t *testing.T) {
 		t.Fatalf("both gateways leased node %d", n1)
 	}
 	for _, n := range []int64{n1, n2} {
-		if owner, err := e.rdb.Get(context.Background(), nodeKey(n)).Result(); err != nil || owner == "" {
-			t.Fatalf("node %d: key %q = %q, %v", n, nodeKey(n), owner, err)
+		if owner, err := e.rdb.Get(context.Background(), lua.NodeKey(n)).Result(); err != nil || owner == "" {
+			t.Fatalf("node %d: key %q = %q, %v", n, lua.NodeKey(n), owner, err)
 		}
 	}
 	pid := e.product(openSale(10))
@@ -72,10 +73,10 @@ func TestNodeLeaseGatewaysNeverShareANode(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := e.rdb.Exists(context.Background(), nodeKey(n2)).Result(); n != 0 {
+	if n, _ := e.rdb.Exists(context.Background(), lua.NodeKey(n2)).Result(); n != 0 {
 		t.Errorf("node %d still leased after its gateway stopped", n2)
 	}
-	if n, _ := e.rdb.Exists(context.Background(), nodeKey(n1)).Result(); n != 1 {
+	if n, _ := e.rdb.Exists(context.Background(), lua.NodeKey(n1)).Result(); n != 1 {
 		t.Errorf("node %d of the running gateway lost its lease", n1)
 	}
 }
@@ -96,13 +97,13 @@ func TestNodeLeaseRenewAfterTakeover(t *testing.T) {
 	if changed, err := l.Renew(ctx, nil); err != nil || changed {
 		t.Fatalf("renew of a held lease: changed %v, %v", changed, err)
 	}
-	ttl, _ := e.rdb.PTTL(ctx, nodeKey(old)).Result()
+	ttl, _ := e.rdb.PTTL(ctx, lua.NodeKey(old)).Result()
 	if ttl <= 0 || ttl > 3*time.Second {
 		t.Fatalf("renewed lease TTL %v", ttl)
 	}
 
 	// The key expired and another gateway took the id.
-	e.rdb.Set(ctx, nodeKey(old), "gw-b", time.Minute)
+	e.rdb.Set(ctx, lua.NodeKey(old), "gw-b", time.Minute)
 	var switched int64 = -1
 	changed, err := l.Renew(ctx, func(n int64) {
 		if l.Valid(time.Now()) {
@@ -116,10 +117,10 @@ func TestNodeLeaseRenewAfterTakeover(t *testing.T) {
 	if l.Node() == old || switched != l.Node() {
 		t.Fatalf("new node %d (switched to %d), old %d", l.Node(), switched, old)
 	}
-	if owner := e.rdb.Get(ctx, nodeKey(old)).Val(); owner != "gw-b" {
+	if owner := e.rdb.Get(ctx, lua.NodeKey(old)).Val(); owner != "gw-b" {
 		t.Errorf("the other gateway's lease was touched: %q", owner)
 	}
-	if owner := e.rdb.Get(ctx, nodeKey(l.Node())).Val(); owner != "gw-a" {
+	if owner := e.rdb.Get(ctx, lua.NodeKey(l.Node())).Val(); owner != "gw-a" {
 		t.Errorf("new lease key holds %q", owner)
 	}
 	if !l.Valid(time.Now()) {
@@ -130,7 +131,7 @@ func TestNodeLeaseRenewAfterTakeover(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.rdb.Exists(ctx, nodeKey(l.Node()), nodeKey(old)).Val(); n != 1 {
+	if n := e.rdb.Exists(ctx, lua.NodeKey(l.Node()), lua.NodeKey(old)).Val(); n != 1 {
 		t.Errorf("after release %d of the two keys exist, want only gw-b's", n)
 	}
 }
@@ -142,7 +143,7 @@ func TestNodeLeaseNoFreeNode(t *testing.T) {
 	ctx := context.Background()
 	pipe := e.rdb.Pipeline()
 	for id := range int64(1024) {
-		pipe.Set(ctx, nodeKey(id), fmt.Sprint("other-", id), time.Minute)
+		pipe.Set(ctx, lua.NodeKey(id), fmt.Sprint("other-", id), time.Minute)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestNodeLeaseNoFreeNode(t *testing.T) {
 		t.Errorf("available %d after a refused order, want 5", got)
 	}
 
-	e.rdb.Del(ctx, nodeKey(517))
+	e.rdb.Del(ctx, lua.NodeKey(517))
 	if got := waitNode(t, srv); got != 517 {
 		t.Fatalf("leased node %d, want the freed 517", got)
 	}
@@ -234,7 +235,7 @@ func TestNodeLeaseOutlivesShutdownDrain(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if n := e.rdb.Exists(context.Background(), nodeKey(node)).Val(); n != 0 {
+			if n := e.rdb.Exists(context.Background(), lua.NodeKey(node)).Val(); n != 0 {
 				t.Errorf("node %d still leased after Serve returned", node)
 			}
 		})

@@ -114,41 +114,39 @@ func (s *Server) findOrder(no string, userID int64) (orderJSON, error) {
 }
 
 // pendingOrder reads the record reserve.lua keeps for an accepted order
-// (hash u, r, q, pr, t) until the writers have stored it. owner is 0 when
-// there is no record.
+// (lua.ReadPendingOrder) until the writers have stored it. owner is 0 when
+// there is no usable record.
 func (s *Server) pendingOrder(no string) (o orderJSON, owner int64, err error) {
 	_, shard, productID, err := order.ParseNo(no)
 	if err != nil {
 		return orderJSON{}, 0, nil
 	}
-	var vals []any
+	var p lua.PendingOrder
+	var bad error // the record's answer: Redis worked
 	err = s.redisCall(func(ctx context.Context) (err error) {
-		vals, err = s.rdb.HMGet(ctx, lua.ShardKeys(productID, shard).Order(no),
-			order.FieldUser, order.FieldRequest, order.FieldQuantity, order.FieldUnitPrice, order.FieldAccepted).Result()
+		p, err = lua.ReadPendingOrder(ctx, s.rdb, lua.ShardKeys(productID, shard), no)
+		if errors.Is(err, lua.ErrNoRecord) || errors.Is(err, lua.ErrStockCorrupt) {
+			bad, err = err, nil
+		}
 		return err
 	})
-	if err != nil {
+	if err == nil {
+		err = bad
+	}
+	switch {
+	case errors.Is(err, lua.ErrNoRecord):
+		return orderJSON{}, 0, nil // no record (or a partial one): not found
+	case errors.Is(err, lua.ErrStockCorrupt):
+		s.log.Warn("malformed pending order record", "orderNo", no, "err", err)
+		return orderJSON{}, 0, nil
+	case err != nil:
 		return orderJSON{}, 0, err
 	}
-	var n [5]int64
-	for i, v := range vals {
-		str, ok := v.(string)
-		if !ok {
-			return orderJSON{}, 0, nil // no record (or a partial one): not found
-		}
-		if i != 1 {
-			if n[i], err = strconv.ParseInt(str, 10, 64); err != nil {
-				s.log.Warn("malformed pending order record", "orderNo", no, "field", i, "err", err)
-				return orderJSON{}, 0, nil
-			}
-		}
-	}
-	rid := vals[1].(string)
-	at := time.UnixMilli(n[4]).UTC()
+	at := time.UnixMilli(p.AcceptedMs).UTC()
 	return orderJSON{
-		OrderNo: no, RequestID: rid, ProductID: productID, Quantity: n[2], Amount: n[2] * n[3],
+		OrderNo: no, RequestID: p.RequestID, ProductID: productID, Quantity: p.Quantity, Amount: p.Quantity * p.UnitPrice,
 		Status: order.Processing, Version: 1, CreatedAt: at, UpdatedAt: at,
-	}, n[0], nil
+	}, p.UserID, nil
 }
 
 // listOrders is GET /api/orders?limit=20&cursor=: the caller's orders stored

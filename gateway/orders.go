@@ -67,7 +67,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	home := homeShard(c.UserID, shards)
+	home := lua.HomeShard(c.UserID, shards)
 	now := time.Now()
 	if s.soldOut.hit(productID, now) {
 		s.answerSoldOut(ctx, c, lua.ShardKeys(productID, home), requestID, quantity)
@@ -85,7 +85,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		TTL:       s.cfg.RequestTTL,
 		Sync:      s.cfg.SyncIntake,
 	}
-	res, dry, err := s.reserve(productID, shards, home, args)
+	res, dry, err := s.stock.Reserve(productID, shards, home, args) // lua/shards.go
 	// A replay tells the stock of its shard too: on a one-shard product a
 	// storm of replays after the sell-out keeps the sold-out cache marked
 	// (its replays are then answered by the pipelined record lookups)

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -39,6 +40,7 @@ type Server struct {
 	handler    fasthttp.RequestHandler
 	metrics    *Metrics
 	limiter    *rateLimiter    // nil: no rate limits
+	stock      *lua.Sharded    // the multi-shard operations, run under redisCall (shards.go)
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	soldOut    soldOutCache
@@ -103,6 +105,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	if cfg.LookupPipeline > 1 {
 		s.lookups = newLookupBatcher(s, cfg.LookupPipeline)
 	}
+	s.stock = s.newSharded()
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
@@ -214,8 +217,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// reserve batcher) must outlive the drain of requests in flight: it stops
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
-	repairDone := s.startTransferRepair(rctx) // shards.go
-	defer func() { stopRepair(); <-repairDone }()
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {

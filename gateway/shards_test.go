@@ -17,14 +17,14 @@ import (
 func TestHomeShardSpreads(t *testing.T) {
 	var n [4]int
 	for u := range int64(4000) {
-		n[homeShard(u, 4)]++
+		n[lua.HomeShard(u, 4)]++
 	}
 	for sh, c := range n {
 		if c < 800 || c > 1200 {
 			t.Fatalf("shard %d homes %d of 4000 users: %v", sh, c, n)
 		}
 	}
-	if homeShard(12345, 1) != 0 || homeShard(12345, 7) != homeShard(12345, 7) {
+	if lua.HomeShard(12345, 1) != 0 || lua.HomeShard(12345, 7) != lua.HomeShard(12345, 7) {
 		t.Fatal("homeShard is not deterministic")
 	}
 }
@@ -62,8 +62,8 @@ func TestShardedSaleSellsEveryUnit(t *testing.T) {
 					accepted.Add(1)
 					no := r.json(t)["orderNo"].(string)
 					_, sh, _, _ := order.ParseNo(no)
-					if sh != homeShard(u, 4) {
-						t.Errorf("user %d's order %s is in shard %d, not its home %d", u, no, sh, homeShard(u, 4))
+					if sh != lua.HomeShard(u, 4) {
+						t.Errorf("user %d's order %s is in shard %d, not its home %d", u, no, sh, lua.HomeShard(u, 4))
 					}
 					mu.Lock()
 					nos[no] = true
@@ -104,7 +104,7 @@ func TestShardedSaleSellsEveryUnit(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, en := range entries {
-			r, err := order.ParseReservation(en.Values)
+			r, err := lua.ParseReservation(en.Values)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,31 +181,5 @@ func TestShardedIdempotencyAndLimit(t *testing.T) {
 	}
 	if sum != 6 {
 		t.Fatalf("%d units left over the shards; want 6", sum)
-	}
-}
-
-// TestTransferRepairLoop: with nobody buying, the gateway's background
-// repair completes a transfer whose mover died between its two steps.
-func TestTransferRepairLoop(t *testing.T) {
-	saved := transferRepairEvery
-	transferRepairEvery = 50 * time.Millisecond
-	defer func() { transferRepairEvery = saved }()
-	e := newEnv(t)
-	ctx := context.Background()
-	spec := openSale(10)
-	spec.Shards = 2
-	pid := e.product(spec)
-	if moved, err := lua.TransferOut(ctx, e.rdb, lua.ShardKeys(pid, 0), "dead-mover", 1, 3); err != nil || moved != 3 {
-		t.Fatalf("TransferOut: %d, %v", moved, err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.available(pid, 1) != 8 {
-		if time.Now().After(deadline) {
-			t.Fatalf("transfer not repaired: shards %d, %d", e.available(pid, 0), e.available(pid, 1))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if a := e.available(pid, 0); a != 2 {
-		t.Fatalf("donor has %d; want 2", a)
 	}
 }

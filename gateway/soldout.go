@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,8 +84,8 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Ke
 		s.failWith(ctx, err, "", requestID)
 		return
 	}
-	no, rest, ok := strings.Cut(seen, " ")
-	q, st, _ := strings.Cut(rest, " ")
+	rec, ok := lua.ParseRequestRecord(seen)
+	no, q, st := rec.OrderNo, rec.Quantity, rec.Status
 	if !ok {
 		s.metrics.reserveOutcome(lua.ErrSoldOut)
 		s.fail(ctx, lua.ErrSoldOut)

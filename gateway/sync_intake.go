@@ -47,10 +47,7 @@ func (s *Server) persistSync(r order.Reservation) error {
 func (s *Server) enqueue(r order.Reservation) {
 	k := lua.ShardKeys(r.ProductID, r.Shard)
 	err := s.redisCall(func(ctx context.Context) error {
-		return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Intake(), Values: []any{
-			order.FieldOrderNo, r.OrderNo, order.FieldUser, r.UserID, order.FieldRequest, r.RequestID,
-			order.FieldQuantity, r.Quantity, order.FieldUnitPrice, r.UnitPrice, order.FieldAccepted, r.AcceptedAt.UnixMilli(),
-		}}).Err()
+		return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Intake(), Values: lua.ReservationValues(r)}).Err()
 	})
 	if err != nil {
 		s.log.Error("sync intake: reservation neither written nor queued; the reconcile will report its units as drift",

@@ -50,7 +50,7 @@ func TestSyncIntakeMySQLDown(t *testing.T) {
 	// A replay finds the reservation: the same orderNo, still PROCESSING.
 	var no string
 	if entries, _ := e.rdb.XRange(context.Background(), lua.ShardKeys(pid, 0).Intake(), "-", "+").Result(); len(entries) == 1 {
-		no, _ = entries[0].Values[order.FieldOrderNo].(string)
+		no, _ = entries[0].Values[lua.FieldOrderNo].(string)
 	}
 	r = e.buy(71, pid, 1, "down-1")
 	if r.status != 503 && (r.status != 200 || r.json(t)["orderNo"] != no) { // 503: the status lookup needs MySQL

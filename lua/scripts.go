@@ -2,12 +2,36 @@ package lua
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed load.lua
+	loadSrc string
+	//go:embed adjust.lua
+	adjustSrc string
+	//go:embed transfer_out.lua
+	transferOutSrc string
+	//go:embed transfer_in.lua
+	transferInSrc string
+	//go:embed status.lua
+	statusSrc string
+	//go:embed node_renew.lua
+	nodeRenewSrc string
+	//go:embed node_release.lua
+	nodeReleaseSrc string
+	//go:embed prune.lua
+	pruneSrc string
 )
 
 // Sentinel errors returned by the script wrappers.

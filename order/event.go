@@ -116,7 +116,8 @@ func DecodeEvent(body []byte) (Event, error) {
 }
 
 // Reservation is what the reserve script appends to a product's intake
-// stream: one accepted purchase that the writers must turn into an order row.
+// stream: one accepted purchase that the writers must turn into an order row
+// (lua.ParseReservation decodes the entry).
 type Reservation struct {
 	OrderNo    No
 	UserID     int64
@@ -130,47 +131,6 @@ type Reservation struct {
 
 // Amount is quantity × unit price, in minor units.
 func (r Reservation) Amount() int64 { return r.Quantity * r.UnitPrice }
-
-// Intake stream field names, written by lua/reserve.lua.
-const (
-	FieldOrderNo   = "o"
-	FieldUser      = "u"
-	FieldRequest   = "r"
-	FieldQuantity  = "q"
-	FieldUnitPrice = "pr"
-	FieldAccepted  = "t" // unix milliseconds, Redis server clock
-)
-
-// ParseReservation decodes an intake stream entry. productId and shard come
-// from the orderNo.
-func ParseReservation(values map[string]any) (Reservation, error) {
-	str := func(k string) string { s, _ := values[k].(string); return s }
-	var r Reservation
-	var err error
-	r.OrderNo = str(FieldOrderNo)
-	if _, r.Shard, r.ProductID, err = ParseNo(r.OrderNo); err != nil {
-		return Reservation{}, err
-	}
-	r.RequestID = str(FieldRequest)
-	if r.UserID, err = strconv.ParseInt(str(FieldUser), 10, 64); err != nil {
-		return Reservation{}, fmt.Errorf("order: reservation %s: user: %w", r.OrderNo, err)
-	}
-	if r.Quantity, err = strconv.ParseInt(str(FieldQuantity), 10, 64); err != nil || r.Quantity <= 0 {
-		return Reservation{}, fmt.Errorf("order: reservation %s: bad quantity", r.OrderNo)
-	}
-	if r.UnitPrice, err = strconv.ParseInt(str(FieldUnitPrice), 10, 64); err != nil {
-		return Reservation{}, fmt.Errorf("order: reservation %s: price: %w", r.OrderNo, err)
-	}
-	ms, err := strconv.ParseInt(str(FieldAccepted), 10, 64)
-	if err != nil {
-		return Reservation{}, fmt.Errorf("order: reservation %s: accepted: %w", r.OrderNo, err)
-	}
-	r.AcceptedAt = time.UnixMilli(ms).UTC()
-	if r.RequestID == "" {
-		return Reservation{}, fmt.Errorf("order: reservation %s: no requestId", r.OrderNo)
-	}
-	return r, nil
-}
 
 // DefaultRequestTTL is the default lifetime of a requestId's idempotency
 // record (the gateway's RequestTTL, the writer's): within it, every replay of

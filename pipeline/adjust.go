@@ -11,19 +11,14 @@ import (
 	"github.com/stampede-sh/stampede/persistence"
 )
 
-// AdjustMarkerTTL is the life of the Redis marker of a stock repair
-// (lua.Adjust on shard 0). The gateway's POST /api/admin/products/{id}/stock
-// uses the same value.
-const AdjustMarkerTTL = 90 * 24 * time.Hour
-
 // adjustLookback is how far back RepairAdjustments looks: far inside
-// AdjustMarkerTTL, so an expired marker is never mistaken for a missing one.
+// lua.AdjustMarkerTTL, so an expired marker is never mistaken for a missing one.
 const adjustLookback = 24 * time.Hour
 
 // RepairAdjustments completes stock repairs whose MySQL half committed but
 // whose Redis half did not (the admin request failed on Redis and was not
 // sent again): for every ADJUST flow of the last 24 hours whose marker is
-// missing on shard 0, it runs lua.Adjust, which applies the delta at most
+// missing on shard 0, it runs lua.ApplyAdjustment, which applies the delta at most
 // once per repairNo (a racing admin request and this repair cannot both
 // apply it). A shard whose stock hash is missing (Redis lost its data) is
 // skipped: the product must be reloaded first. It returns the repairNos it
@@ -35,15 +30,14 @@ func RepairAdjustments(ctx context.Context, rdb redis.UniversalClient, store *pe
 	}
 	var applied []string
 	for _, f := range flows {
-		k := lua.ShardKeys(f.ProductID, 0)
-		n, err := rdb.Exists(ctx, k.Adjusted(f.RepairNo)).Result()
+		done, err := lua.AdjustmentApplied(ctx, rdb, f.ProductID, f.RepairNo)
 		if err != nil {
 			return applied, err
 		}
-		if n > 0 {
+		if done {
 			continue
 		}
-		ok, _, err := lua.Adjust(ctx, rdb, k, f.RepairNo, f.Delta, AdjustMarkerTTL)
+		ok, _, err := lua.ApplyAdjustment(ctx, rdb, f.ProductID, f.RepairNo, f.Delta)
 		switch {
 		case errors.Is(err, lua.ErrNotFound), errors.Is(err, lua.ErrNegativeAdjust), errors.Is(err, lua.ErrStockCorrupt):
 			continue // reported by reconcile as drift (or as unreadable data)

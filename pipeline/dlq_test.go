@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
@@ -246,8 +247,8 @@ func TestWriterSplitsRejectedBatch(t *testing.T) {
 	// An entry MySQL refuses (quantity beyond INT) in the middle of good ones.
 	bad := e.gen.Next(p.ID, 0)
 	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Intake(), Values: map[string]any{
-		order.FieldOrderNo: bad, order.FieldUser: "999", order.FieldRequest: "req-bad", order.FieldQuantity: "3000000000",
-		order.FieldUnitPrice: "1999", order.FieldAccepted: fmt.Sprint(time.Now().UnixMilli())}}).Err(); err != nil {
+		lua.FieldOrderNo: bad, lua.FieldUser: "999", lua.FieldRequest: "req-bad", lua.FieldQuantity: "3000000000",
+		lua.FieldUnitPrice: "1999", lua.FieldAccepted: fmt.Sprint(time.Now().UnixMilli())}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	nos = append(nos, e.reserve(p, k, 100, 6, 1)...)
@@ -259,7 +260,7 @@ func TestWriterSplitsRejectedBatch(t *testing.T) {
 		return n == 1, fmt.Sprintf("dead stream %d", n)
 	})
 	dead, _ := e.rdb.XRange(ctx, k.Intake()+":dead", "-", "+").Result()
-	if dead[0].Values["f:"+order.FieldOrderNo] != bad {
+	if dead[0].Values["f:"+lua.FieldOrderNo] != bad {
 		t.Errorf("dead entry %v", dead[0].Values)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM order_info WHERE order_no = ?`, bad); n != 0 {

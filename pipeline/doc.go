@@ -16,8 +16,10 @@
 //     script returned; transient failures go through the delay queues
 //     stampede.retry.<n>, poison and exhausted messages to QueueDLQ.
 //   - Sweeper: closes WAITING_PAY orders past their pay deadline (the safety
-//     net of the delayed close message) and, given Redis, releases lost
-//     reservations (RepairLostReservations) and runs Reconcile every
+//     net of the delayed close message) and, given Redis, runs every repair
+//     of Redis stock — lost reservations (RepairLostReservations), half-done
+//     transfers between shards (RepairTransfers), adjustments whose Redis
+//     half is missing (RepairAdjustments) — then Reconcile, every
 //     ReconcileInterval, exporting the drift per product.
 //
 // Dead letters are inspected and replayed through the outbox with

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,13 +79,6 @@ func RepairLostReservations(ctx context.Context, rdb redis.UniversalClient, stor
 // time by this much and still be recognised.
 const lostIDMargin = time.Minute
 
-type pendingOrder struct {
-	no       string
-	user     int64
-	qty      int64
-	accepted int64 // unix ms
-}
-
 func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, k lua.Keys, cfg LostConfig, rep *LostReport) error {
 	node := redis.Cmdable(rdb)
 	if cc, ok := rdb.(*redis.ClusterClient); ok { // SCAN the node that owns the shard's slot
@@ -96,7 +90,7 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 	}
 	prefix := k.Order("")
 	cutoff := time.Now().Add(-cfg.Grace).UnixMilli()
-	var old []pendingOrder
+	var old []lua.PendingOrder
 	var cursor uint64
 	scanned := 0
 	for {
@@ -109,19 +103,13 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 				break
 			}
 			scanned++
-			vals, err := rdb.HMGet(ctx, key, "u", "q", "t").Result()
-			if err != nil {
+			po, err := lua.ReadPendingOrder(ctx, rdb, k, strings.TrimPrefix(key, prefix))
+			switch {
+			case errors.Is(err, lua.ErrNoRecord), errors.Is(err, lua.ErrStockCorrupt):
+				continue // gone since the SCAN, or unusable: not a reservation to give back
+			case err != nil:
 				return err
-			}
-			po := pendingOrder{no: strings.TrimPrefix(key, prefix)}
-			u, _ := vals[0].(string)
-			q, _ := vals[1].(string)
-			t, _ := vals[2].(string)
-			var e1, e2, e3 error
-			po.user, e1 = strconv.ParseInt(u, 10, 64)
-			po.qty, e2 = strconv.ParseInt(q, 10, 64)
-			po.accepted, e3 = strconv.ParseInt(t, 10, 64)
-			if e1 != nil || e2 != nil || e3 != nil || po.qty <= 0 || po.accepted > cutoff {
+			case po.Quantity <= 0 || po.AcceptedMs > cutoff:
 				continue
 			}
 			old = append(old, po)
@@ -147,14 +135,14 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 			return fmt.Errorf("stream id %q: %w", first[0].ID, err)
 		}
 	}
-	var candidates []pendingOrder
+	var candidates []lua.PendingOrder
 	for _, po := range old {
 		// The entry's id time is t, or later if the Redis clock went back
 		// (stream ids never decrease): keep a wide margin.
-		if oldest >= 0 && oldest <= po.accepted+lostIDMargin.Milliseconds() {
+		if oldest >= 0 && oldest <= po.AcceptedMs+lostIDMargin.Milliseconds() {
 			continue // its entry may still be in the stream
 		}
-		if n, err := rdb.Exists(ctx, k.Released(po.no)).Result(); err != nil {
+		if n, err := rdb.Exists(ctx, k.Released(po.OrderNo)).Result(); err != nil {
 			return err
 		} else if n > 0 {
 			continue // released before
@@ -167,22 +155,22 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 	// 3: not in MySQL.
 	nos := make([]string, len(candidates))
 	for i, po := range candidates {
-		nos[i] = po.no
+		nos[i] = po.OrderNo
 	}
 	inMySQL, err := store.ExistingOrders(ctx, nos)
 	if err != nil {
 		return err
 	}
 	for _, po := range candidates {
-		if inMySQL[po.no] {
+		if inMySQL[po.OrderNo] {
 			continue
 		}
-		released, _, err := lua.Release(ctx, rdb, k, po.no, po.user, po.qty, cfg.ReleaseMarkerTTL)
+		released, _, err := lua.Release(ctx, rdb, k, po.OrderNo, po.UserID, po.Quantity, cfg.ReleaseMarkerTTL)
 		if err != nil {
 			return err
 		}
 		if released {
-			rep.Released = append(rep.Released, po.no)
+			rep.Released = append(rep.Released, po.OrderNo)
 		}
 	}
 	return nil

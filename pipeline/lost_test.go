@@ -32,8 +32,8 @@ func TestRepairLostReservations(t *testing.T) {
 	at := map[string]int64{a: old, c: old, d: time.Now().Add(-5 * time.Minute).UnixMilli()}
 	byNo := map[string]map[string]any{}
 	for _, en := range entries {
-		no := en.Values[order.FieldOrderNo].(string)
-		en.Values[order.FieldAccepted] = strconv.FormatInt(at[no], 10)
+		no := en.Values[lua.FieldOrderNo].(string)
+		en.Values[lua.FieldAccepted] = strconv.FormatInt(at[no], 10)
 		byNo[no] = en.Values
 	}
 	for _, no := range nos {
@@ -43,7 +43,7 @@ func TestRepairLostReservations(t *testing.T) {
 	}
 	// A was written (and its entry acknowledged and deleted); D's entry is
 	// still in the stream, with the id of its accepted time; C's is gone.
-	r, err := order.ParseReservation(byNo[a])
+	r, err := lua.ParseReservation(byNo[a])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRepairAdjustments(t *testing.T) {
 	if _, err := e.store.AdjustStock(ctx, p.ID, "R-done", 2, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := lua.Adjust(ctx, e.rdb, k, "R-done", 2, pipeline.AdjustMarkerTTL); err != nil {
+	if _, _, err := lua.Adjust(ctx, e.rdb, k, "R-done", 2, lua.AdjustMarkerTTL); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.AdjustStock(ctx, p.ID, "R-half", 3, ""); err != nil { // Redis failed here

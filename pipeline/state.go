@@ -207,7 +207,7 @@ func (c *StateCollector) collectRedis(ctx context.Context) ([]prometheus.Metric,
 	cs := make([]cmds, len(streams))
 	_, err = c.cfg.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, s := range streams {
-			cs[i] = cmds{length: p.XLen(ctx, s), groups: p.XInfoGroups(ctx, s), dead: p.XLen(ctx, s+":dead")}
+			cs[i] = cmds{length: p.XLen(ctx, s), groups: p.XInfoGroups(ctx, s), dead: p.XLen(ctx, lua.DeadStream(s))}
 		}
 		return nil
 	})

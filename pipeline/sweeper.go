@@ -159,15 +159,10 @@ type Sweeper struct {
 	passes, skipped, reconcileSkipped            atomic.Int64
 }
 
-// Advisory lock names (persistence.Store.TryLock scopes them per database)
-// and the Redis key that spaces reconciliation rounds.
+// Advisory lock names (persistence.Store.TryLock scopes them per database).
 const (
 	sweepLockClose     = "sweeper.close"
 	sweepLockReconcile = "sweeper.reconcile"
-	// ReconcileMarkKey is set (NX, TTL ReconcileInterval) by the sweeper that
-	// starts a reconciliation round; while it exists other sweepers skip
-	// theirs.
-	ReconcileMarkKey = lua.Prefix + "sweeper:reconciled"
 )
 
 // NewSweeper returns a Sweeper; cfg is completed with defaults and validated.
@@ -337,11 +332,12 @@ func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	}
 }
 
-// ReconcileRound runs one reconciliation round (RepairLost when LostGrace >
-// 0, RepairAdjustments, ReconcileOnce) if this sweeper gets the reconcile
-// lock and no sweeper started a round less than ReconcileInterval ago. ran
-// reports whether it did; failures are logged and counted, not returned.
-// Requires Redis in the config.
+// ReconcileRound runs one reconciliation round — every repair of Redis stock
+// (RepairLost when LostGrace > 0, RepairTransfers, RepairAdjustments), then
+// ReconcileOnce — if this sweeper gets the reconcile lock and no sweeper
+// started a round less than ReconcileInterval ago. ran reports whether it
+// did; failures are logged and counted, not returned. Requires Redis in the
+// config.
 func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	skip := func() bool {
 		s.reconcileSkipped.Add(1)
@@ -371,7 +367,7 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	if mark <= 0 {
 		mark = time.Second
 	}
-	fresh, err := s.cfg.Redis.SetNX(ctx, ReconcileMarkKey, "1", mark*9/10).Result()
+	fresh, err := s.cfg.Redis.SetNX(ctx, lua.ReconcileMarkKey, "1", mark*9/10).Result()
 	if err != nil {
 		return fail(err)
 	}
@@ -380,6 +376,13 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	}
 	if s.cfg.LostGrace > 0 {
 		s.RepairLost(ctx)
+	}
+	if n, err := RepairTransfers(ctx, s.cfg.Redis, s.store); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("sweeper: stock transfer repair failed", "err", err)
+		}
+	} else if n > 0 {
+		s.log.Info("sweeper: completed stock transfers left half-done", "transfers", n)
 	}
 	if applied, err := RepairAdjustments(ctx, s.cfg.Redis, s.store); err != nil {
 		if ctx.Err() == nil {

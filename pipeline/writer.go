@@ -168,7 +168,7 @@ type WriterStats struct {
 // pending by a writer that stopped are reclaimed by the others with
 // XAUTOCLAIM after ClaimIdle.
 //
-// An entry that order.ParseReservation rejects can never become an order; it
+// An entry that lua.ParseReservation rejects can never become an order; it
 // is copied to the dead stream "<stream>:dead" (same hash tag, fields "id",
 // "error" and the original fields), then acknowledged and deleted. Its stock
 // stays reserved in Redis: the reconciler reports the drift and the dead
@@ -230,7 +230,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	if w.cfg.PruneIdle >= 0 {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		for _, stream := range joined {
-			if _, err := pruneScript.Run(pctx, w.rdb, []string{stream}, w.cfg.Group, 0, "", w.cfg.Consumer).Int(); err != nil {
+			if _, err := lua.PruneConsumers(pctx, w.rdb, stream, w.cfg.Group, 0, "", w.cfg.Consumer); err != nil {
 				w.log.Debug("writer: leaving the group", "stream", stream, "err", err)
 			}
 		}
@@ -238,24 +238,6 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 	return nil
 }
-
-// pruneScript deletes from group ARGV[1] of stream KEYS[1] the consumers
-// with no pending entry idle at least ARGV[2] ms, except ARGV[3], or only
-// ARGV[4] when it is not empty; it returns how many it deleted. Atomic, so
-// no entry can be delivered to a consumer between the check and the delete
-// (XGROUP DELCONSUMER drops a consumer's pending entries with it).
-var pruneScript = redis.NewScript(`
-local n = 0
-for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
-  local f = {}
-  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
-  if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) and f['name'] ~= ARGV[3]
-      and (ARGV[4] == '' or f['name'] == ARGV[4]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
-    n = n + 1
-  end
-end
-return n`)
 
 // ---- reading ----
 
@@ -490,7 +472,7 @@ func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in 
 			start = next
 		}
 		if s.ready && w.cfg.PruneIdle >= 0 {
-			n, err := pruneScript.Run(ctx, w.rdb, []string{s.name}, w.cfg.Group, w.cfg.PruneIdle.Milliseconds(), w.cfg.Consumer, "").Int()
+			n, err := lua.PruneConsumers(ctx, w.rdb, s.name, w.cfg.Group, w.cfg.PruneIdle, w.cfg.Consumer, "")
 			if err != nil && !isServerError(err) {
 				return fmt.Errorf("writer: prune consumers of %s: %w", s.name, err)
 			}
@@ -613,7 +595,7 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 			continue
 		}
 		seen[key] = true
-		r, err := order.ParseReservation(e.msg.Values)
+		r, err := lua.ParseReservation(e.msg.Values)
 		if err != nil {
 			dead = append(dead, e)
 			deadErr = append(deadErr, err)
@@ -711,7 +693,7 @@ func (w *Writer) ack(ctx context.Context, es []entry) error {
 			byStream[e.stream] = a
 		}
 		a.ids = append(a.ids, e.msg.ID)
-		if no, _ := e.msg.Values[order.FieldOrderNo].(string); no != "" {
+		if no, _ := e.msg.Values[lua.FieldOrderNo].(string); no != "" {
 			if _, shard, pid, err := order.ParseNo(no); err == nil && lua.ShardKeys(pid, shard).Intake() == e.stream {
 				a.records = append(a.records, lua.ShardKeys(pid, shard).Order(no))
 			}
@@ -751,7 +733,7 @@ func (w *Writer) bury(ctx context.Context, es []entry, errs []error) error {
 			for k, v := range e.msg.Values {
 				vals = append(vals, "f:"+k, v)
 			}
-			p.XAdd(ctx, &redis.XAddArgs{Stream: e.stream + ":dead", MaxLen: w.cfg.DeadMaxLen, Approx: true, Values: vals})
+			p.XAdd(ctx, &redis.XAddArgs{Stream: lua.DeadStream(e.stream), MaxLen: w.cfg.DeadMaxLen, Approx: true, Values: vals})
 		}
 		return nil
 	})

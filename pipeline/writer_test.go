@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/pipeline"
 )
@@ -82,7 +83,7 @@ func TestWriterReclaimsEntriesOfDeadWriter(t *testing.T) {
 	// The dead writer comes back and writes what it had read: nothing new.
 	var batch []order.Reservation
 	for _, m := range res[0].Messages {
-		r, err := order.ParseReservation(m.Values)
+		r, err := lua.ParseReservation(m.Values)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ package pipelinetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -35,10 +36,20 @@ func BaseURL() string {
 // Tests that share a name must not run in parallel.
 func Vhost(t testing.TB, name string) string {
 	t.Helper()
+	vurl, err := EmptyVhost(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vurl
+}
+
+// EmptyVhost is Vhost for code without a testing.TB (an Example): it
+// returns the error instead of failing a test.
+func EmptyVhost(name string) (string, error) {
 	vhost := "stampede_test_" + name
 	u, err := url.Parse(BaseURL())
 	if err != nil {
-		t.Fatalf("pipelinetest: parse %s: %v", BaseURL(), err)
+		return "", fmt.Errorf("pipelinetest: parse %s: %w", BaseURL(), err)
 	}
 	u.Path = "/" + vhost
 	u.RawPath = "/" + url.PathEscape(vhost)
@@ -50,41 +61,45 @@ func Vhost(t testing.TB, name string) string {
 		if u.User != nil {
 			user = u.User.Username()
 		}
-		rabbitmqctl(t, "add_vhost", vhost)
-		rabbitmqctl(t, "set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+		if err := rabbitmqctl("add_vhost", vhost); err != nil {
+			return "", err
+		}
+		if err := rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*"); err != nil {
+			return "", err
+		}
 		if conn, err = amqp.Dial(vurl); err != nil {
-			t.Fatalf("pipelinetest: dial vhost %s: %v (is RabbitMQ running? try `make services`)", vhost, err)
+			return "", fmt.Errorf("pipelinetest: dial vhost %s: %w (is RabbitMQ running? try `make services`)", vhost, err)
 		}
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		t.Fatalf("pipelinetest: channel on %s: %v", vhost, err)
+		return "", fmt.Errorf("pipelinetest: channel on %s: %w", vhost, err)
 	}
 	defer ch.Close()
 	for _, q := range pipeline.Topology() {
 		if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
-			t.Fatalf("pipelinetest: delete queue %s in %s: %v", q.Name, vhost, err)
+			return "", fmt.Errorf("pipelinetest: delete queue %s in %s: %w", q.Name, vhost, err)
 		}
 	}
 	if err := ch.ExchangeDelete(order.EventsExchange, false, false); err != nil {
-		t.Fatalf("pipelinetest: delete exchange in %s: %v", vhost, err)
+		return "", fmt.Errorf("pipelinetest: delete exchange in %s: %w", vhost, err)
 	}
-	return vurl
+	return vurl, nil
 }
 
-func rabbitmqctl(t testing.TB, args ...string) {
-	t.Helper()
+func rabbitmqctl(args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
 	if err != nil && !strings.Contains(string(out), "already exists") {
 		var ee *exec.Error
 		if errors.As(err, &ee) {
-			t.Fatalf("pipelinetest: rabbitmqctl not found (%v); it is needed to create test vhosts", err)
+			return fmt.Errorf("pipelinetest: rabbitmqctl not found (%w); it is needed to create test vhosts", err)
 		}
-		t.Fatalf("pipelinetest: rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("pipelinetest: rabbitmqctl %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
+	return nil
 }
 
 // WaitFor polls cond every 10ms until it returns true, failing the test

@@ -1,38 +1,6 @@
-// Package lua owns Stampede's Redis Lua scripts and the key layout they work
-// on. Each script's header names its KEYS, ARGV and return codes; one Go
-// function per script maps the codes to sentinel errors.
-//
-// Every key of one product shard carries the hash tag {p:<productId>:<shard>},
-// so each script call touches a single Redis Cluster slot. Keys are built only
-// by the functions of Keys, which put the tag in one place (the layout follows
-// hibiken/asynq's internal/base).
-//
-// Scripts are run with go-redis Script.Run: EVALSHA, falling back to EVAL on
-// NOSCRIPT, so a flushed script cache or a restarted Redis is transparent.
-// This package never touches MySQL.
 package lua
 
-import (
-	_ "embed"
-	"strconv"
-)
-
-var (
-	//go:embed reserve.lua
-	reserveSrc string
-	//go:embed release.lua
-	releaseSrc string
-	//go:embed load.lua
-	loadSrc string
-	//go:embed adjust.lua
-	adjustSrc string
-	//go:embed transfer_out.lua
-	transferOutSrc string
-	//go:embed transfer_in.lua
-	transferInSrc string
-	//go:embed status.lua
-	statusSrc string
-)
+import "strconv"
 
 // Prefix starts every Stampede key.
 const Prefix = "stampede:"
@@ -90,3 +58,27 @@ const StreamsKey = Prefix + "streams"
 
 // ProductsKey is the set of product ids loaded into Redis.
 const ProductsKey = Prefix + "products"
+
+// ProductKeysPattern is the SCAN pattern matching every key under the hash
+// tags of productID's shards.
+func ProductKeysPattern(productID int64) string {
+	return Prefix + "{p:" + strconv.FormatInt(productID, 10) + ":*"
+}
+
+// DeadStream is the dead stream of intake stream intake (Keys.Intake): the
+// writers move there, with its error, an entry that can never become an
+// order. It shares the intake stream's hash tag.
+func DeadStream(intake string) string { return intake + ":dead" }
+
+// NodeKeyPrefix prefixes the keys of leased orderNo node ids:
+// "stampede:node:<0…1023>" = owner, with a TTL (node.lua scripts). Each key
+// is its own slot on a Redis Cluster; no script touches two of them.
+const NodeKeyPrefix = Prefix + "node:"
+
+// NodeKey is the lease key of orderNo node id id (0…1023).
+func NodeKey(id int64) string { return NodeKeyPrefix + strconv.FormatInt(id, 10) }
+
+// ReconcileMarkKey is set (NX, TTL of the reconcile interval) by the sweeper
+// that starts a reconciliation round; while it exists other sweepers skip
+// theirs.
+const ReconcileMarkKey = Prefix + "sweeper:reconciled"
