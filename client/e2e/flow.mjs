@@ -302,7 +302,15 @@ async function main() {
     const scarce = await mk({ name: `Last two ${RUN}`, stock: 2, perUserLimit: 2, maxPerOrder: 2 })
     const product = await mk({ name: `E2E gadget ${RUN}`, stock: 10, perUserLimit: 5, maxPerOrder: 1 })
     const limited = await mk({ name: `Rate-limited ${RUN}`, stock: 5, maxPerOrder: 1 })
-    const ended = await mk({ name: `Ended yesterday ${RUN}`, saleStart: iso(now - 2 * 86400_000), saleEnd: iso(now - 86400_000) })
+    // An ended sale: created open, then ended (the operator API refuses a
+    // saleEnd in the past; an older gateway takes it).
+    let ended
+    try {
+      ended = await mk({ name: `Ended early ${RUN}`, saleStart: iso(now - 2 * 86400_000), saleEnd: iso(now - 86400_000) })
+    } catch {
+      ended = await mk({ name: `Ended early ${RUN}` })
+      await api('POST', `/api/admin/products/${ended.id}/end`, undefined, ADMIN_TOKEN)
+    }
 
     await setSession(buyerToken, buyerId)
     await page.goto(`${BASE}/`)

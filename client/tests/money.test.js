@@ -56,3 +56,26 @@ describe('sale form', () => {
     expect(validateSale(saleBody({ ...f, description: 'x'.repeat(2001) }, 'USD'))).toMatch(/2000/)
   })
 })
+
+describe('sale edit', () => {
+  const p = {
+    name: 'Sneaker',
+    price: 1999,
+    perUserLimit: 2,
+    maxPerOrder: 1,
+    saleStart: '2026-12-01T12:00:00.000Z',
+    saleEnd: '2026-12-01T13:00:00.000Z',
+    imageUrl: 'https://cdn.test/a.png',
+  }
+  it('sends only what changed and what the state allows', async () => {
+    const { editBody } = await import('../src/lib/saleForm.js')
+    const b = { ...p, name: 'Sneaker v2', price: 2999, saleEnd: '2026-12-01T14:00:00.000Z' }
+    expect(editBody(b, p, 'upcoming')).toEqual({ name: 'Sneaker v2', price: 2999, saleEnd: '2026-12-01T14:00:00.000Z' })
+    expect(editBody(b, p, 'live')).toEqual({ name: 'Sneaker v2', saleEnd: '2026-12-01T14:00:00.000Z' })
+    expect(editBody(b, p, 'ended')).toEqual({ name: 'Sneaker v2' })
+    expect(editBody({ ...p }, p, 'upcoming')).toEqual({})
+    const cleared = { ...p }
+    delete cleared.imageUrl
+    expect(editBody({ ...cleared, description: 'New text' }, p, 'live')).toEqual({ imageUrl: '', description: 'New text' })
+  })
+})

@@ -67,6 +67,15 @@ export const api = {
 /** admin is the operator API (admin token; 403 FORBIDDEN otherwise). */
 export const admin = {
   createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
+  /** PATCH the fields given (what the sale's state allows). */
+  edit: (id, body) => request('PATCH', `/api/admin/products/${encodeURIComponent(id)}`, { body }),
+  pause: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/pause`),
+  resume: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/resume`),
+  end: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/end`),
+  refunds: (limit = 20) => request('GET', `/api/admin/refunds?status=REFUND_PENDING&limit=${limit}`),
+  /** refundNo makes the call idempotent: the same one again changes nothing. */
+  refund: (paymentNo, refundNo) =>
+    request('POST', `/api/admin/payments/${encodeURIComponent(paymentNo)}/refund`, { body: { refundNo } }),
   pulse: (window = 10) => request('GET', `/api/admin/pulse?window=${window}`),
   reconcile: () => request('GET', '/api/admin/reconcile', { timeoutMs: 30_000 }),
   dlq: (limit = 50) => request('GET', `/api/admin/dlq?limit=${limit}`),

@@ -46,3 +46,33 @@ export function validateSale(b) {
   if (Date.parse(b.saleEnd) <= Date.parse(b.saleStart)) return 'The sale must end after it starts.'
   return ''
 }
+
+/**
+ * EDITABLE says which fields an edit may change in each sale state (the
+ * operator API answers 409 INVALID_STATE for others). The picture and the
+ * description can change at any time.
+ */
+export const EDITABLE = {
+  upcoming: ['name', 'imageUrl', 'description', 'price', 'saleStart', 'saleEnd', 'perUserLimit', 'maxPerOrder'],
+  live: ['name', 'imageUrl', 'description', 'saleEnd'],
+  paused: ['name', 'imageUrl', 'description', 'saleEnd'],
+  soldout: ['name', 'imageUrl', 'description', 'saleEnd'],
+  ended: ['name', 'imageUrl', 'description'],
+}
+
+/**
+ * editBody is the PATCH body of an edit: the editable fields of body b (a
+ * saleBody) whose value differs from product p. A cleared picture or
+ * description is sent as "" (none).
+ */
+export function editBody(b, p, state) {
+  const out = {}
+  for (const k of EDITABLE[state] ?? []) {
+    const v = b[k] ?? (k === 'imageUrl' || k === 'description' ? '' : undefined)
+    if (v === undefined) continue
+    const cur = p[k] ?? (k === 'imageUrl' || k === 'description' ? '' : undefined)
+    const same = k === 'saleStart' || k === 'saleEnd' ? cur != null && Date.parse(cur) === Date.parse(v) : cur === v
+    if (!same) out[k] = v
+  }
+  return out
+}
