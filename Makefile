@@ -1,9 +1,11 @@
 # Stampede developer and CI targets. `make test` is what .ci/run executes.
 GO ?= go
 GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
+# Installed, at the version pinned in scripts/tools.sh, by `bash scripts/tools.sh lint`.
+GOLANGCI_LINT ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 ARGS ?=
 
-.PHONY: services build migrate demo test test-go test-fuzz test-client test-e2e test-short bench bench-push bench-scale bench-services fmt clean
+.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-scale bench-services fmt clean
 
 services:
 	bash scripts/services.sh
@@ -25,11 +27,18 @@ demo: services build
 # packages when they are missing).
 test: test-go test-client test-e2e
 
-test-go: services
+test-go: services lint
 	bash scripts/tools.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) test-fuzz
+
+# The house rules (.golangci.yml: a small linter set, depguard's import
+# direction); gofmt first, which golangci-lint does not check here.
+lint:
+	bash scripts/tools.sh lint
+	@test -z "$$($(GOFMT) -l .)" || { echo "gofmt needed:"; $(GOFMT) -l .; exit 1; }
+	$(GOLANGCI_LINT) run ./...
 
 # A short run of the order decoder/handler fuzz target (issue 5): no panic, no
 # 5xx, no reservation on rejected input. -parallel 1 keeps it to one core.

@@ -170,14 +170,9 @@ func (k *jwks) close() error {
 	return err
 }
 
-// keyFor is the jwt.Keyfunc of RS256/ES256 tokens: the public key of the
-// token's kid, of the type its alg needs (never a symmetric key).
-func (k *jwks) keyFor(t *jwt.Token) (any, error) {
-	_, pub, err := k.keyOf(t)
-	return pub, err
-}
-
-// keyOf is keyFor that also returns the JWKS entry of the key.
+// keyOf is the key lookup of RS256/ES256 tokens: the public key of the
+// token's kid, of the type its alg needs (never a symmetric key), and the
+// JWKS entry it came from.
 func (k *jwks) keyOf(t *jwt.Token) (jwk.Key, any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)

@@ -100,7 +100,7 @@ func (a *api) do(ctx context.Context, method, path, token string, body any) (int
 // waitReady polls GET /readyz until it answers 200.
 func (a *api) waitReady(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	last := "no answer"
+	var last string
 	for {
 		status, body, err := a.do(ctx, "GET", "/readyz", "", nil)
 		if err == nil && status == fasthttp.StatusOK {

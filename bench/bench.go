@@ -29,10 +29,11 @@ const (
 	Replay    = "replay"
 	E2E       = "e2e"
 	Drain     = "drain"
+	// WaitingRoom: see waitingroom.go (const WaitingRoom).
 )
 
 // All lists every scenario in run order.
-var All = []string{Spike, Sustained, SoldOut, Duplicate, Replay, E2E, Drain}
+var All = []string{Spike, Sustained, SoldOut, Duplicate, Replay, E2E, Drain, WaitingRoom}
 
 // Env is what the scenarios need besides the gateway: direct access to the
 // Redis and MySQL the gateway uses (for the audit and the end-to-end
@@ -155,6 +156,14 @@ type Params struct {
 	DrainDesigns    []string      `json:"drainDesigns"`
 	DrainPayTimeout time.Duration `json:"drainPayTimeout"`
 
+	// RoomBuyers take a ticket within RoomArrival for RoomStock units of a
+	// product with its waiting room on; RoomSockets of them follow the line
+	// over push (waitingroom.go).
+	RoomBuyers  int           `json:"roomBuyers"`
+	RoomStock   int64         `json:"roomStock"`
+	RoomArrival time.Duration `json:"roomArrival"`
+	RoomSockets int           `json:"roomSockets"`
+
 	CeilingRequests int `json:"ceilingRequests"` // redis-benchmark -n
 	CeilingClients  int `json:"ceilingClients"`  // redis-benchmark -c
 }
@@ -192,6 +201,7 @@ func DefaultParams() Params {
 		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000,
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
 		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignMessage, DesignBatch}, DrainPayTimeout: time.Minute,
+		RoomBuyers: 100_000, RoomStock: 5_000, RoomArrival: 10 * time.Second, RoomSockets: 200,
 		CeilingRequests: 200_000, CeilingClients: 50,
 	}
 }
@@ -212,6 +222,7 @@ func QuickParams() Params {
 	p.E2ERate, p.E2EDuration = 1_000, 2*time.Second
 	p.ClosedDuration, p.ReplayKeys = time.Second, 2_000
 	p.DrainOrders, p.DrainRate, p.DrainPayTimeout = 2_000, 2_000, 10*time.Second
+	p.RoomBuyers, p.RoomStock, p.RoomArrival, p.RoomSockets = 2_000, 200, 2*time.Second, 20
 	p.CeilingRequests = 20_000
 	return p
 }
@@ -253,6 +264,9 @@ func (p Params) Validate() error {
 			errs = append(errs, fmt.Errorf("drain design %q is neither %s nor %s", d, DesignBatch, DesignMessage))
 		}
 	}
+	if p.RoomBuyers < 1 || p.RoomStock < 1 || p.RoomArrival <= 0 || p.RoomSockets < 0 || p.RoomSockets > p.RoomBuyers {
+		errs = append(errs, errors.New("waitingroom buyers, stock and arrival must be positive, sockets from 0 to the buyers"))
+	}
 	if p.CeilingRequests < 1 || p.CeilingClients < 1 {
 		errs = append(errs, errors.New("ceiling requests and clients must be positive"))
 	}
@@ -285,6 +299,8 @@ var scenarioFuncs = map[string]scenarioFunc{
 	Replay:    runReplay, // replay.go
 	E2E:       runE2E,
 	Drain:     runDrain,
+	// waitingroom.go
+	WaitingRoom: runWaitingRoom,
 }
 
 // ParseScenarios splits a comma-separated list ("" or "all" = All) and
@@ -382,6 +398,9 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 		if slices.Contains(selected, Spike) {
 			n = max(n, p.SpikeBuyers)
 		}
+		if slices.Contains(selected, WaitingRoom) {
+			n = max(n, p.RoomBuyers)
+		}
 		t0 := time.Now()
 		u, err := issueUsers(env.JWTSecret, n, p.UserBase)
 		if err != nil {
@@ -399,8 +418,8 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return rep.finish(), err
 			}
-			if name == Drain && t.index > 0 {
-				continue // the drain pauses the system under test's pipeline; it has no baseline
+			if (name == Drain || name == WaitingRoom) && t.index > 0 {
+				continue // the drain pauses the system under test's pipeline, the room is its pacer's: no baseline
 			}
 			r.logf("== %s against %s (%s)", name, t.Label, t.URL)
 			mem := startMemory(t.Target)

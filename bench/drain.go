@@ -71,6 +71,9 @@ func (r *run) readCounters(ctx context.Context) (counters, []string) {
 				out[name] = v.Float64
 			}
 		}
+		if err := rows.Err(); err != nil {
+			notes = append(notes, "MySQL status counters: "+err.Error())
+		}
 		rows.Close()
 	}
 	if r.env.RabbitMQMetricsURL != "" {
@@ -185,7 +188,7 @@ func (r *run) redisFootprint(ctx context.Context, pid int64) (bytes, keys int64,
 			for i, k := range batch {
 				cmds[i] = pipe.MemoryUsage(ctx, k)
 			}
-			pipe.Exec(ctx) // per-command errors: a key gone meanwhile counts 0
+			_, _ = pipe.Exec(ctx) // per-command errors: a key gone meanwhile counts 0
 			for _, c := range cmds {
 				if n, err := c.Result(); err == nil {
 					bytes += n

@@ -47,6 +47,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		stock, limit, shards int64
 		maxPer               int64
 		hasShards, hasMax    bool
+		room, hasRoom        bool
 	)
 	fields := [...]field{
 		stringField("name", &p.Name),
@@ -59,6 +60,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		optional(intField("maxPerOrder", &maxPer), &hasMax),
 		optional(stringField("imageUrl", &p.ImageURL), nil),
 		optional(stringField("description", &p.Description), nil),
+		optional(boolField("waitingRoom", &room), &hasRoom),
 	}
 	if err := decodeBody(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:]); err != nil {
 		s.fail(ctx, err)
@@ -79,6 +81,10 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
+	if room && shards > 1 {
+		s.fail(ctx, errRoomSharded)
+		return
+	}
 	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
 
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -94,8 +100,17 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards)
-	s.writeJSON(ctx, fasthttp.StatusCreated, toProductJSON(p, p.Total))
+	if room {
+		if err := s.setRoom(p.ID, lua.RoomSettings{On: true, Window: s.cfg.RoomWindow}); err != nil {
+			s.log.Error("product stored and loaded but its waiting room not turned on", "productId", p.ID, "err", err)
+			s.fail(ctx, err)
+			return
+		}
+	}
+	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)
+	pj := toProductJSON(p, p.Total)
+	pj.WaitingRoom = room
+	s.writeJSON(ctx, fasthttp.StatusCreated, pj)
 }
 
 func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) error {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,6 +97,10 @@ type Config struct {
 	// sells again. 0: no sold-out cache.
 	SoldOutTTL time.Duration
 
+	// RoomWindow is how long a waiting-room admission lasts when the room
+	// is turned on without its own window (waitingroom.go). Default 2m.
+	RoomWindow time.Duration
+
 	// ReservePipeline, above 1, sends the reserve calls of concurrent
 	// requests to Redis in pipelines of up to this many (reserve_batch.go).
 	// 0 or 1: one round trip per call (the default).
@@ -173,44 +178,31 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	if c.Currency == "" {
-		c.Currency = DefaultCurrency
-	}
-	setDur(&c.TokenTTL, 24*time.Hour)
-	setDur(&c.PayTimeout, 15*time.Minute)
-	setDur(&c.RequestTTL, order.DefaultRequestTTL)
-	setDur(&c.NodeLeaseTTL, 30*time.Second)
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	setDur(&c.RedisTimeout, time.Second)
-	setDur(&c.StoreTimeout, 3*time.Second)
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
-	}
-	setDur(&c.BreakerOpen, time.Second)
-	setDur(&c.ProductCacheTTL, time.Second)
+	c.Addr = cmp.Or(c.Addr, DefaultAddr)
+	c.Currency = cmp.Or(c.Currency, DefaultCurrency)
+	c.TokenTTL = cmp.Or(c.TokenTTL, 24*time.Hour)
+	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
+	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
+	c.RoomWindow = cmp.Or(c.RoomWindow, 2*time.Minute)
+	c.NodeLeaseTTL = cmp.Or(c.NodeLeaseTTL, 30*time.Second)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.RedisTimeout = cmp.Or(c.RedisTimeout, time.Second)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, 3*time.Second)
+	c.BreakerFailures = cmp.Or(c.BreakerFailures, 5)
+	c.BreakerOpen = cmp.Or(c.BreakerOpen, time.Second)
+	c.ProductCacheTTL = cmp.Or(c.ProductCacheTTL, time.Second)
 	if c.RateGlobal > 0 && c.RateGlobalBurst == 0 {
 		c.RateGlobalBurst = int(max(c.RateGlobal, 1))
 	}
 	if c.RateUser > 0 && c.RateUserBurst == 0 {
 		c.RateUserBurst = int(max(2*c.RateUser, 1))
 	}
-	setDur(&c.ReadTimeout, 10*time.Second)
-	setDur(&c.WriteTimeout, 10*time.Second)
-	setDur(&c.IdleTimeout, time.Minute)
-	setDur(&c.ShutdownTimeout, 10*time.Second)
-	setDur(&c.ReadyTimeout, 2*time.Second)
-	setDur(&c.RedisCheckInterval, 10*time.Second)
-}
-
-func setDur(d *time.Duration, def time.Duration) {
-	if *d == 0 {
-		*d = def
-	}
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, 10*time.Second)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, 10*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, time.Minute)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, 2*time.Second)
+	c.RedisCheckInterval = cmp.Or(c.RedisCheckInterval, 10*time.Second)
 }
 
 // Validate reports the first problem of c as "invalid config: ...". It

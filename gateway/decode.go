@@ -31,6 +31,7 @@ const (
 	kindInt    kind = iota + 1 // a JSON integer in int64 range
 	kindString                 // a JSON string
 	kindTime                   // a JSON string holding an RFC 3339 time
+	kindBool                   // true or false
 )
 
 // field is one member of a body: its name, its kind, where to store it and
@@ -42,6 +43,7 @@ type field struct {
 	i        *int64
 	s        *string
 	t        *time.Time
+	b        *bool
 	set      *bool // optional fields: true when present and not null
 }
 
@@ -52,6 +54,7 @@ const maxFields = 32
 func intField(name string, p *int64) field      { return field{name: name, kind: kindInt, i: p} }
 func stringField(name string, p *string) field  { return field{name: name, kind: kindString, s: p} }
 func timeField(name string, p *time.Time) field { return field{name: name, kind: kindTime, t: p} }
+func boolField(name string, p *bool) field      { return field{name: name, kind: kindBool, b: p} }
 
 // optional makes f optional: absent or null leaves its target and *set as
 // they are; a value sets *set to true.
@@ -66,7 +69,7 @@ func optional(f field, set *bool) field {
 func (f *field) label() string { return strings.Clone(f.name) }
 
 func (k kind) describe() string {
-	return [...]string{"", "an integer", "a string", "an RFC 3339 time string"}[k]
+	return [...]string{"", "an integer", "a string", "an RFC 3339 time string", "true or false"}[k]
 }
 
 // fieldNames lists the fields for a message: "productId, quantity, requestId".
@@ -229,6 +232,15 @@ func (d *decoder) value(f *field) *apiError {
 			return err
 		}
 		*f.i = n
+	case kindBool:
+		switch rest := d.b[d.pos:]; {
+		case bytes.HasPrefix(rest, []byte("true")):
+			*f.b, d.pos = true, d.pos+4
+		case bytes.HasPrefix(rest, []byte("false")):
+			*f.b, d.pos = false, d.pos+5
+		default:
+			return d.wrongType(f)
+		}
 	case kindString, kindTime:
 		if c != '"' {
 			return d.wrongType(f)

@@ -20,6 +20,9 @@
 //     available counts read from Redis;
 //   - admin product creation, which loads the stock shards into Redis
 //     (lua.Sharded.LoadProduct), and stock adjustments (lua.ApplyAdjustment);
+//   - the waiting room (waitingroom.go): POST /api/products/{id}/queue, the
+//     admission check inside the reserve call (409 NOT_ADMITTED), the admin
+//     switch POST /api/admin/products/{id}/waiting-room;
 //   - /healthz, /readyz and serving the built client (StaticDir);
 //   - its Prometheus series (metrics.go): request durations per route and
 //     status, reserve outcomes, reserve script latency — counters and

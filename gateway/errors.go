@@ -36,6 +36,8 @@ const (
 	CodeRateLimited           = "RATE_LIMITED"
 	CodeInternal              = "INTERNAL"
 	CodeStockCorrupt          = "STOCK_CORRUPT"
+	CodeNotAdmitted           = "NOT_ADMITTED"     // waiting room: no live admission (waitingroom.go)
+	CodeWaitingRoomOff        = "WAITING_ROOM_OFF" // waiting room: the product has none on
 )
 
 // apiError is an answer other than success. Handlers return one directly when
@@ -85,6 +87,8 @@ var errorTable = []struct {
 	{lua.ErrInsufficient, 409, CodeInsufficientStock, "not enough stock left for this quantity"},
 	{lua.ErrLimitExceeded, 409, CodePurchaseLimitExceeded, "this purchase would exceed the per-user limit"},
 	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order"},
+	{lua.ErrNotAdmitted, 409, CodeNotAdmitted, "the waiting room is on: take a place in line (POST /api/products/{id}/queue) and order once admitted"},
+	{lua.ErrRoomOff, 409, CodeWaitingRoomOff, "this product has no waiting room on: order directly"},
 	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},
@@ -116,7 +120,7 @@ var tableErrors = func() []*apiError {
 
 func toAPIError(err error) (e *apiError, known bool) {
 	for i, t := range errorTable { // a bare sentinel, the hot case (409 SOLD_OUT): no allocation
-		if err == t.err {
+		if err == t.err { //nolint:errorlint // a bare sentinel first, without allocating; wrapped ones are matched below
 			return tableErrors[i], true
 		}
 	}

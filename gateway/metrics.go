@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/metric"
 )
 
 // Metrics are the gateway's Prometheus collectors. Build one per registry
@@ -26,7 +27,8 @@ import (
 //	reserve_total{result}                                POST /api/orders outcomes that reached the
 //	                                                     reserve step: accepted, duplicate, sold_out,
 //	                                                     insufficient, limited, not_active, key_reused,
-//	                                                     not_found, invalid, rate_limited, unavailable
+//	                                                     not_found, invalid, rate_limited, unavailable,
+//	                                                     stock_corrupt, not_admitted (waiting room)
 //	lua_call_duration_seconds{script}                    latency of one Redis script call (defined in package lua,
 //	                                                     shared with the release calls of package pipeline)
 //	stock_corrupt_total{product}                         requests that found the product's stock data in
@@ -59,6 +61,7 @@ const (
 	ReserveRateLimited  = "rate_limited"  // 429 RATE_LIMITED (token buckets)
 	ReserveUnavailable  = "unavailable"   // 503: Redis failed or the breaker is open
 	ReserveCorrupt      = "stock_corrupt" // 500 STOCK_CORRUPT: the product's stock data is unusable
+	ReserveNotAdmitted  = "not_admitted"  // 409 NOT_ADMITTED: the waiting room is on and the buyer holds no admission
 )
 
 type reserveResult int
@@ -76,12 +79,14 @@ const (
 	resRateLimited
 	resUnavailable
 	resCorrupt
+	resNotAdmitted
 	numReserveResults
 )
 
 var reserveResultNames = [numReserveResults]string{
 	ReserveAccepted, ReserveDuplicate, ReserveSoldOut, ReserveInsufficient, ReserveLimited, ReserveNotActive,
 	ReserveKeyReused, ReserveNotFound, ReserveInvalid, ReserveRateLimited, ReserveUnavailable, ReserveCorrupt,
+	ReserveNotAdmitted,
 }
 
 // HTTPBuckets are the bucket bounds of stampede_http_request_duration_seconds:
@@ -94,28 +99,28 @@ var HTTPBuckets = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1
 // registry.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
-	m.requests = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	m.requests = metric.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "stampede_http_request_duration_seconds",
 		Help:    "Time the gateway spent handling an HTTP request, by method, route pattern and status code.",
 		Buckets: HTTPBuckets,
 	}, []string{"method", "route", "status"}))
-	reserve := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	reserve := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_reserve_total",
-		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable, stock_corrupt.",
+		Help: "Order requests (POST /api/orders) by the outcome of the reserve step: accepted, duplicate, sold_out, insufficient, limited, not_active, key_reused, not_found, invalid, rate_limited, unavailable, stock_corrupt, not_admitted.",
 	}, []string{"result"}))
 	for i, name := range reserveResultNames {
 		m.reserve[i] = reserve.WithLabelValues(name)
 	}
-	m.lua = register(reg, lua.NewCallHistogram()).WithLabelValues("reserve")
-	m.corrupt = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.lua = metric.Register(reg, lua.NewCallHistogram()).WithLabelValues("reserve")
+	m.corrupt = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_stock_corrupt_total",
 		Help: "Requests that found the product's stock data in Redis unusable (a non-integer field, a wrong key type, a script error on it): orders answered 500 STOCK_CORRUPT, product reads showing 0 available; by product.",
 	}, []string{"product"}))
-	m.redisUnsafe = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.redisUnsafe = metric.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "stampede_redis_unsafe_eviction_nodes",
 		Help: "Redis nodes whose maxmemory-policy was not noeviction at the gateway's last watch of the Redis settings (the gateway is not ready while above 0).",
 	}))
-	m.redisNoPersist = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.redisNoPersist = metric.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "stampede_redis_no_persistence_nodes",
 		Help: "Redis nodes with persistence off (appendonly no and save \"\") at the gateway's last watch: a restart loses stock and unwritten intake entries.",
 	}))
@@ -128,25 +133,6 @@ func (m *Metrics) productSeen(productID int64) { m.corrupt.WithLabelValues(produ
 
 func (m *Metrics) stockCorrupt(productID int64) {
 	m.corrupt.WithLabelValues(productLabel(productID)).Inc()
-}
-
-// register registers c with reg and returns it, or the collector already
-// registered under the same descriptors. Any other error is a programming
-// error (a name reused with different labels) and panics, like MustRegister.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-		panic(err)
-	}
-	return c
 }
 
 // reserveOutcome counts one reserve call's result, from the error of
@@ -174,6 +160,8 @@ func (m *Metrics) reserveOutcome(err error) {
 		r = resInvalid
 	case errors.Is(err, lua.ErrStockCorrupt):
 		r = resCorrupt
+	case errors.Is(err, lua.ErrNotAdmitted):
+		r = resNotAdmitted
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		r = resUnavailable
 	}

@@ -166,13 +166,13 @@ func (s *Server) keepNode(ctx context.Context, gen *order.NoGenerator) {
 		if lease == nil {
 			lease, err = LeaseNode(cctx, s.rdb, "", s.cfg.NodeLeaseTTL)
 			if err == nil {
-				gen.SetNode(lease.Node())
+				_ = gen.SetNode(lease.Node()) // a leased id is 0…1023: in range
 				s.lease.Store(lease)
 				s.log.Info("orderNo node id leased", "node", lease.Node(), "owner", lease.Owner(), "ttl", lease.TTL().String())
 			}
 		} else {
 			var changed bool
-			changed, err = lease.Renew(cctx, func(node int64) { gen.SetNode(node) })
+			changed, err = lease.Renew(cctx, func(node int64) { _ = gen.SetNode(node) })
 			if changed {
 				s.log.Warn("orderNo node id was taken by another gateway while its lease was not renewed; leased a new one", "node", lease.Node())
 			}

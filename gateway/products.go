@@ -30,6 +30,8 @@ type productJSON struct {
 	SoldOut      bool      `json:"soldOut"`
 	ImageURL     string    `json:"imageUrl,omitempty"`    // absolute http(s) URL; absent = none
 	Description  string    `json:"description,omitempty"` // plain text; absent = none
+	// WaitingRoom: buyers take a place in line first (waitingroom.go).
+	WaitingRoom bool `json:"waitingRoom"`
 }
 
 func toProductJSON(p persistence.Product, available int64) productJSON {
@@ -47,7 +49,7 @@ func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
 		s.fail(ctx, err)
 		return
 	}
-	avail, err := s.available(snap.list)
+	avail, rooms, err := s.available(snap.list)
 	if err != nil {
 		s.fail(ctx, err)
 		return
@@ -55,6 +57,7 @@ func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
 	out := make([]productJSON, len(snap.list))
 	for i, p := range snap.list {
 		out[i] = toProductJSON(p, avail[i])
+		out[i].WaitingRoom = rooms[i]
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, out)
 }
@@ -77,29 +80,35 @@ func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
 		s.fail(ctx, errProductNotFound)
 		return
 	}
-	avail, err := s.available(snap.list[i : i+1])
+	avail, rooms, err := s.available(snap.list[i : i+1])
 	if err != nil {
 		s.fail(ctx, err)
 		return
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, toProductJSON(snap.list[i], avail[0]))
+	pj := toProductJSON(snap.list[i], avail[0])
+	pj.WaitingRoom = rooms[0]
+	s.writeJSON(ctx, fasthttp.StatusOK, pj)
 }
 
 // available reads, in one pipelined round trip, the Redis available count of
-// every shard of ps and returns the sum per product. A shard whose stock hash
-// is missing counts 0.
-func (s *Server) available(ps []persistence.Product) ([]int64, error) {
+// every shard of ps and returns the sum per product, and whether the
+// product's waiting room is on (shard 0's room field). A shard whose stock
+// hash is missing counts 0.
+func (s *Server) available(ps []persistence.Product) ([]int64, []bool, error) {
 	out := make([]int64, len(ps))
+	rooms := make([]bool, len(ps))
 	if len(ps) == 0 {
-		return out, nil
+		return out, rooms, nil
 	}
 	var cmds []*redis.StringCmd
+	roomCmds := make([]*redis.StringCmd, len(ps))
 	err := s.redisCall(func(ctx context.Context) error {
 		pipe := s.rdb.Pipeline()
-		for _, p := range ps {
+		for i, p := range ps {
 			for sh := range max(p.Shards, 1) {
 				cmds = append(cmds, pipe.HGet(ctx, lua.ShardKeys(p.ID, sh).Stock(), "available"))
 			}
+			roomCmds[i] = pipe.HGet(ctx, lua.Room(p.ID).Stock(), "room")
 		}
 		// An error reply of one command (WRONGTYPE) is about its key,
 		// handled below per product; only a failed round trip fails all.
@@ -109,10 +118,11 @@ func (s *Server) available(ps []persistence.Product) ([]int64, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	next := 0
 	for i, p := range ps {
+		rooms[i] = roomCmds[i].Val() == "1"
 		for range max(p.Shards, 1) {
 			n, err := cmds[next].Int64()
 			next++
@@ -127,7 +137,7 @@ func (s *Server) available(ps []persistence.Product) ([]int64, error) {
 			out[i] += n
 		}
 	}
-	return out, nil
+	return out, rooms, nil
 }
 
 // productCache keeps the product rows for ttl so that a sale's product page,

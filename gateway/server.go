@@ -44,6 +44,7 @@ type Server struct {
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	soldOut    soldOutCache
+	rooms      roomHints // waitingroom.go
 	routing    routeCache
 	corrupt    corruptLog                     // stockfault.go
 	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
@@ -175,6 +176,8 @@ func (s *Server) routes() *router.Router {
 
 	handle("GET", "/api/products", s.listProducts)
 	handle("GET", "/api/products/{id}", s.getProduct)
+	handle("POST", "/api/products/{id}/queue", s.authed(s.takePlace))
+	handle("POST", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminWaitingRoom))
 	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
 	handle("POST", "/api/admin/products/{id}/stock", s.adminOnly(s.adminAdjustStock))
 	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))
@@ -246,7 +249,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	err := srv.ShutdownWithContext(sctx)
 	// If Serve had not yet taken the listener, Shutdown did not close it.
 	ln.Close()
-	<-errc
+	<-errc //nolint:errcheck // Serve's answer to the shutdown; err is the shutdown's
 	if err != nil {
 		return fmt.Errorf("gateway: shutdown: %w", err)
 	}

@@ -96,11 +96,23 @@ func (c *productCache) refreshOlderThan(minAge, timeout time.Duration) (*product
 	return c.get(timeout)
 }
 
+// Pull policy of a sharded product whose home shard is short.
+const (
+	// minPull is the least number of units pulled from a donor shard at
+	// once, so that a dry home shard does not pay a transfer per order at
+	// the end of a sale.
+	minPull = 8
+	// maxPulls bounds the pull-and-retry rounds of one request; other
+	// buyers may take pulled units before this request's retry.
+	maxPulls = 8
+)
+
 // newSharded is the gateway's lua.Sharded: every Redis call under
 // redisCall, reservations through reserveOnce, transfer ids from the orderNo
-// generator.
+// generator, the gateway's pull policy.
 func (s *Server) newSharded() *lua.Sharded {
-	return &lua.Sharded{RDB: s.rdb, MarkerTTL: s.cfg.RequestTTL, Do: s.redisCall, ReserveShard: s.reserveOnce, TransferID: s.gen.Next}
+	return &lua.Sharded{RDB: s.rdb, MarkerTTL: s.cfg.RequestTTL, Do: s.redisCall, ReserveShard: s.reserveOnce, TransferID: s.gen.Next,
+		MinPull: minPull, MaxPulls: maxPulls}
 }
 
 // reserveOnce runs reserve.lua on one shard: through the reserve batcher

@@ -1,12 +1,14 @@
 // Package lua owns Stampede's Redis model: every key and hash tag
 // (keys.go), every Redis script with its KEYS, ARGV and return codes in its
 // header (*.lua, one Go wrapper each mapping the codes to sentinel errors:
-// scripts.go, transfer.go, node.go, prune.go), the codecs of the records the
+// scripts.go, transfer.go, node.go, prune.go, waitingroom.go), the codecs of the records the
 // scripts write (records.go: the intake stream's reservation, the pending
 // order hash, the idempotency record) and the operations that span the
 // shards of one product (shards.go: reserve with pull-and-retry, load and
 // split a product, apply a stock adjustment; transfer.go: move units between
-// shards and repair half-done transfers).
+// shards and repair half-done transfers) and the waiting room
+// (waitingroom.go: tickets, the pacer's atomic admission step, the
+// admission check inside reserve.lua).
 //
 // The package keeps the path lua/ (rather than a new stock/) because the
 // other packages and the scripts' go:embed already name it, and other work

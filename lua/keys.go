@@ -45,6 +45,10 @@ func (k Keys) Released(orderNo string) string { return k.base + "released:" + or
 // Adjusted marks repairNo as applied to this shard.
 func (k Keys) Adjusted(repairNo string) string { return k.base + "adjusted:" + repairNo }
 
+// RoomAdmitted is the waiting room's admissions (RoomKeys.Admitted) when k
+// is the product's shard 0, the only shard a room lives on.
+func (k Keys) RoomAdmitted() string { return k.base + "room:adm" }
+
 // Transfers is the hash of stock transfers this shard gave and that are not
 // yet confirmed applied at the receiver: field transfer id = "<toShard> <units>".
 func (k Keys) Transfers() string { return k.base + "xfer" }
@@ -82,3 +86,27 @@ func NodeKey(id int64) string { return NodeKeyPrefix + strconv.FormatInt(id, 10)
 // that starts a reconciliation round; while it exists other sweepers skip
 // theirs.
 const ReconcileMarkKey = Prefix + "sweeper:reconciled"
+
+// RoomKeys builds the keys of one product's waiting room. Get one from Room.
+type RoomKeys struct {
+	base string // "stampede:{p:<pid>:0}:"
+}
+
+// Room returns the waiting-room keys of productID (under its shard 0 tag).
+func Room(productID int64) RoomKeys { return RoomKeys{base: ShardKeys(productID, 0).base} }
+
+// Stock is the shard-0 stock hash, whose field room is "1" while the room is on.
+func (r RoomKeys) Stock() string { return r.base + "stock" }
+
+// State is the room's hash: issued, upto, rate, window, ceiling, last,
+// carry, owed, admitted, expired (room_admit.lua names each).
+func (r RoomKeys) State() string { return r.base + "room" }
+
+// Line is the sorted set of waiting user ids by ticket.
+func (r RoomKeys) Line() string { return r.base + "room:line" }
+
+// Tickets is the hash userId → "<ticket> <issuedMs>" of the user's last ticket.
+func (r RoomKeys) Tickets() string { return r.base + "room:tickets" }
+
+// Admitted is the sorted set of admitted user ids by admission deadline (ms).
+func (r RoomKeys) Admitted() string { return r.base + "room:adm" }

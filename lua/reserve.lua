@@ -10,6 +10,10 @@
 -- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds
 -- KEYS[4] order    hash   stampede:{p:<pid>:<shard>}:order:<orderNo> (u, r, q, pr, t)
 -- KEYS[5] intake   stream stampede:{p:<pid>:<shard>}:intake
+-- KEYS[6] optional admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua):
+--                         userId by admission deadline (ms). Passed by a gateway that knows the
+--                         product's room is on (stock field room = "1"); an accepted order
+--                         uses the admission (removes the user)
 --
 -- ARGV[1] orderNo to use if this intent is new
 -- ARGV[2] userId (decimal)
@@ -39,6 +43,10 @@
 --                   request record) is not an integer: {9, '<field>', 0}. The product's
 --                   data needs repair; nothing else is affected (the gateway answers 500
 --                   STOCK_CORRUPT for this product only)
+--  10 ROOM_ON       the stock hash says the waiting room is on and KEYS[6] was not passed:
+--                   checked after the stock, before the limit; call again with KEYS[6]
+--  11 NOT_ADMITTED  the waiting room is on and the user holds no admission whose deadline
+--                   (KEYS[6]) is in the future
 -- Nothing is written unless the code is 0.
 
 local q = tonumber(ARGV[4])
@@ -66,7 +74,7 @@ if seen then
   return {2, no, 0}
 end
 
-local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end')
+local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end', 'room')
 if not s[1] then
   return {3, '', 0}
 end
@@ -92,6 +100,16 @@ end
 if available < q then
   return {6, '', available}
 end
+local room = s[7] == '1'
+if room then
+  if not KEYS[6] then
+    return {10, '', available}
+  end
+  local dl = tonumber(redis.call('ZSCORE', KEYS[6], ARGV[2]))
+  if not dl or dl <= now then
+    return {11, '', available}
+  end
+end
 local limit = tonumber(s[3])
 local held = int(redis.call('GET', KEYS[3]) or '0')
 if not held then
@@ -102,6 +120,9 @@ if limit > 0 and held + q > limit then
 end
 
 local ttl = tonumber(ARGV[5])
+if room then
+  redis.call('ZREM', KEYS[6], ARGV[2])
+end
 available = redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('SET', KEYS[3], held + q, 'EX', ttl)
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)

@@ -123,6 +123,10 @@ type ReserveArgs struct {
 	// writes the order to MySQL itself (STAMPEDE_INTAKE=sync). The result
 	// then carries UnitPrice and AcceptedAt.
 	Sync bool
+	// Admission passes the product's waiting-room admissions (waitingroom.go)
+	// so that reserve.lua checks and uses the user's admission when the room
+	// is on. Without it a product whose room is on answers ErrRoomOn.
+	Admission bool
 }
 
 // ReserveResult is what reserve answered.
@@ -155,8 +159,11 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 	if a.Sync {
 		mode = "sync"
 	}
-	return []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()},
-		[]any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
+	keys := []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()}
+	if a.Admission {
+		keys = append(keys, k.RoomAdmitted())
+	}
+	return keys, []any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
 }
 
 // reserveResult maps reserve.lua's answer to a result and sentinel error.
@@ -209,6 +216,10 @@ func reserveResult(k Keys, res []any, err error) (ReserveResult, error) {
 		return r, ErrLimitExceeded
 	case 8:
 		return r, ErrBadQuantity
+	case 10:
+		return r, ErrRoomOn
+	case 11:
+		return r, ErrNotAdmitted
 	case 9:
 		return ReserveResult{}, &CorruptError{Key: k.Tag(), Detail: "field " + no + " is not an integer"}
 	}

@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,13 +25,12 @@ import (
 // for 100).
 const MaxShards = 16
 
-// MinPull is the least number of units pulled from a donor shard at once, so
-// that a dry home shard does not pay a transfer per order at the end of a sale.
-const MinPull = 8
-
-// MaxPulls bounds the pull-and-retry rounds of one reservation; other buyers
-// may take pulled units before its retry.
-const MaxPulls = 8
+// DefaultMinPull and DefaultMaxPulls are Sharded's MinPull and MaxPulls
+// when they are 0.
+const (
+	DefaultMinPull  = 8
+	DefaultMaxPulls = 8
+)
 
 // HomeShard is userID's shard of a product with n shards (splitmix64 of the
 // id, so consecutive ids spread evenly).
@@ -85,6 +85,14 @@ type Sharded struct {
 	// TransferID returns a new unique transfer id for a pull into shard home
 	// of productID. Required for Reserve of a product with shards > 1.
 	TransferID func(productID int64, home int) string
+	// MinPull is the least number of units pulled from a donor shard at
+	// once, so that a dry home shard does not pay a transfer per order at
+	// the end of a sale. Default DefaultMinPull.
+	MinPull int64
+	// MaxPulls bounds the pull-and-retry rounds of one reservation; other
+	// buyers may take pulled units before its retry. Default
+	// DefaultMaxPulls.
+	MaxPulls int
 }
 
 func (s *Sharded) reserveShard(k Keys, a ReserveArgs) (res ReserveResult, err error) {
@@ -108,7 +116,7 @@ func (s *Sharded) Reserve(productID int64, shards, home int, args ReserveArgs) (
 	if shards <= 1 {
 		return res, errors.Is(err, ErrSoldOut), err
 	}
-	for range MaxPulls {
+	for range cmp.Or(s.MaxPulls, DefaultMaxPulls) {
 		if !short(err) {
 			return res, false, err
 		}
@@ -178,7 +186,7 @@ func (s *Sharded) pull(productID int64, shards, home int, need int64) (int64, er
 		id := s.TransferID(productID, home)
 		var moved int64
 		err := s.Do(func(ctx context.Context) (err error) {
-			moved, err = Move(ctx, s.RDB, productID, donor, home, id, max(need-total, MinPull), s.MarkerTTL)
+			moved, err = Move(ctx, s.RDB, productID, donor, home, id, max(need-total, cmp.Or(s.MinPull, DefaultMinPull)), s.MarkerTTL)
 			return err
 		})
 		if err != nil {

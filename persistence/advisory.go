@@ -88,6 +88,6 @@ func (l *AdvisoryLock) Release() {
 
 // discard closes conn's underlying connection instead of pooling it.
 func discard(conn *sql.Conn) {
-	conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	conn.Close()
 }

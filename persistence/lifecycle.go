@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -147,13 +146,11 @@ func (s *Store) LockStock(ctx context.Context, eventID, orderNo, consumer string
 		if _, err := insertFlow(ctx, tx, order.FlowLock, o.OrderNo, o.ProductID, o.Quantity, ""); err != nil {
 			return err
 		}
-		body, err := json.Marshal(order.Event{EventID: order.PayTimeoutEventID(o.OrderNo), Type: order.EventPayTimeout,
-			OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity, PayDeadline: &deadline, OccurredAt: now})
+		m, err := PayTimeoutMessage(o, deadline, now, payTimeout)
 		if err != nil {
 			return err
 		}
-		if err := appendNewOutbox(ctx, tx, []OutboxMessage{{EventID: order.PayTimeoutEventID(o.OrderNo), EventType: order.EventPayTimeout,
-			OrderNo: o.OrderNo, Exchange: "", RoutingKey: order.PayTimeoutDelayQueue, Payload: body, DelayMS: payTimeout.Milliseconds()}}); err != nil {
+		if err := appendNewOutbox(ctx, tx, []OutboxMessage{m}); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE stock SET available = available - ?, locked = locked + ?, version = version + 1, updated_at = ?

@@ -129,23 +129,9 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	seen := make(map[string]bool, len(ids))
-	rows, err = tx.QueryContext(ctx, `SELECT event_id FROM mq_consume_log WHERE consumer_name = ? AND event_id IN (`+marks(len(ids))+`)`,
-		append([]any{consumer}, anys(ids)...)...)
+	seen, err := consumedBefore(ctx, tx, consumer, ids)
 	if err != nil {
-		return fmt.Errorf("read consume log: %w", err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		seen[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read consume log: %w", err)
+		return err
 	}
 
 	// 3. Decide per event, in batch order.
@@ -353,23 +339,6 @@ func insertFlows(ctx context.Context, tx *sql.Tx, flows []flowRow) error {
 		}
 		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("insert flows: %w", err)
-		}
-	}
-	return nil
-}
-
-// insertConsumed records eventIDs in the consume log of consumer; every pair
-// must be new (a duplicate fails the statement).
-func insertConsumed(ctx context.Context, tx *sql.Tx, eventIDs []string, consumer string) error {
-	const cols = 2
-	for _, chunk := range chunks(len(eventIDs), MaxPlaceholders/cols) {
-		args := make([]any, 0, (chunk[1]-chunk[0])*cols)
-		for _, id := range eventIDs[chunk[0]:chunk[1]] {
-			args = append(args, id, consumer)
-		}
-		q := `INSERT INTO mq_consume_log (event_id, consumer_name) VALUES ` + strings.TrimSuffix(strings.Repeat("(?,?),", chunk[1]-chunk[0]), ",")
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("consume log: %w", err)
 		}
 	}
 	return nil

@@ -170,6 +170,9 @@ func TestCloseDueBatch(t *testing.T) {
 			}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	rows.Close()
 	if batches != 2 {
 		t.Errorf("%d CANCELLED status batches for one pass over 2 products, want 2", batches)

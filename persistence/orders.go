@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -78,134 +77,30 @@ func (s *Store) InsertReservationsWithin(ctx context.Context, batch []order.Rese
 	}
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		res = InsertResult{}
-		const orderCols = 10
-		for _, chunk := range chunks(len(batch), MaxPlaceholders/orderCols) {
-			var b strings.Builder
-			args := make([]any, 0, (chunk[1]-chunk[0])*orderCols)
-			b.WriteString(`INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, created_at, updated_at) VALUES `)
-			for i, r := range batch[chunk[0]:chunk[1]] {
-				if i > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
-				args = append(args, r.OrderNo, r.UserID, r.RequestID, r.ProductID, r.Quantity, r.Amount(),
-					string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
-			}
-			// A duplicate order_no or (user_id, product_id, request_id,
-			// request_seq) leaves the row as it is.
-			b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
-			if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-				return fmt.Errorf("insert orders: %w", err)
-			}
+		if err := insertOrders(ctx, tx, batch); err != nil {
+			return err
 		}
-		// Which of the batch are stored under their own orderNo, and as whose?
-		stored := make(map[string]string, len(batch)) // orderNo → request_id
-		for _, chunk := range chunks(len(batch), MaxPlaceholders) {
-			nos := make([]any, 0, chunk[1]-chunk[0])
-			for _, r := range batch[chunk[0]:chunk[1]] {
-				nos = append(nos, r.OrderNo)
-			}
-			rows, err := tx.QueryContext(ctx, `SELECT order_no, request_id FROM order_info WHERE order_no IN (`+marks(len(nos))+`)`, nos...)
-			if err != nil {
-				return fmt.Errorf("read back orders: %w", err)
-			}
-			for rows.Next() {
-				var no, rid string
-				if err := rows.Scan(&no, &rid); err != nil {
-					rows.Close()
-					return err
-				}
-				stored[no] = rid
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
+		stored, err := storedRequests(ctx, tx, batch)
+		if err != nil {
+			return err
 		}
-		var fresh []order.Reservation
-		var msgs []OutboxMessage
-		for _, r := range batch {
-			if rid, ok := stored[r.OrderNo]; ok {
-				if rid == r.RequestID {
-					fresh = append(fresh, r)
-				} else {
-					res.Duplicates++ // stored FAILED as reused by an earlier delivery
-				}
-				continue
-			}
-			// (user_id, product_id, request_id) belongs to another order.
-			var seq sql.NullInt64
-			var latest sql.NullTime
-			if err := tx.QueryRowContext(ctx, `SELECT MAX(request_seq), MAX(created_at) FROM order_info
-				WHERE user_id = ? AND product_id = ? AND request_id = ?`, r.UserID, r.ProductID, r.RequestID).Scan(&seq, &latest); err != nil {
-				return fmt.Errorf("read orders of request %s: %w", r.RequestID, err)
-			}
-			if latest.Valid && !r.AcceptedAt.Before(latest.Time.Add(lifetime-lifetimeSlack)) {
-				// The idempotency record had expired: a new intent, an
-				// ordinary order under the next request_seq.
-				_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, request_seq, product_id, quantity, amount, status, version, created_at, updated_at)
-					VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
-					r.OrderNo, r.UserID, r.RequestID, seq.Int64+1, r.ProductID, r.Quantity, r.Amount(), string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
-				if err != nil {
-					return fmt.Errorf("insert renewed order: %w", err)
-				}
-				res.Renewed++
-				fresh = append(fresh, r)
-				continue
-			}
-			// Within the record's lifetime: Redis lost it. Keep this one
-			// visible as FAILED and give its reservation back.
-			res.Reused++
-			_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, close_reason, created_at, updated_at)
-				VALUES (?,?,?,?,?,?,?,?,?,?,NOW(3)) ON DUPLICATE KEY UPDATE id = id`,
-				r.OrderNo, r.UserID, ReusedRequestPrefix+r.OrderNo, r.ProductID, r.Quantity, r.Amount(),
-				string(order.Failed), 1, "REQUEST_REUSED", r.AcceptedAt)
-			if err != nil {
-				return fmt.Errorf("insert reused order: %w", err)
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO stock_flow (biz_type, biz_no, product_id, quantity, reason) VALUES (?,?,?,0,?) ON DUPLICATE KEY UPDATE id = id`,
-				string(order.FlowRelease), r.OrderNo, r.ProductID, "requestId reused"); err != nil {
-				return fmt.Errorf("insert reused release flow: %w", err)
-			}
-			m, err := StatusMessage(order.Event{OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity,
-				Amount: r.Amount(), From: order.Processing, Status: order.Failed, Version: 1, Reason: "REQUEST_REUSED", OccurredAt: time.Now().UTC()})
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, m)
+		fresh, msgs, err := sortOut(ctx, tx, batch, stored, lifetime, &res)
+		if err != nil {
+			return err
 		}
 		if _, err := appendOutbox(ctx, tx, msgs); err != nil {
 			return err
 		}
+		if err := insertItems(ctx, tx, fresh, names); err != nil {
+			return err
+		}
 		msgs = msgs[:0]
-		if len(fresh) > 0 {
-			const itemCols = 6
-			for _, chunk := range chunks(len(fresh), MaxPlaceholders/itemCols) {
-				var b strings.Builder
-				args := make([]any, 0, (chunk[1]-chunk[0])*itemCols)
-				b.WriteString(`INSERT INTO order_item (order_no, product_id, product_name, unit_price, quantity, amount) VALUES `)
-				for i, r := range fresh[chunk[0]:chunk[1]] {
-					if i > 0 {
-						b.WriteByte(',')
-					}
-					b.WriteString("(?,?,?,?,?,?)")
-					args = append(args, r.OrderNo, r.ProductID, names[r.ProductID], r.UnitPrice, r.Quantity, r.Amount())
-				}
-				b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
-				if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-					return fmt.Errorf("insert items: %w", err)
-				}
+		for _, r := range fresh {
+			m, err := CreatedMessage(r)
+			if err != nil {
+				return err
 			}
-			for _, r := range fresh {
-				body, err := json.Marshal(order.Event{EventID: order.CreatedEventID(r.OrderNo), Type: order.EventCreated,
-					OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity, Amount: r.Amount(),
-					Status: order.Processing, Version: 1, OccurredAt: r.AcceptedAt})
-				if err != nil {
-					return err
-				}
-				msgs = append(msgs, OutboxMessage{EventID: order.CreatedEventID(r.OrderNo), EventType: order.EventCreated,
-					OrderNo: r.OrderNo, Exchange: order.EventsExchange, RoutingKey: order.RouteCreated, Payload: body})
-			}
+			msgs = append(msgs, m)
 		}
 		n, err := appendOutbox(ctx, tx, msgs)
 		if err != nil {
@@ -219,6 +114,165 @@ func (s *Store) InsertReservationsWithin(ctx context.Context, batch []order.Rese
 		return InsertResult{}, fmt.Errorf("persistence: insert reservations: %w", err)
 	}
 	return res, nil
+}
+
+// insertOrders inserts the batch's order_info rows (PROCESSING, version 1);
+// a duplicate order_no or (user_id, product_id, request_id, request_seq)
+// leaves the row there as it is.
+func insertOrders(ctx context.Context, tx *sql.Tx, batch []order.Reservation) error {
+	const orderCols = 10
+	for _, chunk := range chunks(len(batch), MaxPlaceholders/orderCols) {
+		var b strings.Builder
+		args := make([]any, 0, (chunk[1]-chunk[0])*orderCols)
+		b.WriteString(`INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, created_at, updated_at) VALUES `)
+		for i, r := range batch[chunk[0]:chunk[1]] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?,?,?,?,?,?,?)")
+			args = append(args, r.OrderNo, r.UserID, r.RequestID, r.ProductID, r.Quantity, r.Amount(),
+				string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
+		}
+		b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("insert orders: %w", err)
+		}
+	}
+	return nil
+}
+
+// storedRequests reads back which of the batch are stored under their own
+// orderNo, and as whose: orderNo → request_id.
+func storedRequests(ctx context.Context, tx *sql.Tx, batch []order.Reservation) (map[string]string, error) {
+	stored := make(map[string]string, len(batch))
+	for _, chunk := range chunks(len(batch), MaxPlaceholders) {
+		nos := make([]any, 0, chunk[1]-chunk[0])
+		for _, r := range batch[chunk[0]:chunk[1]] {
+			nos = append(nos, r.OrderNo)
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT order_no, request_id FROM order_info WHERE order_no IN (`+marks(len(nos))+`)`, nos...)
+		if err != nil {
+			return nil, fmt.Errorf("read back orders: %w", err)
+		}
+		for rows.Next() {
+			var no, rid string
+			if err := rows.Scan(&no, &rid); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			stored[no] = rid
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
+}
+
+// sortOut decides each reservation of the batch from what is stored: fresh
+// (its own row, to complete with an item and ORDER_CREATED), a duplicate of
+// an earlier delivery, renewed (its requestId's record had expired: stored
+// now under the next request_seq, fresh too) or reused within the record's
+// lifetime (stored FAILED with its release flow; msgs holds its status
+// change). It counts them in res.
+func sortOut(ctx context.Context, tx *sql.Tx, batch []order.Reservation, stored map[string]string, lifetime time.Duration,
+	res *InsertResult) (fresh []order.Reservation, msgs []OutboxMessage, err error) {
+	for _, r := range batch {
+		if rid, ok := stored[r.OrderNo]; ok {
+			if rid == r.RequestID {
+				fresh = append(fresh, r)
+			} else {
+				res.Duplicates++ // stored FAILED as reused by an earlier delivery
+			}
+			continue
+		}
+		// (user_id, product_id, request_id) belongs to another order.
+		renewed, err := insertRenewed(ctx, tx, r, lifetime)
+		if err != nil {
+			return nil, nil, err
+		}
+		if renewed {
+			res.Renewed++
+			fresh = append(fresh, r)
+			continue
+		}
+		// Within the record's lifetime: Redis lost it. Keep this one
+		// visible as FAILED and give its reservation back.
+		res.Reused++
+		m, err := insertReused(ctx, tx, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs = append(msgs, m)
+	}
+	return fresh, msgs, nil
+}
+
+// insertRenewed stores r, whose (user, product, requestId) belongs to
+// another order, as an ordinary order under the next request_seq if it was
+// accepted at least lifetime after the latest such order (the idempotency
+// record had expired: a new intent). renewed is false otherwise (nothing
+// written).
+func insertRenewed(ctx context.Context, tx *sql.Tx, r order.Reservation, lifetime time.Duration) (renewed bool, err error) {
+	var seq sql.NullInt64
+	var latest sql.NullTime
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(request_seq), MAX(created_at) FROM order_info
+		WHERE user_id = ? AND product_id = ? AND request_id = ?`, r.UserID, r.ProductID, r.RequestID).Scan(&seq, &latest); err != nil {
+		return false, fmt.Errorf("read orders of request %s: %w", r.RequestID, err)
+	}
+	if !latest.Valid || r.AcceptedAt.Before(latest.Time.Add(lifetime-lifetimeSlack)) {
+		return false, nil
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, request_seq, product_id, quantity, amount, status, version, created_at, updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		r.OrderNo, r.UserID, r.RequestID, seq.Int64+1, r.ProductID, r.Quantity, r.Amount(), string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
+	if err != nil {
+		return false, fmt.Errorf("insert renewed order: %w", err)
+	}
+	return true, nil
+}
+
+// insertReused stores r FAILED (REQUEST_REUSED) under request_id
+// ReusedRequestPrefix+orderNo with its RELEASE flow, and returns its status
+// change for the outbox (the release consumer gives its units back).
+func insertReused(ctx context.Context, tx *sql.Tx, r order.Reservation) (OutboxMessage, error) {
+	_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, close_reason, created_at, updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,NOW(3)) ON DUPLICATE KEY UPDATE id = id`,
+		r.OrderNo, r.UserID, ReusedRequestPrefix+r.OrderNo, r.ProductID, r.Quantity, r.Amount(),
+		string(order.Failed), 1, "REQUEST_REUSED", r.AcceptedAt)
+	if err != nil {
+		return OutboxMessage{}, fmt.Errorf("insert reused order: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO stock_flow (biz_type, biz_no, product_id, quantity, reason) VALUES (?,?,?,0,?) ON DUPLICATE KEY UPDATE id = id`,
+		string(order.FlowRelease), r.OrderNo, r.ProductID, "requestId reused"); err != nil {
+		return OutboxMessage{}, fmt.Errorf("insert reused release flow: %w", err)
+	}
+	return StatusMessage(order.Event{OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity,
+		Amount: r.Amount(), From: order.Processing, Status: order.Failed, Version: 1, Reason: "REQUEST_REUSED", OccurredAt: time.Now().UTC()})
+}
+
+// insertItems inserts the order_item rows (the price and name snapshot) of
+// fresh; names maps productId → product name.
+func insertItems(ctx context.Context, tx *sql.Tx, fresh []order.Reservation, names map[int64]string) error {
+	const itemCols = 6
+	for _, chunk := range chunks(len(fresh), MaxPlaceholders/itemCols) {
+		var b strings.Builder
+		args := make([]any, 0, (chunk[1]-chunk[0])*itemCols)
+		b.WriteString(`INSERT INTO order_item (order_no, product_id, product_name, unit_price, quantity, amount) VALUES `)
+		for i, r := range fresh[chunk[0]:chunk[1]] {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("(?,?,?,?,?,?)")
+			args = append(args, r.OrderNo, r.ProductID, names[r.ProductID], r.UnitPrice, r.Quantity, r.Amount())
+		}
+		b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
+		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("insert items: %w", err)
+		}
+	}
+	return nil
 }
 
 // chunks splits n items into [lo, hi) ranges of at most size.
@@ -335,4 +389,32 @@ func (s *Store) CountOrders(ctx context.Context, productID int64) ([]StatusCount
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// ExistingOrders returns which of orderNos have an order_info row.
+func (s *Store) ExistingOrders(ctx context.Context, orderNos []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(orderNos))
+	for _, c := range chunks(len(orderNos), 1000) {
+		args := make([]any, 0, c[1]-c[0])
+		for _, no := range orderNos[c[0]:c[1]] {
+			args = append(args, no)
+		}
+		rows, err := s.DB.QueryContext(ctx, `SELECT order_no FROM order_info WHERE order_no IN (`+marks(len(args))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("persistence: existing orders: %w", err)
+		}
+		for rows.Next() {
+			var no string
+			if err := rows.Scan(&no); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[no] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

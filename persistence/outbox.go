@@ -103,6 +103,34 @@ func StatusMessage(e order.Event) (OutboxMessage, error) {
 		Exchange: order.EventsExchange, RoutingKey: order.RouteStatus(e.Status), Payload: body}, nil
 }
 
+// CreatedMessage builds the ORDER_CREATED outbox message of reservation r,
+// stored as a PROCESSING order (version 1) at its accepted time.
+func CreatedMessage(r order.Reservation) (OutboxMessage, error) {
+	e := order.Event{EventID: order.CreatedEventID(r.OrderNo), Type: order.EventCreated,
+		OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity, Amount: r.Amount(),
+		Status: order.Processing, Version: 1, OccurredAt: r.AcceptedAt}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return OutboxMessage{}, err
+	}
+	return OutboxMessage{EventID: e.EventID, EventType: e.Type, OrderNo: e.OrderNo,
+		Exchange: order.EventsExchange, RoutingKey: order.RouteCreated, Payload: body}, nil
+}
+
+// PayTimeoutMessage builds the delayed close message of o (the per-message
+// design): published to order.PayTimeoutDelayQueue with a TTL of payTimeout,
+// it expires at the pay deadline into the order-close queue.
+func PayTimeoutMessage(o Order, deadline, now time.Time, payTimeout time.Duration) (OutboxMessage, error) {
+	e := order.Event{EventID: order.PayTimeoutEventID(o.OrderNo), Type: order.EventPayTimeout,
+		OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity, PayDeadline: &deadline, OccurredAt: now}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return OutboxMessage{}, err
+	}
+	return OutboxMessage{EventID: e.EventID, EventType: e.Type, OrderNo: e.OrderNo, Exchange: "",
+		RoutingKey: order.PayTimeoutDelayQueue, Payload: body, DelayMS: payTimeout.Milliseconds()}, nil
+}
+
 // StatusBatchMessage builds one ORDER_STATUS_BATCH outbox message carrying
 // events, status changes of one product into one status (each complete as
 // StatusMessage would build it). It is routed like a single status change
@@ -351,18 +379,4 @@ func (s *Store) OutboxCounts(ctx context.Context) (map[string]int64, time.Durati
 		return nil, 0, fmt.Errorf("persistence: outbox age: %w", err)
 	}
 	return out, time.Duration(ageMS.Int64) * time.Millisecond, nil
-}
-
-// RecordConsumed inserts (eventID, consumer) into the consume log inside tx.
-// first is false if the pair was there already: the event was applied before
-// and the caller must not apply it again.
-func RecordConsumed(ctx context.Context, tx *sql.Tx, eventID, consumer string) (first bool, err error) {
-	_, err = tx.ExecContext(ctx, `INSERT INTO mq_consume_log (event_id, consumer_name) VALUES (?, ?)`, eventID, consumer)
-	if IsDuplicate(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("persistence: consume log: %w", err)
-	}
-	return true, nil
 }

@@ -46,6 +46,9 @@ func handlerReads(t *testing.T, s *persistence.Store) int64 {
 		}
 		sum += v
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return sum
 }
 

@@ -178,7 +178,7 @@ func relayRate(t *testing.T, qt pipeline.QueueType, batch, rows int) float64 {
 		start := time.Now()
 		run(t, "relay", r.Run)
 		pipelinetest.WaitFor(t, 2*time.Minute, "all sent", func() (bool, string) {
-			st := r.Stats()
+			st := e.relayStats(r)
 			return st.Sent == int64(rows), fmt.Sprintf("%+v", st)
 		})
 		rate = float64(rows) / time.Since(start).Seconds()
@@ -209,7 +209,7 @@ func lockRate(t *testing.T, qt pipeline.QueueType, prefetch, orders int) float64
 		start := time.Now()
 		run(t, "consumer", c.Run)
 		pipelinetest.WaitFor(t, 5*time.Minute, "all locked", func() (bool, string) {
-			n := c.Stats().Acked
+			n := e.consumerStats(c).Acked
 			return n >= int64(orders), fmt.Sprint(n)
 		})
 		rate = float64(orders) / time.Since(start).Seconds()

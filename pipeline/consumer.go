@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -113,31 +113,19 @@ type ConsumerConfig struct {
 var ErrPoison = errors.New("consumer: poison message")
 
 func (c *ConsumerConfig) setDefaults() {
-	if c.Name == "" {
-		c.Name = instanceName()
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 64
-	}
-	if c.Workers == 0 {
-		c.Workers = 8
-	}
-	if c.LockBatch == 0 {
-		c.LockBatch = 256
-	}
-	setDur(&c.LockBatchWait, 5*time.Millisecond)
-	if c.LockChannels == 0 {
-		c.LockChannels = 2
-	}
-	setDur(&c.PayTimeout, 15*time.Minute)
-	setDur(&c.ReleaseMarkerTTL, 7*24*time.Hour)
-	setDur(&c.HandleTimeout, 30*time.Second)
-	setDur(&c.RetryBackoff, 500*time.Millisecond)
-	setDur(&c.MaxRetryBackoff, 10*time.Second)
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	setDur(&c.PublishTimeout, 5*time.Second)
+	c.Name = cmp.Or(c.Name, instanceName())
+	c.Prefetch = cmp.Or(c.Prefetch, 64)
+	c.Workers = cmp.Or(c.Workers, 8)
+	c.LockBatch = cmp.Or(c.LockBatch, 256)
+	c.LockBatchWait = cmp.Or(c.LockBatchWait, 5*time.Millisecond)
+	c.LockChannels = cmp.Or(c.LockChannels, 2)
+	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
+	c.ReleaseMarkerTTL = cmp.Or(c.ReleaseMarkerTTL, 7*24*time.Hour)
+	c.HandleTimeout = cmp.Or(c.HandleTimeout, 30*time.Second)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, 500*time.Millisecond)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, 10*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -172,13 +160,6 @@ func (c *ConsumerConfig) Validate() error {
 	return nil
 }
 
-// ConsumerStats counts, over every handler, what a Consumer did.
-type ConsumerStats struct {
-	Acked    int64 // messages handled and acknowledged
-	Requeued int64 // messages sent to a delay queue (or, when that failed, requeued after a backoff)
-	Rejected int64 // messages dead-lettered: poison, or out of attempts
-}
-
 // Consumer runs the order-lock, stock-release and order-close handlers
 // (SPEC §1 "consumer"), each on its own channel with manual acknowledgement:
 // a message is acked only after the MySQL commit or the Redis script that
@@ -201,8 +182,7 @@ type Consumer struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	acked, requeued, rejected atomic.Int64
-	breakers                  map[string]*breaker // by handler name; read-only after NewConsumer
+	breakers map[string]*breaker // by handler name; read-only after NewConsumer
 }
 
 // NewConsumer returns a Consumer; cfg is completed with defaults and
@@ -220,11 +200,6 @@ func NewConsumer(store *persistence.Store, rdb redis.UniversalClient, conn *Conn
 		breakers[h] = newBreaker("consumer-"+h, log)
 	}
 	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: log, m: orNew(cfg.Metrics), breakers: breakers}, nil
-}
-
-// Stats returns the counters so far.
-func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{Acked: c.acked.Load(), Requeued: c.requeued.Load(), Rejected: c.rejected.Load()}
 }
 
 // verdict is what a handler decided about one message.
@@ -427,48 +402,22 @@ func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v ver
 			c.log.Debug("consumer: ack failed", "handler", h.name, "eventId", d.MessageId, "err", err)
 			return false, false
 		}
-		c.acked.Add(1)
 	case discard:
 		outcome = OutcomeDeadLetter
-		body := d.Body
-		if len(body) > maxLoggedBody {
-			body = body[:maxLoggedBody]
-		}
-		c.log.Error("consumer: dead-lettering message", "handler", h.name, "eventId", d.MessageId,
-			"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "attempt", attempt, "body", string(body), "err", err)
-		reason := "unknown"
-		if err != nil {
-			reason = truncate(err.Error(), 500)
-		}
-		perr := pub.publish(ctx, "", QueueDLQ, republish(d, amqp.Table{
-			HeaderQueue: h.queue, HeaderHandler: h.name, HeaderReason: reason,
-			HeaderAttempts: int32(attempt), HeaderRoutingKey: routingKey,
-			HeaderDeadAt: time.Now().UTC().Format(time.RFC3339Nano),
-		}))
-		if perr != nil {
+		if perr := c.deadLetter(ctx, h, d, ev, err, attempt, routingKey, pub); perr != nil {
 			c.requeueLater(ctx, h, d, st.bo, perr)
 			outcome = OutcomeRetry
-			return false, false
 		}
-		_ = d.Ack(false)
-		c.rejected.Add(1)
 	case retry:
 		st.failing++
 		if st.failing == 1 || st.failing%20 == 0 {
 			c.log.Warn("consumer: transient failure, retrying through a delay queue", "handler", h.name,
 				"eventId", d.MessageId, "orderNo", ev.OrderNo, "attempt", attempt, "consecutive", st.failing, "err", err)
 		}
-		level, next := retryLevel(attempt), attempt+1
-		if outage {
-			level, next = outageRetryLevel, attempt
-		}
-		perr := pub.publish(ctx, RetryQueue(level), h.queue, republish(d, amqp.Table{HeaderAttempt: int32(next), HeaderRoutingKey: routingKey}))
-		if perr != nil {
+		if perr := c.retryLater(ctx, h, d, attempt, outage, routingKey, pub); perr != nil {
 			c.requeueLater(ctx, h, d, st.bo, perr)
 			return false, false
 		}
-		_ = d.Ack(false)
-		c.requeued.Add(1)
 		return false, true
 	}
 	return false, false
@@ -481,7 +430,6 @@ func (c *Consumer) requeueLater(ctx context.Context, h handler, d amqp.Delivery,
 	c.log.Warn("consumer: republish failed, requeueing after backoff", "handler", h.name, "eventId", d.MessageId, "err", err)
 	sleep(ctx, bo.next())
 	_ = d.Nack(false, true)
-	c.requeued.Add(1)
 }
 
 // publisher opens the confirm-mode channel for retries and dead letters of
@@ -498,7 +446,7 @@ func (c *Consumer) publisher(ctx context.Context, ch *amqp.Channel) (*confirmPub
 	}
 	closed := pch.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
-		<-closed // closed by the library when pch closes, for whatever reason
+		<-closed //nolint:errcheck // closed by the library when pch closes, for whatever reason
 		ch.Close()
 	}()
 	return &confirmPublisher{ch: pch, timeout: c.cfg.PublishTimeout}, nil

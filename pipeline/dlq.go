@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
@@ -327,4 +328,33 @@ func ReplayDLQ(ctx context.Context, conn *Conn, store *persistence.Store, req Re
 		}
 	}
 	return res, nil
+}
+
+// deadLetter moves d, which handler h gave up on (poison, or out of
+// attempts: err says why), to QueueDLQ with the Header* headers and acks the
+// original once the broker confirmed the copy. An error: the republish
+// failed and d is neither moved nor acked (the caller requeues it after its
+// backoff).
+func (c *Consumer) deadLetter(ctx context.Context, h handler, d amqp.Delivery, ev order.Event, err error, attempt int,
+	routingKey string, pub *confirmPublisher) error {
+	body := d.Body
+	if len(body) > maxLoggedBody {
+		body = body[:maxLoggedBody]
+	}
+	c.log.Error("consumer: dead-lettering message", "handler", h.name, "eventId", d.MessageId,
+		"orderNo", ev.OrderNo, "routingKey", d.RoutingKey, "attempt", attempt, "body", string(body), "err", err)
+	reason := "unknown"
+	if err != nil {
+		reason = truncate(err.Error(), 500)
+	}
+	perr := pub.publish(ctx, "", QueueDLQ, republish(d, amqp.Table{
+		HeaderQueue: h.queue, HeaderHandler: h.name, HeaderReason: reason,
+		HeaderAttempts: int32(attempt), HeaderRoutingKey: routingKey,
+		HeaderDeadAt: time.Now().UTC().Format(time.RFC3339Nano),
+	}))
+	if perr != nil {
+		return perr
+	}
+	_ = d.Ack(false)
+	return nil
 }

@@ -79,7 +79,7 @@ func testConsumerRetriesThroughDelayQueue(t *testing.T, qt pipeline.QueueType) {
 	if n := e.count(`SELECT COUNT(*) FROM mq_consume_log WHERE consumer_name = ?`, pipeline.ConsumerOrderLock); n != 1 {
 		t.Errorf("%d consume log rows", n)
 	}
-	if st := c.Stats(); st.Requeued != 2 || st.Rejected != 0 {
+	if st := e.consumerStats(c); st.Requeued != 2 || st.Rejected != 0 {
 		t.Errorf("stats %+v, want 2 retries", st)
 	}
 	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueueDLQ); n != 0 {
@@ -117,7 +117,7 @@ func testConsumerDeadLettersAfterMaxAttemptsAndReplays(t *testing.T, qt pipeline
 	if got := seen.get(); !slices.Equal(got, []int{1, 2, 3}) {
 		t.Errorf("attempts %v, want [1 2 3]", got)
 	}
-	if st := c.Stats(); st.Requeued != 2 || st.Rejected != 1 {
+	if st := e.consumerStats(c); st.Requeued != 2 || st.Rejected != 1 {
 		t.Errorf("stats %+v", st)
 	}
 	conn := e.conn()
@@ -206,7 +206,7 @@ func testConsumerPoisonGoesToDLQAtOnce(t *testing.T, qt pipeline.QueueType) {
 		return n == 2, fmt.Sprintf("dlq depth %d", n)
 	})
 	time.Sleep(1500 * time.Millisecond)
-	if st := c.Stats(); st.Rejected != 2 || st.Requeued != 0 {
+	if st := e.consumerStats(c); st.Rejected != 2 || st.Requeued != 0 {
 		t.Errorf("stats %+v: poison must not be retried", st)
 	}
 	if n := deliveries.Load(); n != 0 {

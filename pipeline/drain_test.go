@@ -24,6 +24,7 @@ func TestWriterDrainsDeliveredEntriesOnStop(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := pipeline.NewMetrics(reg)
 	w := e.writer(pipeline.WriterConfig{Consumer: "draining", BatchSize: 50, BatchWait: time.Second, ClaimIdle: time.Hour, Metrics: m})
+	e.own(w, reg)
 	stop := run(t, "writer", w.Run)
 	e.waitCount(20*time.Second, 1, `SELECT LEAST(COUNT(*), 1) FROM order_info WHERE product_id = ?`, p.ID)
 	stop()
@@ -41,7 +42,7 @@ func TestWriterDrainsDeliveredEntriesOnStop(t *testing.T) {
 		t.Errorf("%d written + %d still in the stream, want 3000", written, left)
 	}
 	t.Logf("stopped after writing %d of 3000; %d wait in the stream", written, left)
-	st := w.Stats()
+	st := e.writerStats(w)
 	if st.Written != written {
 		t.Errorf("stats %+v, want %d written", st, written)
 	}

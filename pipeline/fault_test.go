@@ -24,15 +24,17 @@ func TestWriterLosesNothingWhileMySQLIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	m, reg := e.metrics()
 	down, err := pipeline.NewWriter(&persistence.Store{DB: db}, e.rdb, pipeline.WriterConfig{Consumer: "w-1", ClaimIdle: time.Hour,
-		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, FlushTimeout: 300 * time.Millisecond})
+		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond, FlushTimeout: 300 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.own(down, reg)
 	stop := run(t, "writer (mysql down)", down.Run)
 	e.reserve(p, k, 1, 30, 1)
 	pipelinetest.WaitFor(t, 10*time.Second, "failed flushes", func() (bool, string) {
-		st := down.Stats()
+		st := e.writerStats(down)
 		return st.Failures >= 3, fmt.Sprintf("%+v", st)
 	})
 	stop()
@@ -61,10 +63,12 @@ func TestRelayDoesNotClaimWithoutBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	r, err := pipeline.NewRelay(e.store, conn, pipeline.RelayConfig{PollInterval: 10 * time.Millisecond})
+	m, reg := e.metrics()
+	r, err := pipeline.NewRelay(e.store, conn, pipeline.RelayConfig{PollInterval: 10 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.own(r, reg)
 	stop := run(t, "relay", r.Run)
 	time.Sleep(300 * time.Millisecond)
 	stop()
@@ -95,7 +99,7 @@ func TestPipelineSurvivesDroppedConnections(t *testing.T) {
 	if n := e.count(`SELECT COUNT(*) FROM stock_flow WHERE biz_type = 'LOCK'`); n != 20 {
 		t.Errorf("%d LOCK flows, want 20", n)
 	}
-	if st := r.Stats(); st.Reconnect < 1 {
+	if st := e.relayStats(r); st.Reconnect < 1 {
 		t.Logf("relay stats %+v (connections were dropped while it idled)", st)
 	}
 }

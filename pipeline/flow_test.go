@@ -105,7 +105,7 @@ func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.Queue
 		return a == 3, fmt.Sprintf("redis available %d, want 3", a)
 	})
 	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)
-	acked := c.Stats().Acked
+	acked := e.consumerStats(c).Acked
 
 	// The FAILED events are delivered again (a relay that died before
 	// SENT): the Redis release must not happen twice.
@@ -114,7 +114,7 @@ func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.Queue
 	}
 	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)
 	pipelinetest.WaitFor(t, 10*time.Second, "redelivered releases handled", func() (bool, string) {
-		n := c.Stats().Acked - acked
+		n := e.consumerStats(c).Acked - acked
 		return n >= 3, fmt.Sprintf("%d acked since", n)
 	})
 	if a := e.redisAvailable(k); a != 3 {
@@ -210,7 +210,7 @@ func testConsumerRejectsPoisonAndKeepsGoing(t *testing.T, qt pipeline.QueueType)
 		t.Fatal(err)
 	}
 	pipelinetest.WaitFor(t, 10*time.Second, "poison rejected", func() (bool, string) {
-		st := c.Stats()
+		st := e.consumerStats(c)
 		return st.Rejected == 4, fmt.Sprintf("%+v", st)
 	})
 	e.reserve(p, k, 1, 2, 1)
@@ -260,14 +260,14 @@ func testFlowSweeperClosesUnpaidOrders(t *testing.T, qt pipeline.QueueType) {
 		t.Errorf("mysql stock %+v, want 8 available, 2 sold", st)
 	}
 	// The CANCELLED batch again (a relay that died before marking it SENT).
-	acked := c.Stats().Acked
+	acked := e.consumerStats(c).Acked
 	res, err := e.store.DB.Exec(`UPDATE mq_outbox SET status = 'NEW', next_retry_at = NOW(3) WHERE routing_key = ? AND event_type = ?`,
 		order.RouteStatus(order.Cancelled), string(order.EventStatusBatch))
 	if n, _ := res.RowsAffected(); err != nil || n < 1 {
 		t.Fatalf("requeue the CANCELLED batch: %d rows, %v", n, err)
 	}
 	pipelinetest.WaitFor(t, 10*time.Second, "redelivered batch handled", func() (bool, string) {
-		n := c.Stats().Acked - acked
+		n := e.consumerStats(c).Acked - acked
 		return n >= 1, fmt.Sprintf("%d acked since", n)
 	})
 	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)

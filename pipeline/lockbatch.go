@@ -124,7 +124,6 @@ func (c *Consumer) applyLockBatch(ctx context.Context, h handler, batch []amqp.D
 		c.log.Debug("consumer: batch ack failed", "handler", h.name, "messages", n, "err", err)
 		return retried
 	}
-	c.acked.Add(int64(n))
 	return retried
 }
 

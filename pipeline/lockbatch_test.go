@@ -149,6 +149,9 @@ func (e *env) waitingEvents() map[string]int {
 			}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
 	return out
 }
 
@@ -198,10 +201,11 @@ func testLockBatchIsolatesPoison(t *testing.T, qt pipeline.QueueType) {
 	e.publishCreated(bodies...)
 	reg := prometheus.NewRegistry()
 	c := e.consumer(oneBatch(reg))
+	e.own(c, reg)
 	run(t, "consumer", c.Run)
 
 	pipelinetest.WaitFor(t, 20*time.Second, "99 acked, 1 dead-lettered", func() (bool, string) {
-		st := c.Stats()
+		st := e.consumerStats(c)
 		return st.Acked == 99 && st.Rejected == 1, fmt.Sprintf("%+v", st)
 	})
 	e.checkAppliedOnce(good)
@@ -248,9 +252,10 @@ func testLockBatchDuplicates(t *testing.T, qt pipeline.QueueType) {
 	e.publishCreated(bodies...)
 	reg := prometheus.NewRegistry()
 	c := e.consumer(oneBatch(reg))
+	e.own(c, reg)
 	run(t, "consumer", c.Run)
 	pipelinetest.WaitFor(t, 20*time.Second, "80 acked", func() (bool, string) {
-		st := c.Stats()
+		st := e.consumerStats(c)
 		return st.Acked == 80, fmt.Sprintf("%+v", st)
 	})
 	// A third copy of each, in a later batch.
@@ -260,7 +265,7 @@ func testLockBatchDuplicates(t *testing.T, qt pipeline.QueueType) {
 	}
 	e.publishCreated(third...)
 	pipelinetest.WaitFor(t, 20*time.Second, "120 acked", func() (bool, string) {
-		st := c.Stats()
+		st := e.consumerStats(c)
 		return st.Acked == 120, fmt.Sprintf("%+v", st)
 	})
 	e.checkAppliedOnce(nos)
@@ -358,6 +363,7 @@ func testLockBatchStockShortOverProducts(t *testing.T, qt pipeline.QueueType) {
 	e.publishCreated(bodies...)
 	reg := prometheus.NewRegistry()
 	c := e.consumer(oneBatch(reg))
+	e.own(c, reg)
 	run(t, "consumer", c.Run)
 	run(t, "relay", e.relay(pipeline.RelayConfig{}).Run) // carries the FAILED events to the release consumer
 	e.waitCount(20*time.Second, 0, `SELECT COUNT(*) FROM order_info WHERE status = 'PROCESSING'`)
@@ -398,12 +404,12 @@ func testLockBatchStockShortOverProducts(t *testing.T, qt pipeline.QueueType) {
 	}
 	// The FAILED events again (a relay that died before marking them SENT):
 	// nothing is released twice.
-	acked := c.Stats().Acked
+	acked := e.consumerStats(c).Acked
 	if _, err := e.store.DB.Exec(`UPDATE mq_outbox SET status = 'NEW', next_retry_at = NOW(3) WHERE routing_key = ?`, order.RouteStatus(order.Failed)); err != nil {
 		t.Fatal(err)
 	}
 	pipelinetest.WaitFor(t, 10*time.Second, "redelivered releases handled", func() (bool, string) {
-		n := c.Stats().Acked - acked
+		n := e.consumerStats(c).Acked - acked
 		return n >= failed, fmt.Sprintf("%d acked since", n)
 	})
 	waitReleased()
@@ -479,9 +485,10 @@ func testLockBatchKilledAfterCommit(t *testing.T, qt pipeline.QueueType) {
 	})
 	reg := prometheus.NewRegistry()
 	c := e.consumer(oneBatch(reg))
+	e.own(c, reg)
 	run(t, "consumer", c.Run)
 	pipelinetest.WaitFor(t, 20*time.Second, "redelivered batch acked", func() (bool, string) {
-		st := c.Stats()
+		st := e.consumerStats(c)
 		return st.Acked == 50, fmt.Sprintf("%+v", st)
 	})
 	e.checkAppliedOnce(nos)

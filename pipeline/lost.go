@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,11 +53,9 @@ type LostReport struct {
 //
 // An order in the stream or in MySQL is therefore never released.
 func RepairLostReservations(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, cfg LostConfig) (LostReport, error) {
-	setDur(&cfg.Grace, 2*time.Minute)
-	setDur(&cfg.ReleaseMarkerTTL, 7*24*time.Hour)
-	if cfg.MaxScan == 0 {
-		cfg.MaxScan = 5000
-	}
+	cfg.Grace = cmp.Or(cfg.Grace, 2*time.Minute)
+	cfg.ReleaseMarkerTTL = cmp.Or(cfg.ReleaseMarkerTTL, 7*24*time.Hour)
+	cfg.MaxScan = cmp.Or(cfg.MaxScan, 5000)
 	rep := LostReport{Released: []string{}}
 	products, err := store.ListProducts(ctx)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -44,6 +45,35 @@ type env struct {
 	// TopologyConfig.MaxAttempts (0: the default).
 	qt          pipeline.QueueType
 	maxAttempts int
+	// regs holds the registry of each component made by e.writer, e.relay
+	// and e.consumer without Metrics of their own (e.metric reads it).
+	regs map[any]*prometheus.Registry
+}
+
+// metrics returns new Metrics on a registry of their own, remembered for
+// component c once it exists (see own).
+func (e *env) metrics() (*pipeline.Metrics, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	return pipeline.NewMetrics(reg), reg
+}
+
+// own remembers reg as component c's registry.
+func (e *env) own(c any, reg *prometheus.Registry) {
+	if e.regs == nil {
+		e.regs = map[any]*prometheus.Registry{}
+	}
+	e.regs[c] = reg
+}
+
+// metric is the value of component c's series name (pipelinetest.Metric)
+// as an integer: every series read this way counts whole events.
+func (e *env) metric(c any, name string, labels ...string) int64 {
+	e.t.Helper()
+	reg, ok := e.regs[c]
+	if !ok {
+		e.t.Fatalf("no registry of its own for %T: make it with e.writer, e.relay or e.consumer, or e.own it", c)
+	}
+	return int64(pipelinetest.Metric(e.t, reg, name, labels...))
 }
 
 // newEnv is newEnvType with the production default, quorum queues.
@@ -135,9 +165,16 @@ func (e *env) topology() pipeline.TopologyConfig {
 
 func (e *env) writer(cfg pipeline.WriterConfig) *pipeline.Writer {
 	e.t.Helper()
+	var reg *prometheus.Registry
+	if cfg.Metrics == nil {
+		cfg.Metrics, reg = e.metrics()
+	}
 	w, err := pipeline.NewWriter(e.store, e.rdb, cfg)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if reg != nil {
+		e.own(w, reg)
 	}
 	return w
 }
@@ -147,9 +184,16 @@ func (e *env) relay(cfg pipeline.RelayConfig) *pipeline.Relay {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond
 	}
+	var reg *prometheus.Registry
+	if cfg.Metrics == nil {
+		cfg.Metrics, reg = e.metrics()
+	}
 	r, err := pipeline.NewRelay(e.store, e.conn(), cfg)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if reg != nil {
+		e.own(r, reg)
 	}
 	return r
 }
@@ -159,9 +203,16 @@ func (e *env) consumer(cfg pipeline.ConsumerConfig) *pipeline.Consumer {
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff = 20 * time.Millisecond
 	}
+	var reg *prometheus.Registry
+	if cfg.Metrics == nil {
+		cfg.Metrics, reg = e.metrics()
+	}
 	c, err := pipeline.NewConsumer(e.store, e.rdb, e.conn(), cfg)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if reg != nil {
+		e.own(c, reg)
 	}
 	return c
 }
@@ -225,4 +276,62 @@ func (e *env) redisAvailable(k lua.Keys) int64 {
 		e.t.Fatal(err)
 	}
 	return n
+}
+
+// writerStats, relayStats, consumerStats and sweeperStats read what a
+// component counted from its Prometheus series (the components keep no
+// other counters).
+type writerStats struct{ Batches, Written, Duplicates, Reused, Dead, Claimed, Failures int64 }
+
+func (e *env) writerStats(w *pipeline.Writer) writerStats {
+	e.t.Helper()
+	n := func(outcome string) int64 { return e.metric(w, "stampede_writer_entries_total", "outcome", outcome) }
+	return writerStats{
+		Batches: e.metric(w, "stampede_writer_batch_entries"),
+		Written: n("written"), Duplicates: n("duplicate"), Reused: n("reused"), Dead: n("dead"),
+		Claimed:  e.metric(w, "stampede_writer_claimed_entries_total"),
+		Failures: e.metric(w, "stampede_writer_batch_failures_total"),
+	}
+}
+
+type relayStats struct{ Claimed, Sent, Failed, Returned, Reconnect int64 }
+
+func (e *env) relayStats(r *pipeline.Relay) relayStats {
+	e.t.Helper()
+	return relayStats{
+		Claimed:   e.metric(r, "stampede_relay_claimed_rows_total"),
+		Sent:      e.metric(r, "stampede_relay_rows_total", "result", "sent"),
+		Failed:    e.metric(r, "stampede_relay_rows_total", "result", "retry"),
+		Returned:  e.metric(r, "stampede_relay_publishes_total", "outcome", "returned"),
+		Reconnect: e.metric(r, "stampede_relay_channel_reopens_total"),
+	}
+}
+
+type consumerStats struct{ Acked, Requeued, Rejected int64 }
+
+func (e *env) consumerStats(c *pipeline.Consumer) consumerStats {
+	e.t.Helper()
+	n := func(outcome string) int64 { return e.metric(c, "stampede_consumer_messages_total", "outcome", outcome) }
+	return consumerStats{
+		Acked:    n(pipeline.OutcomeOK) + n(pipeline.OutcomeDuplicate) + n(pipeline.OutcomeSkipped),
+		Requeued: n(pipeline.OutcomeRetry),
+		Rejected: n(pipeline.OutcomeDeadLetter),
+	}
+}
+
+type sweeperStats struct{ Closed, Lost, Errors, Passes, Skipped int64 }
+
+// sweeperStatsOf reads a sweeper's counts from reg, the registry of its
+// Metrics.
+func sweeperStatsOf(t testing.TB, reg prometheus.Gatherer) sweeperStats {
+	t.Helper()
+	n := func(name string, labels ...string) int64 { return int64(pipelinetest.Metric(t, reg, name, labels...)) }
+	return sweeperStats{
+		Closed: n("stampede_sweeper_closed_orders_total"),
+		Lost:   n("stampede_sweeper_lost_closes_total"),
+		Errors: n("stampede_sweeper_errors_total"),
+		Passes: n("stampede_sweeper_passes_total", "pass", "close", "result", "done") +
+			n("stampede_sweeper_passes_total", "pass", "close", "result", "error"),
+		Skipped: n("stampede_sweeper_passes_total", "pass", "close", "result", "skipped"),
+	}
 }

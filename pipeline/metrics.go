@@ -1,13 +1,13 @@
 package pipeline
 
 import (
-	"errors"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/metric"
 )
 
 // Metrics are the Prometheus collectors of the writer, relay, consumer and
@@ -26,6 +26,9 @@ import (
 //	relay_publish_confirm_duration_seconds    histogram: publish → broker confirm of one message
 //	relay_publishes_total{outcome}            acked, nacked, returned, timeout, closed (channel lost), failed (publish error)
 //	relay_dead_rows_total                     outbox rows that spent their retry budget (DEAD)
+//	relay_claimed_rows_total                  outbox rows claimed
+//	relay_rows_total{result}                  claimed rows marked sent (SENT) or retry (RETRY or DEAD)
+//	relay_channel_reopens_total               publish channels a relay opened after its first
 //	consumer_messages_total{handler,outcome}  ok, duplicate, retry, dead_letter, skipped
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
 //	consumer_lock_batch_messages              histogram: ORDER_CREATED messages per order-lock transaction (batch mode)
@@ -33,6 +36,7 @@ import (
 //	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
 //	sweeper_lost_closes_total                 due orders another closer changed between the sweep's read and its close (wasted attempts)
+//	sweeper_errors_total                      failed sweeper queries or closes
 //	sweeper_passes_total{pass,result}         pass close or reconcile: done, skipped (another sweeper holds the pass lock, or reconciled recently), error
 //	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
@@ -56,6 +60,10 @@ type Metrics struct {
 	confirm      prometheus.Observer
 	publishes    [numPublishOutcomes]prometheus.Counter
 	relayDead    prometheus.Counter
+	relayClaimed prometheus.Counter
+	relaySent    prometheus.Counter
+	relayRetry   prometheus.Counter
+	relayReopens prometheus.Counter
 	lostReleased prometheus.Counter
 	luaRelease   prometheus.Observer
 
@@ -67,6 +75,7 @@ type Metrics struct {
 
 	sweeperClosed  prometheus.Counter
 	sweeperLost    prometheus.Counter
+	sweeperErrors  prometheus.Counter
 	outboxPurged   prometheus.Counter
 	sweeperPasses  *prometheus.CounterVec
 	drift          *prometheus.GaugeVec
@@ -109,15 +118,15 @@ var (
 // sharing the registered series.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
-	m.writerBatch = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.writerBatch = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "stampede_writer_batch_entries", Buckets: batchBuckets,
 		Help: "Reservations written per committed writer transaction.",
 	}))
-	m.writerCommit = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.writerCommit = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "stampede_writer_commit_duration_seconds", Buckets: latencyBuckets,
 		Help: "Duration of one writer batch's MySQL transaction (orders, items and outbox rows), committed.",
 	}))
-	entries := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	entries := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_writer_entries_total",
 		Help: "Intake stream entries handled by writers, by outcome: written (new order), duplicate (already stored), reused (requestId taken: stored FAILED), dead (unparseable: moved to the dead stream).",
 	}, []string{"outcome"}))
@@ -125,49 +134,62 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.writerDup = entries.WithLabelValues("duplicate")
 	m.writerReused = entries.WithLabelValues("reused")
 	m.writerDead = entries.WithLabelValues("dead")
-	m.writerClaimed = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.writerClaimed = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_writer_claimed_entries_total",
 		Help: "Intake entries a writer took over from a silent writer with XAUTOCLAIM.",
 	}))
-	m.writerFailures = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.writerFailures = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_writer_batch_failures_total",
 		Help: "Failed attempts to write a batch (MySQL or Redis trouble); each is retried with backoff.",
 	}))
 
-	m.confirm = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.confirm = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "stampede_relay_publish_confirm_duration_seconds", Buckets: latencyBuckets,
 		Help: "Time from publishing an outbox row to the broker's confirm (ack or nack).",
 	}))
-	pubs := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	pubs := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_relay_publishes_total",
 		Help: "Outbox rows published by the relay, by outcome: acked (marked SENT), nacked, returned (unroutable), timeout (no confirm in time), closed (channel lost before the confirm), failed (publish error). All but acked go RETRY.",
 	}, []string{"outcome"}))
 	for i, name := range publishOutcomeNames {
 		m.publishes[i] = pubs.WithLabelValues(name)
 	}
-	m.relayDead = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.relayDead = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_relay_dead_rows_total",
 		Help: "Outbox rows marked DEAD after their retry budget.",
 	}))
-	m.lostReleased = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.relayClaimed = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_relay_claimed_rows_total",
+		Help: "Outbox rows the relay claimed (leased) to publish.",
+	}))
+	rows := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_relay_rows_total",
+		Help: "Claimed outbox rows the relay recorded, by result: sent (confirmed and marked SENT), retry (marked RETRY, or DEAD past the retry budget).",
+	}, []string{"result"}))
+	m.relaySent, m.relayRetry = rows.WithLabelValues("sent"), rows.WithLabelValues("retry")
+	m.relayReopens = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_relay_channel_reopens_total",
+		Help: "Publish channels a relay opened after its first (the broker or the channel was lost).",
+	}))
+	m.lostReleased = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",
 	}))
-	m.luaRelease = register(reg, lua.NewCallHistogram()).WithLabelValues("release")
+	m.luaRelease = metric.Register(reg, lua.NewCallHistogram()).WithLabelValues("release")
 
-	m.consumer = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.consumer = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_consumer_messages_total",
 		Help: "Messages handled by the consumers, by handler and outcome: ok, duplicate (applied before), retry (transient error: sent to a delay queue stampede.retry.<n>, or requeued after a backoff when that publish failed), dead_letter (poison or out of attempts: sent to the dead-letter queue stampede.dlq), skipped (order moved on).",
 	}, []string{"handler", "outcome"}))
-	m.inFlight = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.inFlight = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_consumer_in_flight_messages",
 		Help: "Deliveries a consumer handler of this process holds unacknowledged right now. RabbitMQ's own unacked count per queue is not available over AMQP 0-9-1; prefetched deliveries not yet taken by a worker (at most the prefetch) are not counted.",
 	}, []string{"handler"}))
-	m.lockBatch = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.lockBatch = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "stampede_consumer_lock_batch_messages", Buckets: batchBuckets,
 		Help: "ORDER_CREATED messages applied per order-lock MySQL transaction (persistence.LockStockBatch), committed.",
 	}))
-	m.lockSplits = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.lockSplits = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_consumer_lock_batch_splits_total",
 		Help: "Order-lock batches whose transaction failed with an error that was not an outage and were split in two to isolate the failing message.",
 	}))
@@ -178,19 +200,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.inFlight.WithLabelValues(h)
 	}
 
-	m.sweeperClosed = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.sweeperClosed = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_closed_orders_total",
 		Help: "WAITING_PAY orders the sweeper cancelled because their pay deadline passed.",
 	}))
-	m.sweeperLost = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.sweeperLost = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_closes_total",
 		Help: "Due orders the sweeper tried to close that another closer (the close consumer, a payment, a user cancel; never another sweeper while the pass lock works) changed first: wasted close attempts.",
 	}))
-	m.outboxPurged = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.sweeperErrors = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_sweeper_errors_total",
+		Help: "Failed sweeper queries or closes (each pass is tried again after a backoff).",
+	}))
+	m.outboxPurged = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_outbox_purged_rows_total",
 		Help: "SENT outbox rows the sweeper deleted after the retention (STAMPEDE_OUTBOX_RETENTION).",
 	}))
-	m.sweeperPasses = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.sweeperPasses = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_sweeper_passes_total",
 		Help: "Sweeper passes by pass (close: one batch of due orders; reconcile: lost-reservation repair, stock repair sync and reconciliation) and result: done, skipped (another sweeper held the pass's MySQL advisory lock, or reconciled less than an interval ago), error.",
 	}, []string{"pass", "result"}))
@@ -199,46 +225,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.sweeperPasses.WithLabelValues(p, r)
 		}
 	}
-	m.drift = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.drift = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_drift",
 		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",
 	}, []string{"product"}))
-	m.reconBacklog = register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	m.reconBacklog = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_intake_backlog_entries",
 		Help: "Intake stream entries of a product not yet written by a writer, at the last reconciliation.",
 	}, []string{"product"}))
-	m.reconRuns = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.reconRuns = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_reconcile_runs_total",
 		Help: "Reconciliation runs by result: ok (every invariant held), failed (some did not, which is expected while orders are in flight), error (Redis or MySQL failed).",
 	}, []string{"result"}))
 	for _, r := range []string{"ok", "failed", "error"} {
 		m.reconRuns.WithLabelValues(r)
 	}
-	m.reconLastRunAt = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.reconLastRunAt = metric.Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_last_run_timestamp_seconds",
 		Help: "Unix time at which the last reconciliation finished (0: none yet).",
 	}))
 	return m
-}
-
-// register registers c with reg and returns it, or the collector already
-// registered under the same descriptors. Any other error is a programming
-// error (a name reused with different labels or help) and panics, like
-// MustRegister.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-		panic(err)
-	}
-	return c
 }
 
 func orNew(m *Metrics) *Metrics {

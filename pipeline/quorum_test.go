@@ -282,7 +282,7 @@ func TestDeliveryLimitSparesOrdinaryRetries(t *testing.T) {
 	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueueDLQ); n != 0 {
 		t.Errorf("dlq depth %d: a good message was dead-lettered", n)
 	}
-	if st := c.Stats(); st.Rejected != 0 || st.Requeued != 2 {
+	if st := e.consumerStats(c); st.Rejected != 0 || st.Requeued != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -1,12 +1,12 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -56,24 +56,18 @@ type RelayConfig struct {
 }
 
 func (c *RelayConfig) setDefaults() {
-	if c.Owner == "" {
-		c.Owner = instanceName()
-	}
+	c.Owner = cmp.Or(c.Owner, instanceName())
 	if len(c.Owner) > 64 {
 		c.Owner = c.Owner[:64]
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
-	}
-	setDur(&c.PollInterval, 50*time.Millisecond)
-	setDur(&c.Lease, 30*time.Second)
-	setDur(&c.ConfirmTimeout, 5*time.Second)
-	if c.MaxRetries == 0 {
-		c.MaxRetries = 20
-	}
-	setDur(&c.RetryBackoff, time.Second)
-	setDur(&c.MaxRetryBackoff, time.Minute)
-	setDur(&c.ErrorBackoff, 5*time.Second)
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.PollInterval = cmp.Or(c.PollInterval, 50*time.Millisecond)
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 5*time.Second)
+	c.MaxRetries = cmp.Or(c.MaxRetries, 20)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
+	c.MaxRetryBackoff = cmp.Or(c.MaxRetryBackoff, time.Minute)
+	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -96,15 +90,6 @@ func (c *RelayConfig) Validate() error {
 		return fmt.Errorf("invalid config: relay retry backoff %v…%v", c.RetryBackoff, c.MaxRetryBackoff)
 	}
 	return nil
-}
-
-// RelayStats counts what a Relay did since it was made.
-type RelayStats struct {
-	Claimed   int64 // rows claimed
-	Sent      int64 // rows confirmed by the broker and marked SENT
-	Failed    int64 // rows marked RETRY (or DEAD): nacked, returned, timed out, channel closed
-	Returned  int64 // of Failed: returned as unroutable
-	Reconnect int64 // channels opened after the first
 }
 
 // Relay publishes the transactional outbox to RabbitMQ (SPEC §1 "relay").
@@ -130,8 +115,7 @@ type Relay struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	claimed, sent, failed, returned, reconnects atomic.Int64
-	mysql                                       *breaker // around ClaimOutbox
+	mysql *breaker // around ClaimOutbox
 }
 
 // NewRelay returns a Relay publishing through conn; cfg is completed with
@@ -146,12 +130,6 @@ func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, er
 		m: orNew(cfg.Metrics)}, nil
 }
 
-// Stats returns the counters so far.
-func (r *Relay) Stats() RelayStats {
-	return RelayStats{Claimed: r.claimed.Load(), Sent: r.sent.Load(), Failed: r.failed.Load(),
-		Returned: r.returned.Load(), Reconnect: r.reconnects.Load()}
-}
-
 // pubChannel is a confirm-mode channel with its return and close listeners.
 type pubChannel struct {
 	ch      *amqp.Channel
@@ -164,7 +142,7 @@ func (p *pubChannel) broken() bool {
 		return true
 	}
 	select {
-	case <-p.closes:
+	case <-p.closes: //nolint:errcheck // any close, whatever its error, means the channel is gone
 		return true
 	default:
 		return false
@@ -203,7 +181,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				continue
 			}
 			if opened++; opened > 1 {
-				r.reconnects.Add(1)
+				r.m.relayReopens.Inc()
 			}
 		}
 		// Claim only with a working channel: while the broker is away, rows
@@ -226,7 +204,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
-		r.claimed.Add(int64(len(rows)))
+		r.m.relayClaimed.Add(float64(len(rows)))
 		if err := r.relay(ctx, pc, rows); err != nil {
 			return err
 		}
@@ -262,16 +240,32 @@ func (r *Relay) open(ctx context.Context) (*pubChannel, error) {
 func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.OutboxRow) error {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout)
 	defer cancel()
+	b := &relayBatch{rows: rows, failed: map[int]string{}, outcome: map[int]publishOutcome{}}
+	confirms, published := r.publish(bctx, pc, b)
+	r.awaitConfirms(bctx, pc, b, confirms, published)
+	r.collectReturns(pc, b)
+	return r.settle(ctx, b)
+}
 
-	failed := make(map[int]string, 0) // row index → cause
-	outcome := make(map[int]publishOutcome, 0)
-	fail := func(i int, o publishOutcome, cause string) {
-		failed[i] = cause
-		outcome[i] = o
-	}
-	confirms := make([]*amqp.DeferredConfirmation, len(rows))
-	published := make([]time.Time, len(rows))
-	for i, row := range rows {
+// relayBatch is one claimed batch and what went wrong with its rows.
+type relayBatch struct {
+	rows    []persistence.OutboxRow
+	failed  map[int]string // row index → cause
+	outcome map[int]publishOutcome
+}
+
+func (b *relayBatch) fail(i int, o publishOutcome, cause string) {
+	b.failed[i] = cause
+	b.outcome[i] = o
+}
+
+// publish sends every row of b with a deferred confirm; after a publish
+// error the rest of the batch fails with it. confirms[i] is nil for a row
+// not sent.
+func (r *Relay) publish(bctx context.Context, pc *pubChannel, b *relayBatch) (confirms []*amqp.DeferredConfirmation, published []time.Time) {
+	confirms = make([]*amqp.DeferredConfirmation, len(b.rows))
+	published = make([]time.Time, len(b.rows))
+	for i, row := range b.rows {
 		msg := amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
 			ContentType:  "application/json",
@@ -287,13 +281,22 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		published[i] = time.Now()
 		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(bctx, row.Exchange, row.RoutingKey, mustRoute(row.Exchange, row.RoutingKey), false, msg)
 		if err != nil {
-			for j := i; j < len(rows); j++ {
-				fail(j, pubFailed, "publish: "+err.Error())
+			for j := i; j < len(b.rows); j++ {
+				b.fail(j, pubFailed, "publish: "+err.Error())
 			}
 			break
 		}
 		confirms[i] = dc
 	}
+	return confirms, published
+}
+
+// awaitConfirms waits for the broker's confirm of every published row until
+// bctx ends; a row nacked, left unconfirmed by a closed channel or by the
+// timeout fails. After a timeout the channel is dropped: late confirms of
+// this batch must not be mistaken for anything; the next round opens a
+// fresh one.
+func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatch, confirms []*amqp.DeferredConfirmation, published []time.Time) {
 	timedOut := false
 	for i, dc := range confirms {
 		if dc == nil {
@@ -301,7 +304,7 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		}
 		if timedOut {
 			if !dc.Acked() {
-				fail(i, pubTimeout, "confirm timeout")
+				b.fail(i, pubTimeout, "confirm timeout")
 			}
 			continue
 		}
@@ -309,45 +312,52 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 		case <-dc.Done():
 			if !dc.Acked() {
 				if pc.ch.IsClosed() {
-					fail(i, pubClosed, "channel closed before confirm")
+					b.fail(i, pubClosed, "channel closed before confirm")
 					continue
 				}
-				fail(i, pubNacked, "nacked by broker")
+				b.fail(i, pubNacked, "nacked by broker")
 			}
 			r.m.confirm.Observe(time.Since(published[i]).Seconds())
 		case <-bctx.Done():
 			timedOut = true
 			if !dc.Acked() {
-				fail(i, pubTimeout, "confirm timeout")
+				b.fail(i, pubTimeout, "confirm timeout")
 			}
 		}
 	}
 	if timedOut {
-		// Late confirms of this batch must not be mistaken for anything:
-		// drop the channel; the next round opens a fresh one.
 		pc.ch.Close()
 	}
-	// Every return of the batch arrived before its ack (see open).
-	index := make(map[string]int, len(rows))
-	for i, row := range rows {
+}
+
+// collectReturns fails the rows the broker returned unroutable (mandatory
+// publishes). Every return of the batch arrived before its ack (see open),
+// so the buffer holds them all once the confirms are in.
+func (r *Relay) collectReturns(pc *pubChannel, b *relayBatch) {
+	index := make(map[string]int, len(b.rows))
+	for i, row := range b.rows {
 		index[row.EventID] = i
 	}
-drain:
 	for {
 		select {
 		case ret, ok := <-pc.returns:
 			if !ok {
-				break drain
+				return
 			}
 			if i, found := index[ret.MessageId]; found {
-				fail(i, pubReturned, fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText))
-				r.returned.Add(1)
+				b.fail(i, pubReturned, fmt.Sprintf("returned: %d %s", ret.ReplyCode, ret.ReplyText))
 			}
 		default:
-			break drain
+			return
 		}
 	}
+}
 
+// settle counts the batch's outcomes and records them: the confirmed rows
+// SENT, the failed ones RETRY (or DEAD past the budget) with one statement
+// per distinct cause (a batch usually fails for one).
+func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
+	rows, failed := b.rows, b.failed
 	acked := make([]int64, 0, len(rows))
 	for i, row := range rows {
 		if _, bad := failed[i]; !bad {
@@ -355,7 +365,7 @@ drain:
 		}
 	}
 	r.m.publishes[pubAcked].Add(float64(len(acked)))
-	for _, o := range outcome {
+	for _, o := range b.outcome {
 		r.m.publishes[o].Inc()
 	}
 	if r.cfg.AfterConfirm != nil {
@@ -369,7 +379,7 @@ drain:
 			// The rows stay SENDING and are published again after the lease.
 			r.log.Error("relay: mark sent failed; rows will be sent again", "rows", len(acked), "err", err)
 		} else {
-			r.sent.Add(int64(len(acked)))
+			r.m.relaySent.Add(float64(len(acked)))
 		}
 	}
 	if len(failed) > 0 {
@@ -377,38 +387,43 @@ drain:
 		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", cause,
 			"eventId", rows[i].EventID, "orderNo", rows[i].OrderNo)
 	}
-	// One statement per distinct cause (a batch usually fails for one).
 	byCause := map[string][]int{}
 	for i, cause := range failed {
 		byCause[cause] = append(byCause[cause], i)
 	}
 	for cause, idx := range byCause {
-		ids := make([]int64, len(idx))
-		for j, i := range idx {
-			ids[j] = rows[i].ID
-		}
-		var dead []int64
-		err := r.mark(ctx, func(mctx context.Context) (err error) {
-			dead, err = r.store.MarkRetryBatch(mctx, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
-			return err
-		})
-		if err != nil {
-			r.log.Error("relay: mark retry failed; rows are retried after their lease", "rows", len(ids),
-				"eventId", rows[idx[0]].EventID, "err", err)
-			continue
-		}
-		r.failed.Add(int64(len(ids)))
-		for _, id := range dead {
-			r.m.relayDead.Inc()
-			for _, i := range idx {
-				if row := rows[i]; row.ID == id {
-					r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
-						"retries", row.RetryCount+1, "cause", cause)
-				}
+		r.markRetry(ctx, rows, idx, cause)
+	}
+	return nil
+}
+
+// markRetry records rows[idx], failed for cause, as RETRY (DEAD past the
+// retry budget, logged one by one).
+func (r *Relay) markRetry(ctx context.Context, rows []persistence.OutboxRow, idx []int, cause string) {
+	ids := make([]int64, len(idx))
+	for j, i := range idx {
+		ids[j] = rows[i].ID
+	}
+	var dead []int64
+	err := r.mark(ctx, func(mctx context.Context) (err error) {
+		dead, err = r.store.MarkRetryBatch(mctx, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
+		return err
+	})
+	if err != nil {
+		r.log.Error("relay: mark retry failed; rows are retried after their lease", "rows", len(ids),
+			"eventId", rows[idx[0]].EventID, "err", err)
+		return
+	}
+	r.m.relayRetry.Add(float64(len(ids)))
+	for _, id := range dead {
+		r.m.relayDead.Inc()
+		for _, i := range idx {
+			if row := rows[i]; row.ID == id {
+				r.log.Error("relay: outbox row is DEAD", "id", row.ID, "eventId", row.EventID, "orderNo", row.OrderNo,
+					"retries", row.RetryCount+1, "cause", cause)
 			}
 		}
 	}
-	return nil
 }
 
 // mark runs a MarkSent/MarkRetry with a context detached from Run's, retrying

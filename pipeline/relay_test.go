@@ -73,14 +73,14 @@ func TestRelaysPublishEveryRowConcurrently(t *testing.T) {
 	pipelinetest.WaitFor(t, 5*time.Second, "relay stats", func() (bool, string) {
 		var n int64
 		for _, r := range relays {
-			n += r.Stats().Sent
+			n += e.relayStats(r).Sent
 		}
 		return n == 1000, fmt.Sprintf("%d sent", n)
 	})
 	var sent int64
 	working := 0
 	for _, r := range relays {
-		st := r.Stats()
+		st := e.relayStats(r)
 		sent += st.Sent
 		if st.Sent > 0 {
 			working++
@@ -119,7 +119,7 @@ func TestRelayRetriesReturnedAndKeepsBroadcasts(t *testing.T) {
 	e.waitCount(10*time.Second, 1, `SELECT COUNT(*) FROM mq_outbox WHERE event_id = 'bcast:0' AND status = 'SENT'`)
 	// The relay counts a failure just after MarkRetry committed it.
 	pipelinetest.WaitFor(t, 5*time.Second, "relay stats", func() (bool, string) {
-		st := r.Stats()
+		st := e.relayStats(r)
 		return st.Returned == 3 && st.Failed == 3 && st.Sent == 1, fmt.Sprintf("stats %+v", st)
 	})
 }

@@ -208,3 +208,20 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// retryLater republishes d, whose handling failed transiently, to the delay
+// queue of its attempt (an outage: the outage level, without spending the
+// attempt) and acks the original once the broker confirmed the copy. An
+// error: the republish failed and d is neither moved nor acked.
+func (c *Consumer) retryLater(ctx context.Context, h handler, d amqp.Delivery, attempt int, outage bool,
+	routingKey string, pub *confirmPublisher) error {
+	level, next := retryLevel(attempt), attempt+1
+	if outage {
+		level, next = outageRetryLevel, attempt
+	}
+	if err := pub.publish(ctx, RetryQueue(level), h.queue, republish(d, amqp.Table{HeaderAttempt: int32(next), HeaderRoutingKey: routingKey})); err != nil {
+		return err
+	}
+	_ = d.Ack(false)
+	return nil
+}

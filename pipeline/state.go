@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,12 +50,10 @@ type StateConfig struct {
 }
 
 func (c *StateConfig) setDefaults() {
-	if c.Group == "" {
-		c.Group = "writers"
-	}
-	setDur(&c.CacheTTL, time.Second)
-	setDur(&c.Timeout, 2*time.Second)
-	setDur(&c.StuckAfter, time.Minute)
+	c.Group = cmp.Or(c.Group, "writers")
+	c.CacheTTL = cmp.Or(c.CacheTTL, time.Second)
+	c.Timeout = cmp.Or(c.Timeout, 2*time.Second)
+	c.StuckAfter = cmp.Or(c.StuckAfter, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -1,12 +1,12 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,18 +62,14 @@ type SweeperConfig struct {
 }
 
 func (c *SweeperConfig) setDefaults() {
-	setDur(&c.Interval, time.Second)
-	setDur(&c.ReconcileInterval, 30*time.Second)
-	setDur(&c.ReconcileTimeout, 30*time.Second)
-	setDur(&c.LostGrace, 2*time.Minute)
-	setDur(&c.OutboxRetention, 7*24*time.Hour)
-	if c.PurgeBatch == 0 {
-		c.PurgeBatch = 5000
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 2000
-	}
-	setDur(&c.ErrorBackoff, 30*time.Second)
+	c.Interval = cmp.Or(c.Interval, time.Second)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, 30*time.Second)
+	c.ReconcileTimeout = cmp.Or(c.ReconcileTimeout, 30*time.Second)
+	c.LostGrace = cmp.Or(c.LostGrace, 2*time.Minute)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, 7*24*time.Hour)
+	c.PurgeBatch = cmp.Or(c.PurgeBatch, 5000)
+	c.BatchSize = cmp.Or(c.BatchSize, 2000)
+	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -94,24 +90,6 @@ func (c *SweeperConfig) Validate() error {
 		return fmt.Errorf("invalid config: sweeper reconcile timeout %v", c.ReconcileTimeout)
 	}
 	return nil
-}
-
-// SweeperStats counts what a Sweeper did since it was made.
-type SweeperStats struct {
-	Closed int64 // orders this sweeper moved WAITING_PAY → CANCELLED
-	Lost   int64 // due orders another closer (sweeper, close message, payment) got first
-	Errors int64 // failed queries or closes
-	// Reconciles counts finished reconciliations (any result).
-	Reconciles int64
-	// LostReleased counts reservations released as lost.
-	LostReleased int64
-	// Passes counts close passes (one batch each) this sweeper ran while
-	// holding the close lock; Skipped those it left because another sweeper
-	// held it.
-	Passes, Skipped int64
-	// ReconcileSkipped counts reconciliation rounds left to another sweeper
-	// (it held the lock, or reconciled less than ReconcileInterval ago).
-	ReconcileSkipped int64
 }
 
 // Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
@@ -154,9 +132,6 @@ type Sweeper struct {
 	store *persistence.Store
 	log   *slog.Logger
 	m     *Metrics
-
-	closed, lost, errs, reconciles, lostReleased atomic.Int64
-	passes, skipped, reconcileSkipped            atomic.Int64
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -172,13 +147,6 @@ func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
 		return nil, err
 	}
 	return &Sweeper{cfg: cfg, store: store, log: cfg.Logger.With("component", "sweeper"), m: orNew(cfg.Metrics)}, nil
-}
-
-// Stats returns the counters so far.
-func (s *Sweeper) Stats() SweeperStats {
-	return SweeperStats{Closed: s.closed.Load(), Lost: s.lost.Load(), Errors: s.errs.Load(), Reconciles: s.reconciles.Load(),
-		LostReleased: s.lostReleased.Load(), Passes: s.passes.Load(), Skipped: s.skipped.Load(),
-		ReconcileSkipped: s.reconcileSkipped.Load()}
 }
 
 // Run sweeps every Interval, and reconciles every ReconcileInterval when
@@ -215,7 +183,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 // be due at once. When another
 // sweeper holds the lock it returns (false, nil) at once and counts a
 // skipped pass. A close lost to another closer (the close consumer, a
-// payment) is normal and not an error; it counts in Stats().Lost.
+// payment) is normal and not an error; it counts in stampede_sweeper_lost_closes_total.
 //
 // Errors: MySQL failed (taking the lock, reading the due orders, or every
 // close of the batch).
@@ -225,12 +193,11 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 		if ctx.Err() != nil { // stopping: not a failure
 			return false, nil
 		}
-		s.errs.Add(1)
+		s.m.sweeperErrors.Inc()
 		s.m.sweeperPasses.WithLabelValues("close", "error").Inc()
 		return false, fmt.Errorf("sweeper: %w", err)
 	}
 	if !ok {
-		s.skipped.Add(1)
 		s.m.sweeperPasses.WithLabelValues("close", "skipped").Inc()
 		return false, nil
 	}
@@ -248,7 +215,6 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		result = "error"
 	}
-	s.passes.Add(1)
 	s.m.sweeperPasses.WithLabelValues("close", result).Inc()
 	return more, err
 }
@@ -263,7 +229,6 @@ func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
 		if s.cfg.Redis != nil && len(closed) > 0 {
 			_ = CacheStatuses(ctx, s.cfg.Redis, closed, s.log) // replays answer CANCELLED (statuscache.go)
 		}
-		s.closed.Add(int64(len(closed)))
 		s.m.sweeperClosed.Add(float64(len(closed)))
 		return len(closed) == s.cfg.BatchSize, nil
 	}
@@ -271,7 +236,7 @@ func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
 		return false, nil
 	}
 	if isOutage(err) {
-		s.errs.Add(1)
+		s.m.sweeperErrors.Inc()
 		return false, fmt.Errorf("sweeper: %w", err)
 	}
 	s.log.Warn("sweeper: batch close failed, closing the due orders one by one", "err", err)
@@ -285,7 +250,7 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 		if ctx.Err() != nil { // stopping: not a failure
 			return false, nil
 		}
-		s.errs.Add(1)
+		s.m.sweeperErrors.Inc()
 		return false, fmt.Errorf("sweeper: %w", err)
 	}
 	closed := 0
@@ -299,15 +264,13 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 				_ = CacheStatus(ctx, s.cfg.Redis, o, s.log) // replays answer CANCELLED (statuscache.go)
 			}
 			closed++
-			s.closed.Add(1)
 			s.m.sweeperClosed.Inc()
 		case errors.Is(err, persistence.ErrInvalidState), errors.Is(err, persistence.ErrNotDue), errors.Is(err, persistence.ErrNotFound):
-			s.lost.Add(1)
 			s.m.sweeperLost.Inc()
 		case ctx.Err() != nil:
 			return false, nil
 		default:
-			s.errs.Add(1)
+			s.m.sweeperErrors.Inc()
 			if firstErr == nil {
 				firstErr = err
 			}
@@ -340,7 +303,6 @@ func (s *Sweeper) reconcileLoop(ctx context.Context) {
 // config.
 func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	skip := func() bool {
-		s.reconcileSkipped.Add(1)
 		s.m.sweeperPasses.WithLabelValues("reconcile", "skipped").Inc()
 		// The sweeper that runs the rounds exports the drift; a stale
 		// value here would outlive it.
@@ -375,7 +337,7 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 		return skip()
 	}
 	if s.cfg.LostGrace > 0 {
-		s.RepairLost(ctx)
+		_, _ = s.RepairLost(ctx) // logged and counted inside
 	}
 	if n, err := RepairTransfers(ctx, s.cfg.Redis, s.store); err != nil {
 		if ctx.Err() == nil {
@@ -409,7 +371,6 @@ func (s *Sweeper) RepairLost(ctx context.Context) (LostReport, error) {
 	for _, no := range rep.Released {
 		s.log.Warn("sweeper: released a reservation that never became an order", "orderNo", no)
 	}
-	s.lostReleased.Add(int64(len(rep.Released)))
 	s.m.lostReleased.Add(float64(len(rep.Released)))
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("sweeper: lost reservation repair failed", "err", err)
@@ -423,7 +384,6 @@ func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
 	defer cancel()
 	rep, err := Reconcile(rctx, s.cfg.Redis, s.store, nil)
-	s.reconciles.Add(1)
 	s.m.reconLastRunAt.SetToCurrentTime()
 	if err != nil {
 		if ctx.Err() == nil {

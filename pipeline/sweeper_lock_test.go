@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
@@ -51,13 +53,15 @@ func TestSweepersShareWithoutWaste(t *testing.T) {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	var sweepers []*pipeline.Sweeper
+	var regs []*prometheus.Registry // one per sweeper
 	for range 3 {
-		s, err := pipeline.NewSweeper(store, pipeline.SweeperConfig{Interval: 2 * time.Millisecond, ErrorBackoff: time.Second, BatchSize: 10})
+		reg := prometheus.NewRegistry()
+		s, err := pipeline.NewSweeper(store, pipeline.SweeperConfig{Interval: 2 * time.Millisecond, ErrorBackoff: time.Second, BatchSize: 10,
+			Metrics: pipeline.NewMetrics(reg)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sweepers = append(sweepers, s)
+		regs = append(regs, reg)
 		wg.Go(func() { s.Run(runCtx) })
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -81,8 +85,8 @@ func TestSweepersShareWithoutWaste(t *testing.T) {
 	wg.Wait()
 
 	var closed, lost, skipped, errs int64
-	for i, s := range sweepers {
-		st := s.Stats()
+	for i, reg := range regs {
+		st := sweeperStatsOf(t, reg)
 		t.Logf("sweeper %d: closed %d, lost %d, passes %d, skipped %d, errors %d", i, st.Closed, st.Lost, st.Passes, st.Skipped, st.Errors)
 		closed += st.Closed
 		lost += st.Lost

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
@@ -39,20 +41,21 @@ func TestSweepersCloseDueOrdersOnce(t *testing.T) {
 		t.Fatalf("pay: %v %v", out, err)
 	}
 
-	var sweepers []*pipeline.Sweeper
+	var regs []*prometheus.Registry // one per sweeper
 	for i := range 3 {
-		s, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 20 * time.Millisecond, BatchSize: 5})
+		m, reg := e.metrics()
+		s, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 20 * time.Millisecond, BatchSize: 5, Metrics: m})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sweepers = append(sweepers, s)
+		regs = append(regs, reg)
 		run(t, fmt.Sprintf("sweeper %d", i), s.Run)
 	}
 	e.waitCount(10*time.Second, 20, `SELECT COUNT(*) FROM order_info WHERE status = 'CANCELLED' AND close_reason = ?`, string(order.ReasonTimeout))
 	time.Sleep(100 * time.Millisecond) // a few more sweeps: nothing else may change
 	var closed int64
-	for _, s := range sweepers {
-		closed += s.Stats().Closed
+	for _, reg := range regs {
+		closed += sweeperStatsOf(t, reg).Closed
 	}
 	if closed != 20 {
 		t.Errorf("sweepers closed %d orders, want 20", closed)

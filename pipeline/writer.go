@@ -1,12 +1,12 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -87,31 +87,21 @@ const MaxWriterBatch = 5000
 
 func (c *WriterConfig) setDefaults() {
 	defer func() {
-		if c.PruneIdle == 0 {
-			c.PruneIdle = 10 * c.ClaimIdle
-		}
+		c.PruneIdle = cmp.Or(c.PruneIdle, 10*c.ClaimIdle)
 	}()
-	if c.Group == "" {
-		c.Group = "writers"
-	}
-	if c.Consumer == "" {
-		c.Consumer = instanceName()
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = 500
-	}
-	setDur(&c.BatchWait, 20*time.Millisecond)
-	setDur(&c.ClaimIdle, 30*time.Second)
-	setDur(&c.ClaimInterval, c.ClaimIdle/2)
-	setDur(&c.StreamRefresh, time.Second)
-	setDur(&c.IdlePoll, 200*time.Millisecond)
-	setDur(&c.RetryMin, 100*time.Millisecond)
-	setDur(&c.RetryMax, 5*time.Second)
-	setDur(&c.FlushTimeout, 5*time.Second)
-	setDur(&c.RequestTTL, order.DefaultRequestTTL)
-	if c.DeadMaxLen == 0 {
-		c.DeadMaxLen = 100000
-	}
+	c.Group = cmp.Or(c.Group, "writers")
+	c.Consumer = cmp.Or(c.Consumer, instanceName())
+	c.BatchSize = cmp.Or(c.BatchSize, 500)
+	c.BatchWait = cmp.Or(c.BatchWait, 20*time.Millisecond)
+	c.ClaimIdle = cmp.Or(c.ClaimIdle, 30*time.Second)
+	c.ClaimInterval = cmp.Or(c.ClaimInterval, c.ClaimIdle/2)
+	c.StreamRefresh = cmp.Or(c.StreamRefresh, time.Second)
+	c.IdlePoll = cmp.Or(c.IdlePoll, 200*time.Millisecond)
+	c.RetryMin = cmp.Or(c.RetryMin, 100*time.Millisecond)
+	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Second)
+	c.FlushTimeout = cmp.Or(c.FlushTimeout, 5*time.Second)
+	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
+	c.DeadMaxLen = cmp.Or(c.DeadMaxLen, 100000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -132,17 +122,6 @@ func (c *WriterConfig) Validate() error {
 		return fmt.Errorf("invalid config: writer dead stream max length %d", c.DeadMaxLen)
 	}
 	return nil
-}
-
-// WriterStats counts what a Writer did since it was made.
-type WriterStats struct {
-	Batches    int64 // committed batches
-	Written    int64 // new orders written
-	Duplicates int64 // entries whose order was already stored (redelivered)
-	Reused     int64 // entries stored FAILED because their requestId was taken
-	Dead       int64 // unparseable entries moved to the dead stream
-	Claimed    int64 // entries taken over from other consumers with XAUTOCLAIM
-	Failures   int64 // failed batch attempts (each retried)
 }
 
 // Writer turns intake stream entries into order rows (SPEC §1 "writer").
@@ -182,8 +161,7 @@ type Writer struct {
 
 	names map[int64]string // product names, flusher goroutine only
 
-	batches, written, duplicates, reused, dead, claimed, failures atomic.Int64
-	mysql                                                         *breaker // around a batch's MySQL transaction
+	mysql *breaker // around a batch's MySQL transaction
 }
 
 // NewWriter returns a Writer; cfg is completed with defaults and validated.
@@ -195,12 +173,6 @@ func NewWriter(store *persistence.Store, rdb redis.UniversalClient, cfg WriterCo
 	log := cfg.Logger.With("component", "writer", "consumer", cfg.Consumer)
 	return &Writer{cfg: cfg, store: store, rdb: rdb, log: log, mysql: newBreaker("writer-mysql", log),
 		m: orNew(cfg.Metrics), names: map[int64]string{}}, nil
-}
-
-// Stats returns the counters so far.
-func (w *Writer) Stats() WriterStats {
-	return WriterStats{Batches: w.batches.Load(), Written: w.written.Load(), Duplicates: w.duplicates.Load(),
-		Reused: w.reused.Load(), Dead: w.dead.Load(), Claimed: w.claimed.Load(), Failures: w.failures.Load()}
 }
 
 // entry is one stream entry on its way to MySQL.
@@ -456,7 +428,6 @@ func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in 
 				return fmt.Errorf("writer: autoclaim %s: %w", s.name, err)
 			}
 			if len(msgs) > 0 {
-				w.claimed.Add(int64(len(msgs)))
 				w.m.writerClaimed.Add(float64(len(msgs)))
 				w.log.Warn("writer: reclaimed pending entries", "stream", s.name, "entries", len(msgs))
 			}
@@ -571,7 +542,6 @@ func (w *Writer) flush(ctx context.Context, batch []entry) bool {
 			}
 			err = berr
 		}
-		w.failures.Add(1)
 		w.m.writerFailures.Inc()
 		if attempt == 1 || attempt%20 == 0 {
 			w.log.Warn("writer: flush batch failed, retrying", "attempt", attempt, "entries", len(batch), "err", err)
@@ -620,10 +590,6 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		}
 		w.m.writerCommit.Observe(time.Since(start).Seconds())
 		w.m.writerBatch.Observe(float64(len(res)))
-		w.batches.Add(1)
-		w.written.Add(int64(out.Inserted))
-		w.duplicates.Add(int64(out.Duplicates))
-		w.reused.Add(int64(out.Reused))
 		w.m.writerWritten.Add(float64(out.Inserted))
 		w.m.writerDup.Add(float64(out.Duplicates))
 		w.m.writerReused.Add(float64(out.Reused))
@@ -742,11 +708,10 @@ func (w *Writer) bury(ctx context.Context, es []entry, errs []error) error {
 	}
 	for i, e := range es {
 		no, _ := e.msg.Values["o"].(string)
-		req, _ := e.msg.Values["r"].(string)
+		req, _ := e.msg.Values[lua.FieldRequest].(string)
 		w.log.Error("writer: unparseable intake entry moved to dead stream", "stream", e.stream, "id", e.msg.ID,
 			"orderNo", no, "requestId", req, "err", errs[i])
 	}
-	w.dead.Add(int64(len(es)))
 	w.m.writerDead.Add(float64(len(es)))
 	return w.ack(ctx, es)
 }

@@ -37,7 +37,7 @@ func TestWriterWritesEveryReservationInBatches(t *testing.T) {
 		t.Errorf("%d ORDER_CREATED outbox rows, want 1000", n)
 	}
 	waitNoPending(t, e, k.Intake())
-	st := w.Stats()
+	st := e.writerStats(w)
 	if st.Written != 1000 || st.Duplicates != 0 || st.Dead != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -77,7 +77,7 @@ func TestWriterReclaimsEntriesOfDeadWriter(t *testing.T) {
 	run(t, "writer", w.Run)
 	e.waitCount(10*time.Second, 50, `SELECT COUNT(*) FROM order_info WHERE product_id = ?`, p.ID)
 	waitNoPending(t, e, k.Intake())
-	if st := w.Stats(); st.Claimed != 50 || st.Written != 50 {
+	if st := e.writerStats(w); st.Claimed != 50 || st.Written != 50 {
 		t.Errorf("stats %+v, want 50 claimed and written", st)
 	}
 	// The dead writer comes back and writes what it had read: nothing new.
@@ -138,7 +138,7 @@ func TestWriterRestartReadsOwnPendingFirst(t *testing.T) {
 	run(t, "writer", w.Run)
 	e.waitCount(10*time.Second, 20, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND quantity = 2`, p.ID)
 	waitNoPending(t, e, k.Intake())
-	if st := w.Stats(); st.Claimed != 0 || st.Written != 20 {
+	if st := e.writerStats(w); st.Claimed != 0 || st.Written != 20 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -161,7 +161,7 @@ func TestWriterMovesUnparseableEntryToDeadStream(t *testing.T) {
 	if err != nil || len(dead) != 1 || dead[0].Values["id"] != junk || dead[0].Values["f:o"] != "not-an-order" {
 		t.Fatalf("dead stream %v %v", dead, err)
 	}
-	if st := w.Stats(); st.Dead != 1 || st.Written != 6 {
+	if st := e.writerStats(w); st.Dead != 1 || st.Written != 6 {
 		t.Errorf("stats %+v", st)
 	}
 	if n, _ := e.rdb.XLen(ctx, k.Intake()).Result(); n != 0 {

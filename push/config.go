@@ -76,6 +76,10 @@ type Config struct {
 	ReconnectMax time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Run and Serve. Default 10s.
 	ShutdownTimeout time.Duration
+
+	// Lines reads waiting-room tickets for {"type":"queue"} subscriptions
+	// (line.go). nil: such subscriptions are refused.
+	Lines LineReader
 }
 
 func (c *Config) setDefaults() {

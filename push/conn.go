@@ -290,6 +290,8 @@ func (c *conn) readLoop() {
 			c.subscribe(m.OrderNo)
 		case "ping":
 			c.deliver(outgoing{data: pongMessage})
+		case "queue": // line.go
+			c.followLine(m.ProductID)
 		default:
 			c.deliver(outgoing{data: encodeError(codeBadMessage, "", "unknown message type")})
 		}

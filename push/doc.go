@@ -16,6 +16,11 @@
 //     a version lower than or equal to one it already got for that order, so a
 //     client's state never goes backwards even when RabbitMQ reorders events.
 //
+// A buyer in a product's waiting room sends {"type":"queue","productId"} and
+// gets its place in line live (line.go): position, estimate, "your turn",
+// "sold out", "back in stock", throttled per product and ordered by seq; the
+// ticket is looked up through Config.Lines, never taken from the client.
+//
 // Each socket has a bounded send buffer drained by its own writer goroutine;
 // a client that cannot keep up is disconnected (close 1008) instead of slowing
 // the hub or other clients. Heartbeats are WebSocket pings; shutdown closes

@@ -2,9 +2,13 @@ package push_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/push"
@@ -21,21 +25,65 @@ func (snapshots) RecentOrders(ctx context.Context, userID int64, limit int) ([]p
 	return nil, nil
 }
 
-// A push instance: sockets on 127.0.0.1:8081/ws, status events from
-// RabbitMQ, product stock fed by the caller.
+// A push instance and a buyer's socket: the hub authenticates the socket by
+// its bearer token (in the WebSocket subprotocol) and broadcasts the product
+// stock fed by the caller. A real instance runs with Run on Config.Addr
+// (127.0.0.1:8081/ws), takes status events from RabbitMQ (its URL instead
+// of "") and stops on Ctrl-C (signal.NotifyContext); Serve returns after
+// closing every socket with 1001.
 func Example() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	hub, err := push.New(push.Config{}, auth.NewVerifier([]byte("jwt secret")), snapshots{},
-		"amqp://guest:guest@127.0.0.1:5672/", slog.Default())
+	secret := []byte("jwt secret")
+	hub, err := push.New(push.Config{}, auth.NewVerifier(secret), snapshots{}, "", slog.New(slog.DiscardHandler))
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
-	go func() {
-		// e.g. on every stock change the gateway observes:
-		hub.PublishProduct(7, 42, false)
-	}()
-	if err := hub.Run(ctx); err != nil { // returns after closing every socket with 1001
-		slog.Error("push", "err", err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
+	served := make(chan error, 1)
+	go func() { served <- hub.Serve(ctx, ln) }()
+
+	// The buyer's browser.
+	tok, err := auth.Issue(secret, 1, false, time.Hour)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, "ws://"+ln.Addr().String()+"/ws",
+		&websocket.DialOptions{Subprotocols: []string{push.Subprotocol, tok}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ws.CloseNow()
+	for hub.Stats().Sockets == 0 && dctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// e.g. on every stock change the gateway observes:
+	hub.PublishProduct(7, 42, false)
+	for {
+		_, data, err := ws.Read(dctx)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if strings.Contains(string(data), `"type":"product"`) {
+			fmt.Println(string(data))
+			break
+		}
+	}
+	ws.CloseRead(context.Background()) // answer the hub's close handshake
+	stop()
+	fmt.Println("push stopped:", <-served)
+	// Output:
+	// {"type":"product","productId":7,"available":42,"soldOut":false}
+	// push stopped: <nil>
 }

@@ -41,6 +41,8 @@ type Hub struct {
 	pmu      sync.Mutex
 	products map[int64]*productState
 
+	lines lineBook // line.go: waiting-room places
+
 	started   atomic.Bool
 	consuming atomic.Bool
 	stats     counters

@@ -316,6 +316,13 @@ type msg struct {
 	Available   int64      `json:"available"`
 	SoldOut     bool       `json:"soldOut"`
 	Code        string     `json:"code"`
+	// {"type":"queue"} (line.go)
+	Ticket      int64  `json:"ticket"`
+	State       string `json:"state"`
+	Position    int64  `json:"position"`
+	EtaSeconds  *int64 `json:"etaSeconds"`
+	Seq         uint64 `json:"seq"`
+	BackInStock bool   `json:"backInStock"`
 }
 
 // client is a test socket whose messages a goroutine reads into msgs (unless
@@ -402,16 +409,6 @@ func (c *client) next(d time.Duration) msg {
 		c.t.Fatalf("no message within %v", d)
 	}
 	return msg{}
-}
-
-// nextOrder skips non-order messages.
-func (c *client) nextOrder(d time.Duration) msg {
-	c.t.Helper()
-	for {
-		if m := c.next(d); m.Type == "order" {
-			return m
-		}
-	}
 }
 
 // quiet fails the test if a message arrives within d.

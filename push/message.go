@@ -84,8 +84,9 @@ const (
 // {"type":"ping"} (answered with {"type":"pong"}, for clients that want to
 // detect a dead socket themselves; browsers cannot see WebSocket pings).
 type clientMessage struct {
-	Type    string `json:"type"`
-	OrderNo string `json:"orderNo"`
+	Type      string `json:"type"`
+	OrderNo   string `json:"orderNo"`
+	ProductID int64  `json:"productId"` // {"type":"queue","productId"}: follow the waiting-room line (line.go)
 }
 
 var pongMessage = []byte(`{"type":"pong"}`)

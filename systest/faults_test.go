@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/stampede-sh/stampede/lua"
@@ -267,8 +268,9 @@ func TestFault04WriterKilledWithPendingEntries(t *testing.T) {
 	stored := e.count(`SELECT COUNT(*) FROM order_info WHERE product_id = ?`, pid)
 	t.Logf("writer A SIGKILLed holding %d pending entries; %d orders stored at the kill", pendingA, stored)
 
+	regB := prometheus.NewRegistry()
 	writerB, err := pipeline.NewWriter(e.store, e.rdb, pipeline.WriterConfig{Consumer: "faults-writer-b",
-		ClaimIdle: 2 * time.Second, ClaimInterval: 500 * time.Millisecond})
+		ClaimIdle: 2 * time.Second, ClaimInterval: 500 * time.Millisecond, Metrics: pipeline.NewMetrics(regB)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,10 +289,10 @@ func TestFault04WriterKilledWithPendingEntries(t *testing.T) {
 		t.Errorf("%d × 202 of %d (other answers %v)", got, n, other)
 	}
 	e.checkIntents(pid, intents, rep)
-	st := writerB.Stats()
-	t.Logf("writer B: %+v", st)
-	if st.Claimed < int64(n-stored) {
-		t.Errorf("writer B claimed %d entries, want at least the %d not stored", st.Claimed, n-stored)
+	claimed := int64(pipelinetest.Metric(t, regB, "stampede_writer_claimed_entries_total"))
+	t.Logf("writer B: claimed %d, written %.0f", claimed, pipelinetest.Metric(t, regB, "stampede_writer_entries_total", "outcome", "written"))
+	if claimed < int64(n-stored) {
+		t.Errorf("writer B claimed %d entries, want at least the %d not stored", claimed, n-stored)
 	}
 	if p, err := e.rdb.XPending(e.ctx, intake, "writers").Result(); err != nil || p.Count != 0 {
 		t.Errorf("entries still pending: %+v %v", p, err)

@@ -150,9 +150,6 @@ func baseEnv(t *testing.T, name string) *env {
 	return e
 }
 
-// mysqlDSN is the fault tests' database DSN, through addr if not empty.
-func mysqlDSN(addr string) string { return dsnFor("faults", addr) }
-
 // dsnFor is the DSN of database "stampede_test_<name>", through addr if not
 // empty.
 func dsnFor(name, addr string) string {

@@ -370,24 +370,6 @@ func (e *env) waitCount(limit time.Duration, want int, q string, args ...any) {
 	e.t.Fatalf("%s: %d after %s, want %d", q, n, limit, want)
 }
 
-// waitMetricSum polls the sum of a series over procs until it reaches want.
-func (e *env) waitMetricSum(procs []*proc, limit time.Duration, want float64, name string, labels ...string) {
-	e.t.Helper()
-	deadline := time.Now().Add(limit)
-	var sum float64
-	for time.Now().Before(deadline) {
-		sum = 0
-		for _, p := range procs {
-			sum += p.metric(e.t, name, labels...)
-		}
-		if sum >= want {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.t.Fatalf("%s%v summed %.0f over %d processes after %s, want %.0f", name, labels, sum, len(procs), limit, want)
-}
-
 // blockDelayQueue puts a message with a 10-minute TTL at the head of the
 // pay-timeout delay queue once a process has declared it: the delayed close
 // messages behind it cannot expire. The returned func takes it off (it is

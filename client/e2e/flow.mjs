@@ -14,7 +14,9 @@
 //      CANCELLED within 2 s of reconnecting, never going backwards;
 //   5. 429: the gateway refuses the Buy, the page counts down calmly and
 //      retries with the same requestId: one order for the intent;
-//   6. screenshots of every page at desktop and phone width.
+//   6. the waiting room (issue 17): wait in line, see the position move, get
+//      admitted, buy; a buyer behind sees "sold out" without reloading;
+//   7. screenshots of every page at desktop and phone width.
 //
 // Environment:
 //   STAMPEDE_URL           gateway serving client/dist (default http://127.0.0.1:8080)
@@ -483,8 +485,107 @@ async function main() {
       'the page retried after Retry-After with the same requestId until accepted',
       sent.map((s) => s.status).join(' → '),
     )
-    const limitedOrders = (await api('GET', '/api/orders?limit=100', undefined, buyerToken)).orders.filter((o) => o.productId === limited.id)
-    check(limitedOrders.length === 1, 'one order for the intent', `${limitedOrders.length} orders`)
+    // The order list reads MySQL: wait for the writer, then make sure no
+    // second order follows.
+    const limitedOrders = async () =>
+      (await api('GET', '/api/orders?limit=100', undefined, buyerToken)).orders.filter((o) => o.productId === limited.id).length
+    for (let i = 0; i < 50 && (await limitedOrders()) === 0; i++) await sleep(200)
+    await sleep(1000)
+    const nLimited = await limitedOrders()
+    check(nLimited === 1, 'one order for the intent', `${nLimited} orders`)
+
+    // --- waiting room (issue 17): a buyer waits, sees the position move, is
+    // admitted and buys; another, further back, sees "sold out" without a reload.
+    const room = await api(
+      'POST',
+      '/api/admin/products',
+      {
+        name: 'E2E waiting room',
+        price: 900,
+        stock: 1,
+        perUserLimit: 1,
+        waitingRoom: true,
+        saleStart: new Date(Date.now() - 1000).toISOString(),
+        saleEnd: new Date(Date.now() + 3600_000).toISOString(),
+      },
+      ADMIN_TOKEN,
+    )
+    check(room.waitingRoom === true, 'product created with its waiting room on', `#${room.id}`)
+    await api('POST', `/api/admin/products/${room.id}/waiting-room`, { on: true, ceiling: 1, windowSeconds: 60 }, ADMIN_TOKEN)
+    const lineUser = async (uid) => {
+      const { token: t } = await api('POST', '/api/auth/login', { userId: uid })
+      return t
+    }
+    const queueAs = async (t) => api('POST', `/api/products/${room.id}/queue`, undefined, t)
+    const base = 200_000_000 + Math.floor(Math.random() * 1e6) * 10
+    for (let i = 1; i <= 3; i++) await queueAs(await lineUser(base + i)) // three buyers ahead
+    await page.goto(`${BASE}/products/${room.id}`)
+    await page.click('[data-testid=join]')
+    await page.locator('[data-testid=position]').waitFor()
+    const firstPos = Number(await page.locator('[data-testid=position]').textContent())
+    check(firstPos >= 1 && (await page.locator('[data-testid=buy]').isDisabled()), 'joined the line, Buy waits for the turn', `position ${firstPos}`)
+    await shot('10-waiting-room')
+    await page.evaluate(() => {
+      window.__e2eLine = []
+      window.__e2eLineSamePage = true
+      setInterval(() => {
+        const el = document.querySelector('[data-testid=position]')
+        const st = document.querySelector('[data-testid=waiting-room]')?.dataset.state
+        const v = el ? Number(el.textContent) : 0
+        const h = window.__e2eLine
+        if (!h.length || h[h.length - 1].pos !== v || h[h.length - 1].st !== st) h.push({ pos: v, st })
+      }, 50)
+    })
+    for (let i = 4; i <= 7; i++) await queueAs(await lineUser(base + i)) // four more behind
+    // The second buyer, in a browser of its own, joins behind them.
+    const uidB = base + 8
+    const tokenB = await lineUser(uidB)
+    const dirB = await mkdtemp(path.join(tmpdir(), 'stampede-e2e-b-'))
+    const ctxB = await chromium.launchPersistentContext(dirB, { executablePath: CHROMIUM, headless: true, args: ['--headless', '--no-sandbox', '--disable-gpu'] })
+    try {
+      const pageB = ctxB.pages()[0] ?? (await ctxB.newPage())
+      pageB.setDefaultTimeout(20_000)
+      await pageB.addInitScript(
+        ([t, u, pu]) => {
+          localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u }))
+          if (pu) localStorage.setItem('stampede.pushUrl', pu)
+        },
+        [tokenB, uidB, PUSH_URL],
+      )
+      await pageB.goto(`${BASE}/products/${room.id}`)
+      await pageB.click('[data-testid=join]')
+      await pageB.locator('[data-testid=position]').waitFor()
+      // A reload keeps the place.
+      const beforeReload = await pageB.evaluate(() => window.__stampede.place(Number(location.pathname.split('/').pop())).ticket)
+      await pageB.reload()
+      await pageB.locator('[data-testid=position]').waitFor()
+      const afterReload = await pageB.evaluate(() => window.__stampede.place(Number(location.pathname.split('/').pop())).ticket)
+      check(beforeReload > 0 && beforeReload === afterReload, 'a reload keeps the place in line', `ticket ${afterReload}`)
+      await pageB.evaluate(() => (window.__e2eSamePageB = true))
+
+      await page.waitForSelector('[data-testid=waiting-room][data-state=ADMITTED]', { timeout: 30_000 })
+      const line = await page.evaluate(() => window.__e2eLine)
+      const waits = line.filter((h) => h.st === 'WAITING').map((h) => h.pos)
+      const falling = waits.every((p, i) => i === 0 || p < waits[i - 1])
+      check(waits.length >= 2 && falling, 'the position moved down live, never up', waits.join(' → '))
+      check(await page.evaluate(() => window.__e2eLineSamePage === true), 'admitted without a reload')
+      await shot('11-admitted')
+      await page.reload() // the admission survives a reload
+      await page.waitForSelector('[data-testid=waiting-room][data-state=ADMITTED]')
+      await page.waitForFunction(() => !document.querySelector('[data-testid=buy]')?.disabled)
+      check(true, 'the admission survives a reload')
+      await page.click('[data-testid=buy]')
+      await page.waitForURL(/\/orders\/\d+$/)
+      check(true, 'the admitted buyer bought', page.url().split('/').pop())
+
+      await pageB.waitForSelector('[data-testid=waiting-room][data-state=SOLD_OUT]', { timeout: 10_000 })
+      check(await pageB.evaluate(() => window.__e2eSamePageB === true), 'the buyer still waiting sees "sold out" without reloading')
+      await pageB.screenshot({ path: path.join(ARTIFACTS, '12-line-sold-out.png'), fullPage: true })
+    } finally {
+      await ctxB.close()
+      await rm(dirB, { recursive: true, force: true })
+    }
+
 
     // ---------------------------------------------------------------- 6. the remaining pages
     await page.goto(`${BASE}/orders`)

@@ -23,19 +23,22 @@ import (
 var startForBench func(ctx context.Context, cfg *Config) (stop func(), err error)
 
 type benchFlags struct {
-	scenarios     string
-	url           string
-	baselineURL   string
-	baselineAddr  string
-	noBaseline    bool
-	gatewayPID    int
-	baselinePID   int
-	quick         bool
-	out           string
-	idleWait      time.Duration
-	ceiling       bool
-	reserveScript string
-	rabbitMetrics string
+	roomBuyers, roomSockets int
+	roomStock               int64
+	roomArrival             time.Duration
+	scenarios               string
+	url                     string
+	baselineURL             string
+	baselineAddr            string
+	noBaseline              bool
+	gatewayPID              int
+	baselinePID             int
+	quick                   bool
+	out                     string
+	idleWait                time.Duration
+	ceiling                 bool
+	reserveScript           string
+	rabbitMetrics           string
 	// overrides of bench.Params; zero = the default (or quick) value
 	users          int
 	shards         int
@@ -236,6 +239,10 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
 	fs.DurationVar(&f.closedDuration, "closed-duration", 0, "soldout, replay: length of each closed-loop run (default 5s, 1s with --quick)")
 	fs.IntVar(&f.replayKeys, "replay-keys", 0, "replay: intents accepted, then re-sent (default 10000, 2000 with --quick)")
+	fs.IntVar(&f.roomBuyers, "room-buyers", 0, "waitingroom: buyers taking a ticket (default 100000, 2000 with --quick)")
+	fs.Int64Var(&f.roomStock, "room-stock", 0, "waitingroom: units on sale (default 5000, 200 with --quick)")
+	fs.DurationVar(&f.roomArrival, "room-arrival", 0, "waitingroom: every buyer arrives within this (default 10s, 2s with --quick)")
+	fs.IntVar(&f.roomSockets, "room-sockets", 0, "waitingroom: sample buyers following the line over push WebSockets (default 200, 20 with --quick)")
 	fs.DurationVar(&f.drainPay, "drain-pay-timeout", 0, "drain: pay timeout of the drained orders; nobody pays, so each is closed at its deadline and the close delay measured (default 1m)")
 }
 
@@ -303,6 +310,12 @@ func (f *benchFlags) params() (bench.Params, error) {
 	setInt(&p.ClosedConns, f.closedConns)
 	setDur(&p.ClosedDuration, f.closedDuration)
 	setInt(&p.ReplayKeys, f.replayKeys)
+	setInt(&p.RoomBuyers, f.roomBuyers)
+	setInt(&p.RoomSockets, f.roomSockets)
+	if f.roomStock > 0 {
+		p.RoomStock = f.roomStock
+	}
+	setDur(&p.RoomArrival, f.roomArrival)
 	if f.drainDesigns != "" {
 		p.DrainDesigns = nil
 		for _, d := range strings.Split(f.drainDesigns, ",") {

@@ -79,6 +79,12 @@ type Config struct {
 	LookupPipeline  int           // STAMPEDE_LOOKUP_PIPELINE, -lookup-pipeline: sold-out request-record GETs per Redis pipeline, 0 = one round trip each (64)
 	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
 
+	// Waiting room (issue 17): the admission pacer runs with the sweeper role.
+	RoomRate          float64       // STAMPEDE_ROOM_RATE, -room-rate: admissions/s of every waiting room, 0 = auto from the pipeline's drain (0)
+	RoomCeiling       float64       // STAMPEDE_ROOM_CEILING, -room-ceiling: highest admission rate the pacer asks for (2000)
+	RoomWindow        time.Duration // STAMPEDE_ROOM_WINDOW, -room-window: an admission not used by an order within it expires (2m)
+	RoomTargetBacklog time.Duration // STAMPEDE_ROOM_TARGET_BACKLOG, -room-target-backlog: auto pacer keeps PROCESSING at this many seconds of drain (2s)
+
 	command  string          // the subcommand parsed (parse)
 	explicit map[string]bool // flag names given as a flag or through their variable (parse)
 }
@@ -246,6 +252,10 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
 	integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
 	dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
+	f64(&c.RoomRate, "room-rate", "STAMPEDE_ROOM_RATE", 0, "waiting-room admissions per second (0: auto, from the pipeline's measured drain)")
+	f64(&c.RoomCeiling, "room-ceiling", "STAMPEDE_ROOM_CEILING", 2000, "highest waiting-room admission rate the pacer ever asks for, per second")
+	dur(&c.RoomWindow, "room-window", "STAMPEDE_ROOM_WINDOW", 2*time.Minute, "a waiting-room admission not used by an order within this window expires and its place passes on")
+	dur(&c.RoomTargetBacklog, "room-target-backlog", "STAMPEDE_ROOM_TARGET_BACKLOG", 2*time.Second, "the auto pacer keeps the orders not yet past PROCESSING at this many seconds of drain")
 }
 
 // Validate returns "invalid config: ..." for settings that cannot work.
@@ -308,6 +318,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
 		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
+	}
+	if c.RoomRate < 0 || c.RoomCeiling <= 0 || c.RoomRate > c.RoomCeiling || c.RoomWindow < time.Second || c.RoomTargetBacklog <= 0 {
+		errs = append(errs, errors.New("waiting room: room rate must be 0 (auto) up to the ceiling, the ceiling positive, the window at least 1s and the target backlog positive"))
 	}
 	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 {
 		errs = append(errs, errors.New("rate limits, bursts and sold-out TTL must be >= 0"))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"os"
 	"regexp"
@@ -99,7 +100,7 @@ func TestHelpNamesEveryVariable(t *testing.T) {
 		fs := newFlagSet(cmd, &cfg, &errs, nil)
 		var out bytes.Buffer
 		fs.SetOutput(&out)
-		if err := fs.Parse([]string{"-h"}); err != flag.ErrHelp {
+		if err := fs.Parse([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 			t.Fatalf("%s -h: %v", cmd, err)
 		}
 		help := out.String()

@@ -74,7 +74,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	go func() { served <- app.wait() }()
 	fail := func(err error) error {
 		stopServer()
-		<-served
+		<-served //nolint:errcheck // the error that made the demo fail is returned
 		return err
 	}
 
@@ -204,6 +204,38 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 	if err != nil {
 		return false, err
 	}
+	pid, err := d.createProduct(ctx, admin, o, out)
+	if err != nil {
+		return false, err
+	}
+	buyers, err := d.login(ctx, o.buyers)
+	if err != nil {
+		return false, err
+	}
+	rr, err := d.rush(ctx, pid, buyers, o, out)
+	if err != nil {
+		return false, err
+	}
+	ok1 := d.auditRush(ctx, app, pid, rr, o, out)
+	nPay, nCancel, err := d.checkout(ctx, rr.winners, o, out)
+	if err != nil {
+		return false, err
+	}
+	ok2, err := d.auditCheckout(ctx, app, pid, o, nPay, nCancel, len(rr.winners)-nPay-nCancel, out)
+	if err != nil {
+		return false, err
+	}
+	all := ok1 && ok2
+	verdict := "PASS"
+	if !all {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(out, "\nDEMO %s\n", verdict)
+	return all, nil
+}
+
+// createProduct creates the sale's product through the admin API.
+func (d *demo) createProduct(ctx context.Context, admin string, o demoOptions, out io.Writer) (int64, error) {
 	now := time.Now().UTC()
 	name := "Demo phone " + now.Format("15:04:05")
 	r, err := d.call(ctx, "POST", "/api/admin/products", admin, map[string]any{
@@ -211,34 +243,47 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 		"saleStart": now.Add(-time.Second).Format(time.RFC3339), "saleEnd": now.Add(24 * time.Hour).Format(time.RFC3339),
 	})
 	if err != nil || r.status != http.StatusCreated {
-		return false, fmt.Errorf("demo: create product: %d %v %v", r.status, r.body, err)
+		return 0, fmt.Errorf("demo: create product: %d %v %v", r.status, r.body, err)
 	}
 	pid, err := r.body["id"].(json.Number).Int64()
 	if err != nil {
-		return false, fmt.Errorf("demo: product id: %v", r.body["id"])
+		return 0, fmt.Errorf("demo: product id: %v", r.body["id"])
 	}
 	fmt.Fprintf(out, "product %d %q: %d units at 499.00, 1 per buyer\n", pid, name, o.stock)
+	return pid, nil
+}
 
-	// Buyers log in through the demo identity provider; user ids are fresh
-	// per run so earlier demos' per-user limits don't apply.
+// login logs n buyers in through the demo identity provider; user ids are
+// fresh per run so earlier demos' per-user limits don't apply.
+func (d *demo) login(ctx context.Context, n int) ([]*purchase, error) {
 	firstUser := time.Now().UnixMilli() % 1_000_000_000 * 1000
-	buyers := make([]*purchase, o.buyers)
+	buyers := make([]*purchase, n)
 	for i := range buyers {
 		uid := firstUser + int64(i) + 1
 		lr, err := d.call(ctx, "POST", "/api/auth/login", "", map[string]any{"userId": uid})
 		if err != nil || lr.status != http.StatusOK {
-			return false, fmt.Errorf("demo: login: %d %v %v", lr.status, lr.body, err)
+			return nil, fmt.Errorf("demo: login: %d %v %v", lr.status, lr.body, err)
 		}
 		buyers[i] = &purchase{user: uid, token: lr.body["token"].(string), requestID: "demo-" + randomID(8)}
 	}
+	return buyers, nil
+}
 
-	// The rush: every buyer clicks once, and o.replays clicks repeat a buyer's
-	// request (same requestId), all released at the same instant.
+// rushResult is what the rush's answers were.
+type rushResult struct {
+	byCode      map[string]int // "202", "409 SOLD_OUT", …
+	winners     []*purchase    // buyers answered with an orderNo, by user id
+	conflicting int            // intents answered with more than one orderNo
+}
+
+// rush has every buyer click once and o.replays clicks repeat a buyer's
+// request (same requestId), all released at the same instant.
+func (d *demo) rush(ctx context.Context, pid int64, buyers []*purchase, o demoOptions, out io.Writer) (rushResult, error) {
 	type click struct {
 		p      *purchase
 		replay bool
 	}
-	clicks := make([]click, 0, o.buyers+o.replays)
+	clicks := make([]click, 0, len(buyers)+o.replays)
 	for _, p := range buyers {
 		clicks = append(clicks, click{p: p})
 	}
@@ -283,23 +328,27 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 	wg.Wait()
 	rush := time.Since(t0)
 	if len(callErrs) > 0 {
-		return false, fmt.Errorf("demo: %d requests failed, first: %v", len(callErrs), callErrs[0])
+		return rushResult{}, fmt.Errorf("demo: %d requests failed, first: %v", len(callErrs), callErrs[0])
 	}
-	var winners []*purchase
-	conflicting := 0
+	rr := rushResult{byCode: byCode}
 	for _, p := range buyers {
 		if len(firstNo[p]) > 1 {
-			conflicting++
+			rr.conflicting++
 		}
 		if p.orderNo != "" {
-			winners = append(winners, p)
+			rr.winners = append(rr.winners, p)
 		}
 	}
-	sort.Slice(winners, func(i, j int) bool { return winners[i].user < winners[j].user })
-	fmt.Fprintf(out, "\n== The rush: %d clicks (%d buyers + %d repeated clicks) in %s\n", len(clicks), o.buyers, o.replays, rush.Round(time.Millisecond))
+	sort.Slice(rr.winners, func(i, j int) bool { return rr.winners[i].user < rr.winners[j].user })
+	fmt.Fprintf(out, "\n== The rush: %d clicks (%d buyers + %d repeated clicks) in %s\n", len(clicks), len(buyers), o.replays, rush.Round(time.Millisecond))
 	printCounts(out, byCode)
-	fmt.Fprintf(out, "  intents answered with more than one orderNo: %d\n", conflicting)
+	fmt.Fprintf(out, "  intents answered with more than one orderNo: %d\n", rr.conflicting)
+	return rr, nil
+}
 
+// auditRush waits for the pipeline to carry the rush's orders to
+// WAITING_PAY and checks what it must have done.
+func (d *demo) auditRush(ctx context.Context, app *app, pid int64, rr rushResult, o demoOptions, out io.Writer) bool {
 	wctx, cancel := context.WithTimeout(ctx, o.idleWait)
 	idleStart := time.Now()
 	rep, err := pipeline.WaitIdle(wctx, app.rdb, app.store, []int64{pid}, 100*time.Millisecond)
@@ -313,14 +362,20 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 			"  is it busy with other work in this database (see `stampede reconcile`), or the machine loaded?\n",
 			took.Round(time.Millisecond), o.payTimeout)
 	}
-	ok1 := printAudit(out, "After the rush (pipeline idle)", rep, pid, app.store, ctx)
-	ok1 = expect(out, "accepted = stock", int64(byCode["202"]), min(o.stock, int64(o.buyers))) && ok1
-	ok1 = expect(out, "WAITING_PAY orders = accepted", rep.Products[0].Orders[order.WaitingPay][0], int64(byCode["202"])) && ok1
-	ok1 = expect(out, "intents with two orderNos", int64(conflicting), 0) && ok1
+	ok := printAudit(out, "After the rush (pipeline idle)", rep, pid, app.store, ctx)
+	ok = expect(out, "accepted = stock", int64(rr.byCode["202"]), min(o.stock, int64(o.buyers))) && ok
+	ok = expect(out, "WAITING_PAY orders = accepted", rep.Products[0].Orders[order.WaitingPay][0], int64(rr.byCode["202"])) && ok
+	return expect(out, "intents with two orderNos", int64(rr.conflicting), 0) && ok
+}
 
-	// The lifecycle: pay a share, cancel a share, let the rest time out.
-	nPay := int(float64(len(winners)) * o.payShare)
-	nCancel := int(float64(len(winners)) * o.cancelShare)
+// checkout pays a share of the winners' orders, cancels a share and leaves
+// the rest to time out.
+func (d *demo) checkout(ctx context.Context, winners []*purchase, o demoOptions, out io.Writer) (nPay, nCancel int, err error) {
+	nPay = int(float64(len(winners)) * o.payShare)
+	nCancel = int(float64(len(winners)) * o.cancelShare)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var callErrs []error
 	lifecycle := map[string]int{}
 	for i, p := range winners {
 		var path, what string
@@ -352,42 +407,39 @@ func (d *demo) run(ctx context.Context, app *app, o demoOptions, out io.Writer) 
 	}
 	wg.Wait()
 	if len(callErrs) > 0 {
-		return false, fmt.Errorf("demo: %d lifecycle requests failed, first: %v", len(callErrs), callErrs[0])
+		return 0, 0, fmt.Errorf("demo: %d lifecycle requests failed, first: %v", len(callErrs), callErrs[0])
 	}
 	nTimeout := len(winners) - nPay - nCancel
 	fmt.Fprintf(out, "\n== The checkout: %d paid, %d cancelled by their buyers, %d left to time out (pay timeout %s)\n", nPay, nCancel, nTimeout, o.payTimeout)
 	printCounts(out, lifecycle)
-	// Wait out the pay deadline, then for the sweeper/close queue and the release consumer.
+	return nPay, nCancel, nil
+}
+
+// auditCheckout waits out the pay deadline, then for the sweeper or close
+// queue and the release consumer, and checks every order's end.
+func (d *demo) auditCheckout(ctx context.Context, app *app, pid int64, o demoOptions, nPay, nCancel, nTimeout int, out io.Writer) (bool, error) {
 	select {
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-time.After(o.payTimeout + 500*time.Millisecond):
 	}
-	wctx, cancel = context.WithTimeout(ctx, o.idleWait)
-	rep, err = waitSettled(wctx, app, pid)
+	wctx, cancel := context.WithTimeout(ctx, o.idleWait)
+	rep, err := waitSettled(wctx, app, pid)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(out, "  pipeline did not settle:", err)
 	}
-	ok2 := printAudit(out, "After checkout and timeouts", rep, pid, app.store, ctx)
+	ok := printAudit(out, "After checkout and timeouts", rep, pid, app.store, ctx)
 	reasons, err := closeReasons(ctx, app.store, pid)
 	if err != nil {
 		return false, err
 	}
 	fmt.Fprintf(out, "  cancelled by user %d, by pay timeout %d\n", reasons[string(order.ReasonUser)], reasons[string(order.ReasonTimeout)])
 	p := rep.Products[0]
-	ok2 = expect(out, "PAID orders", p.Orders[order.Paid][0], int64(nPay)) && ok2
-	ok2 = expect(out, "cancelled by user", reasons[string(order.ReasonUser)], int64(nCancel)) && ok2
-	ok2 = expect(out, "cancelled by pay timeout", reasons[string(order.ReasonTimeout)], int64(nTimeout)) && ok2
-	ok2 = expect(out, "WAITING_PAY left", p.Orders[order.WaitingPay][0], 0) && ok2
-
-	all := ok1 && ok2
-	verdict := "PASS"
-	if !all {
-		verdict = "FAIL"
-	}
-	fmt.Fprintf(out, "\nDEMO %s\n", verdict)
-	return all, nil
+	ok = expect(out, "PAID orders", p.Orders[order.Paid][0], int64(nPay)) && ok
+	ok = expect(out, "cancelled by user", reasons[string(order.ReasonUser)], int64(nCancel)) && ok
+	ok = expect(out, "cancelled by pay timeout", reasons[string(order.ReasonTimeout)], int64(nTimeout)) && ok
+	return expect(out, "WAITING_PAY left", p.Orders[order.WaitingPay][0], 0) && ok, nil
 }
 
 // waitSettled waits until no order of pid is WAITING_PAY any more and the

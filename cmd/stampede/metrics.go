@@ -140,7 +140,7 @@ func (a *app) listen(ctx context.Context, g *errgroup.Group, name, addr string, 
 		if err := srv.Shutdown(sctx); err != nil {
 			srv.Close()
 		}
-		<-errc
+		<-errc //nolint:errcheck // ErrServerClosed after the shutdown
 		return nil
 	})
 	return nil

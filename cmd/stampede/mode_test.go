@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"os"
 	"strings"
@@ -115,7 +116,7 @@ func TestHelpHidesSecrets(t *testing.T) {
 		fs := newFlagSet(cmd, &cfg, &errs, nil)
 		var out bytes.Buffer
 		fs.SetOutput(&out)
-		if err := fs.Parse([]string{"-h"}); err != flag.ErrHelp {
+		if err := fs.Parse([]string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 			t.Fatal(err)
 		}
 		help := out.String()

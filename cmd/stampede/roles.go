@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -18,179 +19,233 @@ import (
 // startRoles builds every selected role and starts it in g. Components are
 // all built before any starts, so a configuration error starts nothing.
 func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[string]bool) error {
-	cfg, log := a.cfg, a.logger
-	var runs []func(context.Context) error
-	var closers []func() error
-
-	newConn := func(name string) (*pipeline.Conn, error) {
-		c, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: name, Logger: log, Topology: cfg.topology()})
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, c.Close)
-		return c, nil
-	}
+	b := &roleBuilder{a: a, cfg: a.cfg, log: a.logger}
 	fail := func(err error) error {
-		for _, c := range closers {
-			c()
+		for _, c := range b.closers {
+			_ = c() // the failure being returned matters, not the cleanup's
 		}
 		return err
 	}
-
 	if roles["gateway"] || roles["relay"] || roles["consumer"] {
-		if err := checkTopology(ctx, cfg); err != nil {
+		if err := checkTopology(ctx, b.cfg); err != nil {
 			return fail(err)
 		}
 	}
-	// One verifier of bearer tokens for the gateway and push: HS256 with the
-	// shared secret, plus the identity provider's JWKS if configured.
-	var verifier *auth.Verifier
 	if roles["gateway"] || roles["push"] {
-		v, err := auth.New(ctx, auth.Options{
-			Secret: []byte(cfg.JWTSecret), JWKSURL: cfg.JWKSURL, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
-			AdminGroup: cfg.JWTAdminGroup, GroupsClaim: cfg.JWTGroupsClaim, Logger: log.With("component", "auth"),
-		})
-		if err != nil {
+		if err := b.buildVerifier(ctx); err != nil {
 			return fail(err)
 		}
-		closers = append(closers, v.Close)
-		verifier = v
 	}
-	production := cfg.Mode == modeProduction
-	if roles["gateway"] {
-		admins, _ := cfg.adminIDs()
-		var ready func(ctx context.Context) error
-		if probe, err := newConn("stampede-gateway-ready"); err == nil {
-			ready = func(ctx context.Context) error {
-				ch, err := probe.Channel(ctx)
-				if err != nil {
-					return fmt.Errorf("rabbitmq: %w", err)
-				}
-				return ch.Close()
+	for _, r := range []struct {
+		role  string
+		build func() error
+	}{
+		{"gateway", b.gateway}, {"writer", b.writer}, {"relay", b.relays},
+		{"consumer", b.consumer}, {"sweeper", b.sweeper}, {"push", b.push},
+	} {
+		if !roles[r.role] {
+			continue
+		}
+		if err := r.build(); err != nil {
+			return fail(err)
+		}
+	}
+	for _, run := range b.runs {
+		g.Go(func() error { return run(ctx) })
+	}
+	a.closers = append(a.closers, b.closers...)
+	return nil
+}
+
+// roleBuilder builds the roles of one process: one method per role, each
+// appending its Run functions to runs and what must be closed to closers.
+type roleBuilder struct {
+	a        *app
+	cfg      *Config
+	log      *slog.Logger
+	verifier *auth.Verifier // gateway and push
+	runs     []func(context.Context) error
+	closers  []func() error
+}
+
+// conn opens a named AMQP connection, closed with the process.
+func (b *roleBuilder) conn(name string) (*pipeline.Conn, error) {
+	c, err := pipeline.NewConn(pipeline.ConnConfig{URL: b.cfg.AMQPURL, Name: name, Logger: b.log, Topology: b.cfg.topology()})
+	if err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, c.Close)
+	return c, nil
+}
+
+// buildVerifier makes the one verifier of bearer tokens for the gateway and
+// push: HS256 with the shared secret, plus the identity provider's JWKS if
+// configured.
+func (b *roleBuilder) buildVerifier(ctx context.Context) error {
+	v, err := auth.New(ctx, auth.Options{
+		Secret: []byte(b.cfg.JWTSecret), JWKSURL: b.cfg.JWKSURL, Issuer: b.cfg.JWTIssuer, Audience: b.cfg.JWTAudience,
+		AdminGroup: b.cfg.JWTAdminGroup, GroupsClaim: b.cfg.JWTGroupsClaim, Logger: b.log.With("component", "auth"),
+	})
+	if err != nil {
+		return err
+	}
+	b.closers = append(b.closers, v.Close)
+	b.verifier = v
+	return nil
+}
+
+func (b *roleBuilder) gateway() error {
+	production := b.cfg.Mode == modeProduction
+	admins, _ := b.cfg.adminIDs()
+	var ready func(ctx context.Context) error
+	if probe, err := b.conn("stampede-gateway-ready"); err == nil {
+		ready = func(ctx context.Context) error {
+			ch, err := probe.Channel(ctx)
+			if err != nil {
+				return fmt.Errorf("rabbitmq: %w", err)
 			}
-		} else {
-			return fail(err)
+			return ch.Close()
 		}
-		opsConn, err := newConn("stampede-gateway-admin")
-		if err != nil {
-			return fail(err)
-		}
-		gw, err := gateway.New(gateway.Config{
-			Addr:             cfg.HTTPAddr,
-			JWTSecret:        []byte(cfg.JWTSecret),
-			PaymentSecret:    []byte(cfg.PaymentSecret),
-			DisableDemoLogin: !cfg.DemoLogin,
-			AdminUsers:       admins,
-			// Production: no free checkout, no Host echo in /api/config.
-			DisableDemoCheckout: production,
-			PushURLFromHost:     !production,
-			PushURL:             cfg.PushURL,
-			PushAddr:            cfg.PushAddr,
-			Currency:            cfg.Currency,
-			Verifier:            verifier,
-			PayTimeout:          cfg.PayTimeout,
-			NodeID:              int(cfg.NodeID),
-			StaticDir:           cfg.StaticDir,
-			ShutdownTimeout:     cfg.ShutdownTimeout * 3 / 4, // within the process's bound
-			ReadyCheck:          ready,
-			Ops:                 pipeline.Ops{Store: a.store, Redis: a.rdb, Conn: opsConn, PayTimeout: cfg.PayTimeout},
-			Metrics:             a.tel.gateway,
-			RateGlobal:          cfg.RateGlobal,
-			RateGlobalBurst:     cfg.RateGlobalBurst,
-			RateUser:            cfg.RateUser,
-			RateUserBurst:       cfg.RateUserBurst,
-			SoldOutTTL:          cfg.SoldOutTTL,
-			ReservePipeline:     cfg.ReservePipeline,
-			LookupPipeline:      cfg.LookupPipeline,
-			SyncIntake:          cfg.Intake == "sync",
-			RedisCheckInterval:  cfg.RedisCheckInterval,
-		}, a.rdb, a.store, log.With("role", "gateway"))
-		if err != nil {
-			return fail(err)
-		}
-		if !production { // production: /metrics only on the metrics listener (startTelemetry)
-			gw.Handle("GET", "/metrics", fasthttpadaptor.NewFastHTTPHandler(a.tel.handler()))
-		}
-		runs = append(runs, gw.Run)
+	} else {
+		return err
 	}
-	if roles["writer"] {
-		w, err := pipeline.NewWriter(a.store, a.rdb, pipeline.WriterConfig{
-			BatchSize: cfg.WriterBatch, BatchWait: cfg.WriterWait, ClaimIdle: cfg.WriterClaimIdle, Logger: log.With("role", "writer"),
-			FlushTimeout: min(5*time.Second, cfg.ShutdownTimeout/2), Metrics: a.tel.pipeline,
-		})
-		if err != nil {
-			return fail(err)
-		}
-		runs = append(runs, w.Run)
+	opsConn, err := b.conn("stampede-gateway-admin")
+	if err != nil {
+		return err
 	}
+	gw, err := gateway.New(gateway.Config{
+		Addr:             b.cfg.HTTPAddr,
+		JWTSecret:        []byte(b.cfg.JWTSecret),
+		PaymentSecret:    []byte(b.cfg.PaymentSecret),
+		DisableDemoLogin: !b.cfg.DemoLogin,
+		AdminUsers:       admins,
+		// Production: no free checkout, no Host echo in /api/config.
+		DisableDemoCheckout: production,
+		PushURLFromHost:     !production,
+		PushURL:             b.cfg.PushURL,
+		PushAddr:            b.cfg.PushAddr,
+		Currency:            b.cfg.Currency,
+		Verifier:            b.verifier,
+		PayTimeout:          b.cfg.PayTimeout,
+		NodeID:              int(b.cfg.NodeID),
+		StaticDir:           b.cfg.StaticDir,
+		ShutdownTimeout:     b.cfg.ShutdownTimeout * 3 / 4, // within the process's bound
+		ReadyCheck:          ready,
+		Ops:                 pipeline.Ops{Store: b.a.store, Redis: b.a.rdb, Conn: opsConn, PayTimeout: b.cfg.PayTimeout},
+		Metrics:             b.a.tel.gateway,
+		RateGlobal:          b.cfg.RateGlobal,
+		RateGlobalBurst:     b.cfg.RateGlobalBurst,
+		RateUser:            b.cfg.RateUser,
+		RateUserBurst:       b.cfg.RateUserBurst,
+		SoldOutTTL:          b.cfg.SoldOutTTL,
+		ReservePipeline:     b.cfg.ReservePipeline,
+		LookupPipeline:      b.cfg.LookupPipeline,
+		SyncIntake:          b.cfg.Intake == "sync",
+		RedisCheckInterval:  b.cfg.RedisCheckInterval,
+		RoomWindow:          b.cfg.RoomWindow,
+	}, b.a.rdb, b.a.store, b.log.With("role", "gateway"))
+	if err != nil {
+		return err
+	}
+	if !production { // production: /metrics only on the metrics listener (startTelemetry)
+		gw.Handle("GET", "/metrics", fasthttpadaptor.NewFastHTTPHandler(b.a.tel.handler()))
+	}
+	b.runs = append(b.runs, gw.Run)
+	return nil
+}
+
+func (b *roleBuilder) writer() error {
+	w, err := pipeline.NewWriter(b.a.store, b.a.rdb, pipeline.WriterConfig{
+		BatchSize: b.cfg.WriterBatch, BatchWait: b.cfg.WriterWait, ClaimIdle: b.cfg.WriterClaimIdle, Logger: b.log.With("role", "writer"),
+		FlushTimeout: min(5*time.Second, b.cfg.ShutdownTimeout/2), Metrics: b.a.tel.pipeline,
+	})
+	if err != nil {
+		return err
+	}
+	b.runs = append(b.runs, w.Run)
+	return nil
+}
+
+func (b *roleBuilder) relays() error {
 	// Several relays per process: while one waits for its batch's
 	// confirms, another claims and publishes (SKIP LOCKED keeps their rows
 	// apart; each has its own connection and a distinct lease owner).
-	for i := range cfg.RelayWorkers {
-		if !roles["relay"] {
-			break
-		}
-		conn, err := newConn(fmt.Sprintf("stampede-relay-%d", i))
+	for i := range b.cfg.RelayWorkers {
+		conn, err := b.conn(fmt.Sprintf("stampede-relay-%d", i))
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		r, err := pipeline.NewRelay(a.store, conn, pipeline.RelayConfig{BatchSize: cfg.RelayBatch, Logger: log.With("role", "relay"),
-			Metrics: a.tel.pipeline})
+		r, err := pipeline.NewRelay(b.a.store, conn, pipeline.RelayConfig{BatchSize: b.cfg.RelayBatch, Logger: b.log.With("role", "relay"),
+			Metrics: b.a.tel.pipeline})
 		if err != nil {
-			return fail(err)
+			return err
 		}
-		runs = append(runs, r.Run)
+		b.runs = append(b.runs, r.Run)
 	}
-	if roles["consumer"] {
-		conn, err := newConn("stampede-consumer")
-		if err != nil {
-			return fail(err)
-		}
-		c, err := pipeline.NewConsumer(a.store, a.rdb, conn, pipeline.ConsumerConfig{
-			Prefetch: cfg.ConsumerPrefetch, Workers: cfg.ConsumerWorkers, PayTimeout: cfg.PayTimeout,
-			LockBatch: cfg.ConsumerBatch, LockBatchWait: cfg.ConsumerBatchWait, LockChannels: cfg.ConsumerLockChans,
-			PerMessageLock: cfg.ConsumerLock == "message",
-			MaxAttempts:    cfg.ConsumerMaxAttempts, Logger: log.With("role", "consumer"), Metrics: a.tel.pipeline,
-		})
-		if err != nil {
-			return fail(err)
-		}
-		runs = append(runs, c.Run)
+	return nil
+}
+
+func (b *roleBuilder) consumer() error {
+	conn, err := b.conn("stampede-consumer")
+	if err != nil {
+		return err
 	}
-	if roles["sweeper"] {
-		reconcile := cfg.ReconcileInterval
-		if reconcile == 0 {
-			reconcile = -1 // off
-		}
-		retention := cfg.OutboxRetention
-		if retention == 0 {
-			retention = -1 // keep every row
-		}
-		s, err := pipeline.NewSweeper(a.store, pipeline.SweeperConfig{Interval: cfg.SweepInterval, Logger: log.With("role", "sweeper"),
-			Metrics: a.tel.pipeline, Redis: a.rdb, ReconcileInterval: reconcile, OutboxRetention: retention})
-		if err != nil {
-			return fail(err)
-		}
-		runs = append(runs, s.Run)
+	c, err := pipeline.NewConsumer(b.a.store, b.a.rdb, conn, pipeline.ConsumerConfig{
+		Prefetch: b.cfg.ConsumerPrefetch, Workers: b.cfg.ConsumerWorkers, PayTimeout: b.cfg.PayTimeout,
+		LockBatch: b.cfg.ConsumerBatch, LockBatchWait: b.cfg.ConsumerBatchWait, LockChannels: b.cfg.ConsumerLockChans,
+		PerMessageLock: b.cfg.ConsumerLock == "message",
+		MaxAttempts:    b.cfg.ConsumerMaxAttempts, Logger: b.log.With("role", "consumer"), Metrics: b.a.tel.pipeline,
+	})
+	if err != nil {
+		return err
 	}
-	if roles["push"] {
-		hub, err := push.New(push.Config{Addr: cfg.PushAddr, MaxSocketsPerUser: cfg.PushMaxSockets, AllowedOrigins: cfg.pushOrigins()}, verifier,
-			pushSnapshots{a.store}, cfg.AMQPURL, log.With("role", "push"))
-		if err != nil {
-			return fail(err)
-		}
-		if err := registerPushMetrics(a.tel.reg, func() int64 { return hub.Stats().Sockets },
-			func() int64 { return hub.Stats().Evicted }); err != nil {
-			return fail(err)
-		}
-		runs = append(runs, hub.Run, func(ctx context.Context) error {
-			return feedProducts(ctx, a.rdb, a.store, hub, 250*time.Millisecond)
-		})
+	b.runs = append(b.runs, c.Run)
+	return nil
+}
+
+func (b *roleBuilder) sweeper() error {
+	reconcile := b.cfg.ReconcileInterval
+	if reconcile == 0 {
+		reconcile = -1 // off
 	}
-	for _, run := range runs {
-		g.Go(func() error { return run(ctx) })
+	retention := b.cfg.OutboxRetention
+	if retention == 0 {
+		retention = -1 // keep every row
 	}
-	a.closers = append(a.closers, closers...)
+	s, err := pipeline.NewSweeper(b.a.store, pipeline.SweeperConfig{Interval: b.cfg.SweepInterval, Logger: b.log.With("role", "sweeper"),
+		Metrics: b.a.tel.pipeline, Redis: b.a.rdb, ReconcileInterval: reconcile, OutboxRetention: retention})
+	if err != nil {
+		return err
+	}
+	b.runs = append(b.runs, s.Run)
+	// The waiting-room pacer (pipeline/pacer.go) goes with the sweeper: any
+	// number of them may run, their admission steps share one budget.
+	pc, err := pipeline.NewPacer(b.a.store, b.a.rdb, pipeline.PacerConfig{Rate: b.cfg.RoomRate, Ceiling: b.cfg.RoomCeiling,
+		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg),
+		Logger: b.log.With("role", "sweeper")})
+	if err != nil {
+		return err
+	}
+	b.runs = append(b.runs, pc.Run)
+	return nil
+}
+
+func (b *roleBuilder) push() error {
+	hub, err := push.New(push.Config{Addr: b.cfg.PushAddr, MaxSocketsPerUser: b.cfg.PushMaxSockets, AllowedOrigins: b.cfg.pushOrigins(),
+		Lines: roomTickets{b.a.rdb}}, b.verifier,
+		pushSnapshots{b.a.store}, b.cfg.AMQPURL, b.log.With("role", "push"))
+	if err != nil {
+		return err
+	}
+	if err := registerPushMetrics(b.a.tel.reg, func() int64 { return hub.Stats().Sockets },
+		func() int64 { return hub.Stats().Evicted }); err != nil {
+		return err
+	}
+	b.runs = append(b.runs, hub.Run, func(ctx context.Context) error {
+		return feedProducts(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond)
+	}, func(ctx context.Context) error {
+		return feedLines(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond) // room.go
+	})
 	return nil
 }
 

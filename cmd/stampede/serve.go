@@ -157,9 +157,9 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 	}
 	if err != nil {
 		cancel()
-		g.Wait()
+		_ = g.Wait() // err, from before the cancel, is the one returned
 		for _, c := range a.closers {
-			c()
+			_ = c()
 		}
 		store.Close()
 		rdb.Close()
@@ -174,7 +174,7 @@ func (a *app) wait() error {
 	err := a.group.Wait()
 	a.cancel()
 	for _, c := range a.closers {
-		c()
+		_ = c() // best effort: the group's error is the result
 	}
 	a.rdb.Close()
 	a.store.Close()
@@ -194,6 +194,6 @@ func init() {
 		}
 		done := make(chan error, 1)
 		go func() { done <- a.wait() }()
-		return func() { cancel(); <-done }, nil
+		return func() { cancel(); <-done }, nil //nolint:errcheck // a stop func: the roles' error was returned by wait
 	}
 }

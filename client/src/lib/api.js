@@ -61,6 +61,8 @@ export const api = {
     request('GET', `/api/orders?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`),
   pay: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/pay`),
   cancel: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/cancel`),
+  /** queue takes (or finds again) the buyer's place in a product's waiting room. */
+  queue: (productId) => request('POST', `/api/products/${encodeURIComponent(productId)}/queue`),
   config: () => request('GET', '/api/config', { token: null, timeoutMs: 3000 }),
 }
 

@@ -19,6 +19,8 @@ export const MESSAGES = {
   BAD_SIGNATURE: 'The payment could not be verified.',
   RATE_LIMITED: 'Lots of buyers right now. Hold on, we will try again.',
   UNAVAILABLE: 'The shop is briefly unavailable. Hold on, we will try again.',
+  NOT_ADMITTED: 'This sale has a waiting room: join the line, and buy once it is your turn.',
+  WAITING_ROOM_OFF: 'This product has no waiting room: you can buy directly.',
   INTERNAL: 'Something went wrong on our side. Please try again.',
   NETWORK: 'No connection to the shop. Check your network; we will try again.',
   TIMEOUT: 'The shop did not answer in time. Your purchase is kept; trying again is safe.',

@@ -34,6 +34,7 @@ export class LiveClient {
    * @param {(orderNo: string) => Promise<any>} o.fetchOrder GET /api/orders/{orderNo}
    * @param {(update: any) => void} o.onOrder
    * @param {(msg: any) => void} [o.onProduct]
+   * @param {(msg: any) => void} [o.onQueue] waiting-room places ({"type":"queue"})
    * @param {(state: string, info: object) => void} [o.onState]
    * @param {(orderNo: string) => boolean} [o.shouldPoll] false for orders that cannot change any more
    * @param {typeof WebSocket} [o.WebSocketImpl]
@@ -41,6 +42,7 @@ export class LiveClient {
   constructor(o) {
     this.o = {
       onProduct: () => {},
+      onQueue: () => {},
       onState: () => {},
       shouldPoll: () => true,
       WebSocketImpl: globalThis.WebSocket,
@@ -58,6 +60,7 @@ export class LiveClient {
     this.ws = null
     this.url = ''
     this.watched = new Set()
+    this.lines = new Set() // productIds whose waiting-room line is followed
     this.attempt = 0
     this.reconnects = 0
     this.connectedAt = 0
@@ -102,6 +105,12 @@ export class LiveClient {
     this.watched.add(orderNo)
     if (this.state === State.OPEN) this.#send({ type: 'subscribe', orderNo })
     this.#schedulePoll(0)
+  }
+
+  /** followLine follows the buyer's place in productId's waiting room, now and after every reconnection. */
+  followLine(productId) {
+    this.lines.add(productId)
+    if (this.state === State.OPEN) this.#send({ type: 'queue', productId })
   }
 
   unwatch(orderNo) {
@@ -161,6 +170,7 @@ export class LiveClient {
       this.lastMessageAt = this.connectedAt
       this.#setState(State.OPEN)
       for (const orderNo of this.watched) this.#send({ type: 'subscribe', orderNo })
+      for (const productId of this.lines) this.#send({ type: 'queue', productId })
       this.#schedulePoll(0) // one poll right away: covers orders push has no row for yet
       this.#scheduleBeat()
     }
@@ -175,6 +185,7 @@ export class LiveClient {
       }
       if (m?.type === 'order') this.o.onOrder(m)
       else if (m?.type === 'product') this.o.onProduct(m)
+      else if (m?.type === 'queue') this.o.onQueue(m)
     }
     ws.onerror = () => {}
     ws.onclose = (ev) => {

@@ -12,6 +12,9 @@ export const orderBook = reactive(new OrderBook())
 /** products by id, updated by product messages. */
 export const products = reactive(new Map())
 
+/** waiting-room places by productId (waitingRoom.js), updated by queue messages. */
+export const places = reactive(new Map())
+
 export const liveInfo = reactive({ state: 'idle', reconnects: 0, connectedAt: 0 })
 
 /**
@@ -59,6 +62,7 @@ export const live = new LiveClient({
   fetchOrder: (orderNo) => api.order(orderNo),
   onOrder: (u) => orderBook.apply(u),
   onProduct: (m) => applyProduct(m),
+  onQueue: (m) => places.get(m.productId)?.fromPush(m),
   onState: (state, info) => Object.assign(liveInfo, { state, ...info }),
   shouldPoll: (orderNo) => !TERMINAL.has(orderBook.get(orderNo)?.status),
 })
@@ -72,6 +76,8 @@ export function startLive() {
       if (token !== old) {
         orderBook.orders.clear()
         live.watched.clear()
+        live.lines.clear()
+        places.clear()
       }
       if (token) live.start()
     },
@@ -90,5 +96,6 @@ export function startLive() {
       return live.reconnects
     },
     order: (orderNo) => ({ ...orderBook.get(orderNo) }),
+    place: (productId) => ({ ...places.get(productId) }),
   }
 }

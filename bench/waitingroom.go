@@ -1,0 +1,584 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/bench/loadgen"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+// The waitingroom scenario (issue 17): RoomBuyers buyers arrive within
+// RoomArrival for RoomStock units of a product whose waiting room is on.
+// Each takes a ticket (POST /api/products/{id}/queue, open model, evenly
+// spread). The gateway's own pacer (the sweeper role's, auto or fixed as
+// the server was started) admits them; a buyer orders the moment it is
+// admitted:
+//
+//   - RoomSockets sample buyers hold a real WebSocket on the push service,
+//     follow the line ({"type":"queue"}) and order on its "ADMITTED"
+//     message; their messages show whether positions only fell and how long
+//     after the sell-out each still waiting was told SOLD_OUT;
+//   - every other buyer is told by a watcher that reads the room's
+//     admitted-up-to counter from Redis every 20 ms (the push feed's
+//     counterpart at 100,000 sockets, which two cores cannot hold next to
+//     the load): its order goes out at the watcher's next read.
+//
+// A sampler reads the product's backlog (intake lag + pending + PROCESSING
+// rows) and its settled orders every 250 ms. Reported: time in line,
+// admission rate against the drain (settled orders per second), the largest
+// backlog in seconds of drain, and the checks: accepted = stock, no 202 for
+// an order sent after the sell-out was visible, every sample socket still
+// waiting told SOLD_OUT within 2 s of the last unit's 202.
+
+// WaitingRoom is the scenario's name.
+const WaitingRoom = "waitingroom"
+
+// roomWatch is the period of the watcher's reads of the admitted-up-to counter.
+const roomWatch = 20 * time.Millisecond
+
+type roomBuyer struct {
+	ticket     atomic.Int64
+	tookAt     atomic.Int64 // unix ns of the ticket's answer
+	admittedAt atomic.Int64 // unix ns the buyer learned it was admitted
+	sent       atomic.Int64 // unix ns the order went out
+	answered   atomic.Int64
+	status     atomic.Int32
+	code       atomic.Value // string: the error code of a refusal
+	ordered    atomic.Bool
+}
+
+type roomRun struct {
+	r       *run
+	t       *target
+	pid     int64
+	buyers  []roomBuyer
+	byTk    []atomic.Int32 // ticket → buyer index + 1
+	sample  map[int]*roomSocket
+	orders  chan int
+	prefix  string
+	soldAt  atomic.Int64 // unix ns the watcher first saw available = 0
+	lastOK  atomic.Int64 // unix ns of the last 202 answer
+	wg      sync.WaitGroup
+	tickets atomic.Int64
+	refused atomic.Int64 // queue answers other than 200
+}
+
+type roomSocket struct {
+	buyer     int
+	subscribe chan struct{}
+	connected atomic.Bool  // the socket is open (otherwise the buyer is told by the watcher)
+	soldOut   atomic.Int64 // unix ns of its first SOLD_OUT message
+	admitted  atomic.Int64
+	outOfSeq  atomic.Int64 // messages with a higher position or a lower seq than the one before
+	messages  atomic.Int64
+	err       atomic.Value
+}
+
+func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	pid, err := r.createProduct(ctx, t, WaitingRoom, p.RoomStock, 0)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	admin, err := auth.Issue(r.env.JWTSecret, 1, true, time.Hour)
+	if err != nil {
+		return s.fail(err)
+	}
+	status, body, err := t.api.do(ctx, "POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), admin,
+		map[string]any{"on": true, "windowSeconds": 60})
+	if err != nil || status != 200 {
+		return s.fail(fmt.Errorf("turn the waiting room on: %d %s %v", status, body, err))
+	}
+	rr := &roomRun{r: r, t: t, pid: pid, buyers: make([]roomBuyer, p.RoomBuyers), byTk: make([]atomic.Int32, p.RoomBuyers+2),
+		sample: map[int]*roomSocket{}, orders: make(chan int, p.RoomBuyers), prefix: r.requestPrefix(t, "wr")}
+	pushURL := rr.pushURL(ctx)
+	if pushURL == "" {
+		s.Notes = append(s.Notes, "no push URL from GET /api/config: no sample sockets")
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if pushURL != "" && p.RoomSockets > 0 {
+		every := max(p.RoomBuyers/p.RoomSockets, 1)
+		for i := every / 2; i < p.RoomBuyers && len(rr.sample) < p.RoomSockets; i += every {
+			rs := &roomSocket{buyer: i, subscribe: make(chan struct{}, 1)}
+			rr.sample[i] = rs
+		}
+		for _, rs := range rr.sample {
+			rr.wg.Add(1)
+			go func() { defer rr.wg.Done(); rr.follow(sctx, pushURL, rs) }()
+		}
+	}
+	for range 256 {
+		rr.wg.Add(1)
+		go func() { defer rr.wg.Done(); rr.orderWorker(sctx) }()
+	}
+	counters0, notes := r.readCounters(ctx)
+	s.Notes = append(s.Notes, notes...)
+	var samples []roomSample
+	var sampleSelects atomic.Int64
+	samplerDone := make(chan struct{})
+	go func() { defer close(samplerDone); samples = rr.sampleBacklog(sctx, &sampleSelects) }()
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); rr.watch(sctx) }()
+
+	cfg := r.loadConfig(t)
+	cfg.Rate = float64(p.RoomBuyers) / p.RoomArrival.Seconds()
+	cfg.Requests = int64(p.RoomBuyers)
+	path := []byte(fmt.Sprintf("/api/products/%d/queue", pid))
+	cfg.Build = func(i int64, req *fasthttp.Request) {
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURIBytes(path)
+		req.Header.SetBytesV("Authorization", r.users.bearer[i])
+	}
+	cfg.Classify = func(_ int64, resp *fasthttp.Response, err error) string {
+		if err == nil && resp.StatusCode() == 200 {
+			return "200 ticket"
+		}
+		return loadgen.DefaultClassify(0, resp, err)
+	}
+	cfg.Observe = func(o loadgen.Outcome, resp *fasthttp.Response) {
+		if o.Status != 200 {
+			rr.refused.Add(1)
+			return
+		}
+		tk := intField(resp.Body(), "ticket")
+		if tk <= 0 || tk >= int64(len(rr.byTk)) {
+			rr.refused.Add(1)
+			return
+		}
+		b := &rr.buyers[o.Index]
+		b.tookAt.Store(o.Done.UnixNano())
+		b.ticket.Store(tk)
+		rr.byTk[tk].Store(int32(o.Index) + 1)
+		rr.tickets.Add(1)
+		if rs := rr.sample[int(o.Index)]; rs != nil {
+			rs.subscribe <- struct{}{}
+		}
+	}
+	r.logf("   %d buyers take a ticket within %s (%s/s) for %d units; the server's pacer admits them", p.RoomBuyers, p.RoomArrival, fmtNum(cfg.Rate), p.RoomStock)
+	res, err := loadgen.Run(ctx, cfg)
+	s.addPhase("arrive (POST queue)", cfg.Rate, res)
+	if err != nil {
+		s.fail(err)
+	}
+	// Wait for the sell-out, every order sent to be answered and the
+	// sample sockets to hear of it.
+	deadline := time.Now().Add(p.RoomArrival + 5*time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if rr.soldAt.Load() != 0 && rr.inFlight() == 0 && time.Since(time.Unix(0, rr.soldAt.Load())) > 3*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if rr.soldAt.Load() == 0 {
+		s.fail(errors.New("the product did not sell out in time"))
+	}
+	stop()
+	<-watchDone
+	<-samplerDone
+	rr.wg.Wait()
+	counters1, _ := r.readCounters(ctx)
+	rr.report(s, samples)
+
+	accepted := int64(0)
+	var lateOK int64
+	soldAt := rr.soldAt.Load()
+	for i := range rr.buyers {
+		b := &rr.buyers[i]
+		if b.status.Load() == 202 {
+			accepted++
+			if soldAt != 0 && b.sent.Load() > soldAt {
+				lateOK++
+			}
+		}
+	}
+	if accepted > 0 {
+		s.Tables = append(s.Tables, costTable(perOrder(counters0, counters1, accepted, sampleSelects.Load())))
+	}
+	lastOK := rr.lastOK.Load()
+	var told, waitingAtSellOut int64
+	var worst time.Duration
+	var outOfSeq, connected int64
+	for _, rs := range rr.sample {
+		outOfSeq += rs.outOfSeq.Load()
+		if !rs.connected.Load() {
+			continue
+		}
+		connected++
+		if rr.buyers[rs.buyer].ticket.Load() == 0 || rs.admitted.Load() != 0 {
+			continue // no ticket (its request failed, or answered SOLD_OUT itself), or admitted: its order's answer tells it
+		}
+		waitingAtSellOut++
+		if so := rs.soldOut.Load(); so != 0 {
+			d := time.Duration(so - lastOK)
+			worst = max(worst, d)
+			if d <= 2*time.Second {
+				told++
+			}
+		}
+	}
+	s.figure("sample sockets connected", float64(connected), "sockets")
+	if connected < int64(len(rr.sample)) {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d sample sockets could not connect to push (%s): those buyers were told by the watcher; the SOLD_OUT check covers the connected ones",
+			int64(len(rr.sample))-connected, len(rr.sample), pushURL))
+	}
+	s.figure("sample sockets with a ticket still waiting at the sell-out", float64(waitingAtSellOut), "sockets")
+	s.figure("slowest SOLD_OUT message after the last 202", float64(worst)/1e6, "ms")
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		return []pipeline.Check{
+			ordersCheck(orderCount(pa), accepted, 0),
+			check("accepted = stock", accepted == p.RoomStock, "%d answered 202, stock %d", accepted, p.RoomStock),
+			check("no 202 after the sell-out", lateOK == 0, "%d orders sent after the sell-out was visible in Redis got 202", lateOK),
+			check("waiting told SOLD_OUT within 2 s", told == waitingAtSellOut, "%d of %d sample sockets still waiting got SOLD_OUT within 2 s of the last 202 (slowest %s)",
+				told, waitingAtSellOut, worst.Round(time.Millisecond)),
+			check("positions only fall, per socket", outOfSeq == 0, "%d messages out of order", outOfSeq),
+		}
+	})
+	return s
+}
+
+// costTable is the per-order server counters of the scenario.
+func costTable(per map[string]float64) Table {
+	tbl := Table{Title: "Cost per accepted order, from server counters (MySQL SHOW GLOBAL STATUS, RabbitMQ), over the whole scenario (tickets and refusals included)", Header: []string{"counter", "per order"}}
+	keys := make([]string, 0, len(per))
+	for k := range per {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		tbl.Rows = append(tbl.Rows, []string{k, strconv.FormatFloat(per[k], 'f', 2, 64)})
+	}
+	return tbl
+}
+
+func (rr *roomRun) inFlight() int {
+	n := len(rr.orders)
+	for i := range rr.buyers {
+		b := &rr.buyers[i]
+		if b.sent.Load() != 0 && b.answered.Load() == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// pushURL asks the gateway where its push service is.
+func (rr *roomRun) pushURL(ctx context.Context) string {
+	status, body, err := rr.t.api.do(ctx, "GET", "/api/config", "", nil)
+	if err != nil || status != 200 {
+		return ""
+	}
+	var c struct {
+		PushURL string `json:"pushUrl"`
+	}
+	if json.Unmarshal(body, &c) != nil {
+		return ""
+	}
+	return c.PushURL
+}
+
+// watch reads the room every roomWatch and hands newly admitted buyers
+// (except the sample sockets', who learn it from push) to the order workers.
+func (rr *roomRun) watch(ctx context.Context) {
+	var upto int64
+	pending := []int64{}
+	tick := time.NewTicker(roomWatch)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		st, err := lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid)
+		if err != nil {
+			continue
+		}
+		now := time.Now().UnixNano()
+		if st.Available <= 0 && rr.soldAt.Load() == 0 {
+			rr.soldAt.Store(now)
+		}
+		for tk := upto + 1; tk <= st.UpTo && tk < int64(len(rr.byTk)); tk++ {
+			pending = append(pending, tk)
+		}
+		upto = max(upto, st.UpTo)
+		kept := pending[:0]
+		for _, tk := range pending {
+			i := int(rr.byTk[tk].Load()) - 1
+			if i < 0 {
+				kept = append(kept, tk) // its ticket's answer has not arrived yet
+				continue
+			}
+			b := &rr.buyers[i]
+			if rs := rr.sample[i]; rs != nil && rs.connected.Load() {
+				continue // told by its socket
+			}
+			b.admittedAt.Store(now)
+			rr.orders <- i
+		}
+		pending = kept
+	}
+}
+
+// orderWorker sends the orders of admitted buyers.
+func (rr *roomRun) orderWorker(ctx context.Context) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	head := []byte(`{"productId":` + strconv.FormatInt(rr.pid, 10) + `,"quantity":1,"requestId":"` + rr.prefix)
+	for {
+		var i int
+		select {
+		case <-ctx.Done():
+			return
+		case i = <-rr.orders:
+		}
+		b := &rr.buyers[i]
+		if !b.ordered.CompareAndSwap(false, true) {
+			continue
+		}
+		req.Reset()
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("/api/orders")
+		req.Header.SetHost(rr.t.addr)
+		req.Header.SetContentType("application/json")
+		req.Header.SetBytesV("Authorization", rr.r.users.bearer[i])
+		body := strconv.AppendInt(append([]byte(nil), head...), int64(i), 10)
+		req.SetBody(append(body, `"}`...))
+		b.sent.Store(time.Now().UnixNano())
+		err := rr.t.client.DoTimeout(req, resp, rr.r.p.Timeout)
+		now := time.Now().UnixNano()
+		if err != nil {
+			b.status.Store(-1)
+		} else {
+			b.status.Store(int32(resp.StatusCode()))
+			if resp.StatusCode() == 202 {
+				for {
+					last := rr.lastOK.Load()
+					if now <= last || rr.lastOK.CompareAndSwap(last, now) {
+						break
+					}
+				}
+			} else {
+				b.code.Store(loadgen.ErrorCode(resp.Body()))
+			}
+		}
+		b.answered.Store(now)
+	}
+}
+
+// follow holds one sample buyer's socket: it subscribes to the line once
+// the buyer has a ticket, orders on ADMITTED and records SOLD_OUT.
+func (rr *roomRun) follow(ctx context.Context, url string, rs *roomSocket) {
+	tok := string(bytes.TrimPrefix(rr.r.users.bearer[rs.buyer], []byte("Bearer ")))
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{"stampede", tok}})
+	cancel()
+	if err != nil {
+		rs.err.Store(err.Error())
+		return
+	}
+	defer ws.CloseNow()
+	rs.connected.Store(true)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-rs.subscribe:
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := ws.Write(wctx, websocket.MessageText, []byte(`{"type":"queue","productId":`+strconv.FormatInt(rr.pid, 10)+`}`))
+			cancel()
+			if err != nil {
+				rs.err.Store(err.Error())
+			}
+		}
+	}()
+	var lastSeq uint64
+	lastPos := int64(1 << 62)
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		var m struct {
+			Type     string `json:"type"`
+			State    string `json:"state"`
+			Position int64  `json:"position"`
+			Seq      uint64 `json:"seq"`
+		}
+		if json.Unmarshal(data, &m) != nil || m.Type != "queue" {
+			continue
+		}
+		rs.messages.Add(1)
+		now := time.Now().UnixNano()
+		if m.Seq < lastSeq || (m.State == "WAITING" && m.Position > lastPos) {
+			rs.outOfSeq.Add(1)
+		}
+		lastSeq = m.Seq
+		if m.State == "WAITING" || m.State == "SOLD_OUT" {
+			lastPos = m.Position
+		}
+		switch m.State {
+		case "ADMITTED":
+			if rs.admitted.CompareAndSwap(0, now) {
+				rr.buyers[rs.buyer].admittedAt.Store(now)
+				rr.orders <- rs.buyer
+			}
+		case "SOLD_OUT":
+			rs.soldOut.CompareAndSwap(0, now)
+		}
+	}
+}
+
+// roomSample is one reading of the product's pipeline and room.
+type roomSample struct {
+	at       time.Time
+	backlog  int64 // intake lag + pending + PROCESSING
+	settled  int64 // orders past PROCESSING
+	admitted int64
+}
+
+// sampleBacklog reads the backlog every 250 ms until ctx ends.
+func (rr *roomRun) sampleBacklog(ctx context.Context, selects *atomic.Int64) []roomSample {
+	var out []roomSample
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	stream := lua.ShardKeys(rr.pid, 0).Intake()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		var s roomSample
+		s.at = time.Now()
+		if gs, err := rr.r.env.Redis.XInfoGroups(ctx, stream).Result(); err == nil {
+			for _, g := range gs {
+				if g.Name == "writers" {
+					s.backlog += g.Pending + max(g.Lag, 0)
+				}
+			}
+		}
+		if n, err := rr.r.env.Store.CountProcessing(ctx, rr.pid); err == nil {
+			s.backlog += n
+		}
+		if n, err := rr.r.settled(ctx, rr.pid); err == nil {
+			s.settled = n
+		}
+		selects.Add(2)
+		if st, err := lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid); err == nil {
+			s.admitted = st.Admitted
+		}
+		out = append(out, s)
+	}
+}
+
+// report adds the time in line, the rates and the backlog figures.
+func (rr *roomRun) report(s *ScenarioResult, samples []roomSample) {
+	wait := loadgen.NewHistogram()
+	var firstAdm, lastAdm, firstSent, lastAnswer int64
+	codes := map[string]int64{}
+	for i := range rr.buyers {
+		b := &rr.buyers[i]
+		if a, tk := b.admittedAt.Load(), b.tookAt.Load(); a != 0 && tk != 0 {
+			loadgen.Record(wait, time.Duration(max(a-tk, 0)))
+			if firstAdm == 0 || a < firstAdm {
+				firstAdm = a
+			}
+			lastAdm = max(lastAdm, a)
+		}
+		if st := b.sent.Load(); st != 0 && (firstSent == 0 || st < firstSent) {
+			firstSent = st
+		}
+		lastAnswer = max(lastAnswer, b.answered.Load())
+		switch st := b.status.Load(); st {
+		case 0:
+		case 202:
+			codes["202"]++
+		default:
+			c, _ := b.code.Load().(string)
+			codes[strconv.Itoa(int(st))+" "+c]++
+		}
+	}
+	s.Latencies = map[string]loadgen.Summary{"time in line (ticket → admitted)": loadgen.Summarize(wait)}
+	s.HeadlineLatency = loadgen.Summarize(wait)
+	s.figure("tickets given", float64(rr.tickets.Load()), "buyers")
+	s.figure("queue answers other than 200", float64(rr.refused.Load()), "requests")
+	for c, n := range codes {
+		s.figure("orders answered "+c, float64(n), "orders")
+	}
+	var admitted int64
+	if len(samples) > 0 {
+		admitted = samples[len(samples)-1].admitted
+	}
+	s.figure("admitted", float64(admitted), "buyers")
+	soldAt := rr.soldAt.Load()
+	if firstAdm != 0 && soldAt > firstAdm {
+		// Admissions while there was stock: first admission to the sell-out.
+		var n int64
+		for _, sm := range samples {
+			if sm.at.UnixNano() <= soldAt {
+				n = sm.admitted
+			}
+		}
+		s.figure("admission rate until the sell-out", float64(n)/time.Duration(soldAt-firstAdm).Seconds(), "buyers/s")
+	}
+	// Drain: settled orders per second, over the samples from the first
+	// order to the last settled one.
+	var maxBacklog int64
+	var t0, t1 time.Time
+	var final int64
+	for _, sm := range samples {
+		maxBacklog = max(maxBacklog, sm.backlog)
+		if sm.settled > 0 && t0.IsZero() {
+			t0 = sm.at
+		}
+		if sm.settled > final {
+			final, t1 = sm.settled, sm.at
+		}
+	}
+	s.figure("largest backlog (intake + PROCESSING)", float64(maxBacklog), "orders")
+	if !t0.IsZero() && t1.After(t0) && firstSent != 0 {
+		drain := float64(final) / t1.Sub(time.Unix(0, firstSent)).Seconds()
+		s.figure("drain (settled orders/s, first order → last settled)", drain, "orders/s")
+		s.figure("largest backlog in seconds of drain", float64(maxBacklog)/drain, "s")
+		s.Headline = Figure{Name: "drain", Value: drain, Unit: "orders/s"}
+	}
+	if soldAt != 0 && firstSent != 0 {
+		s.figure("first order → sell-out seen", float64(soldAt-firstSent)/1e6, "ms")
+	}
+	_ = lastAdm
+	_ = lastAnswer
+}
+
+// intField reads a non-negative integer member "name": from a JSON body.
+func intField(body []byte, name string) int64 {
+	key := []byte(`"` + name + `":`)
+	i := bytes.Index(body, key)
+	if i < 0 {
+		return -1
+	}
+	n, j := int64(0), i+len(key)
+	for ; j < len(body) && body[j] >= '0' && body[j] <= '9'; j++ {
+		n = n*10 + int64(body[j]-'0')
+	}
+	if j == i+len(key) {
+		return -1
+	}
+	return n
+}

@@ -1,0 +1,115 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stampede-sh/stampede/order"
+)
+
+// Stock adjustments: the MySQL half of an admin stock repair (the ADJUST
+// flow and stock.available), and the flows the sweeper reads to complete
+// a Redis half that is missing.
+
+// ErrNegativeStock is an adjustment that would make MySQL available stock
+// negative.
+var ErrNegativeStock = errors.New("persistence: adjustment would make available stock negative")
+
+// AdjustResult is the outcome of AdjustStock.
+type AdjustResult struct {
+	// Applied is false when repairNo had been applied before (with the same
+	// delta): nothing changed.
+	Applied bool
+	// Delta is the delta of the repair's ADJUST flow.
+	Delta int64
+	// Available is stock.available after the call.
+	Available int64
+}
+
+// AdjustStock applies a stock repair in one transaction: it writes the
+// (ADJUST, repairNo) flow with delta and adds delta to stock.available.
+// Applying the same repairNo again with the same delta changes nothing
+// (Applied false); with another delta, or for another product, it returns
+// ErrConflict. ErrNotFound: no such product; ErrNegativeStock: available would
+// go below 0 (nothing written).
+func (s *Store) AdjustStock(ctx context.Context, productID int64, repairNo string, delta int64, reason string) (AdjustResult, error) {
+	var res AdjustResult
+	if len(reason) > 200 {
+		reason = reason[:200]
+	}
+	err := s.WithTx(ctx, func(tx *sql.Tx) error {
+		res = AdjustResult{Delta: delta}
+		var avail int64
+		err := tx.QueryRowContext(ctx, `SELECT available FROM stock WHERE product_id = ? FOR UPDATE`, productID).Scan(&avail)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		var pid, qty int64
+		err = tx.QueryRowContext(ctx, `SELECT product_id, quantity FROM stock_flow WHERE biz_type = ? AND biz_no = ?`,
+			string(order.FlowAdjust), repairNo).Scan(&pid, &qty)
+		switch {
+		case err == nil:
+			if pid != productID || qty != delta {
+				return fmt.Errorf("%w: repair %s was applied with delta %d to product %d", ErrConflict, repairNo, qty, pid)
+			}
+			res.Available = avail
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		if avail+delta < 0 {
+			return ErrNegativeStock
+		}
+		inserted, err := insertFlow(ctx, tx, order.FlowAdjust, repairNo, productID, delta, reason)
+		if err != nil {
+			return err
+		}
+		if !inserted { // written meanwhile for another product
+			return fmt.Errorf("%w: repair %s was applied concurrently", ErrConflict, repairNo)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE stock SET available = available + ?, version = version + 1, updated_at = NOW(3)
+			WHERE product_id = ?`, delta, productID); err != nil {
+			return err
+		}
+		res.Applied, res.Available = true, avail+delta
+		return nil
+	})
+	if err != nil {
+		return AdjustResult{}, fmt.Errorf("persistence: adjust stock %d by %d (%s): %w", productID, delta, repairNo, err)
+	}
+	return res, nil
+}
+
+// AdjustFlow is an ADJUST stock flow.
+type AdjustFlow struct {
+	RepairNo  string
+	ProductID int64
+	Delta     int64
+}
+
+// RecentAdjustFlows returns the ADJUST flows written in the last `within`
+// (database clock), oldest first.
+func (s *Store) RecentAdjustFlows(ctx context.Context, within time.Duration) ([]AdjustFlow, error) {
+	rows, err := s.DB.QueryContext(ctx, `SELECT biz_no, product_id, quantity FROM stock_flow
+		WHERE biz_type = ? AND created_at >= NOW(3) - INTERVAL ? MICROSECOND ORDER BY id`,
+		string(order.FlowAdjust), within.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("persistence: adjust flows: %w", err)
+	}
+	defer rows.Close()
+	var out []AdjustFlow
+	for rows.Next() {
+		var f AdjustFlow
+		if err := rows.Scan(&f.RepairNo, &f.ProductID, &f.Delta); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,379 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/metric"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// The admission pacer lets buyers out of each product's waiting room
+// (lua/waitingroom.go) at the rate the pipeline can finish orders. Every
+// Interval it runs one lua.Admit step per room that is on: the step expires
+// admissions past their window (their places pass to the next in line) and
+// admits the next tickets, as many as rate × the time since the previous
+// step of any pacer. The time is kept in Redis and the step is one script,
+// so any number of pacers (one per sweeper process) together never admit
+// faster than the rate asked for, and never faster than Ceiling or the
+// room's own ceiling.
+//
+// The rate is PacerConfig.Rate when set. Otherwise (auto) each pacer derives
+// it from the product's pipeline backlog, read every MeasureEvery:
+//
+//	backlog B  = intake entries not yet stored (consumer-group lag + pending)
+//	             + the product's PROCESSING orders in MySQL
+//	accepted A = the intake stream's entries-added counter (every accepted order)
+//	drain    d = (ΔA − ΔB) / Δt, smoothed (EWMA, α = 0.3): orders per second that
+//	             left PROCESSING
+//
+// The target backlog is TargetBacklog seconds of drain, T = TargetBacklog ×
+// max(d, MinRate). Below it the pipeline keeps up and the rate grows by a
+// quarter per measurement (or straight to d + (T − B)/1s if that is more):
+// the drain can only be measured up to what is admitted, so it has to be
+// probed upwards. Above it the rate falls to d − (B − T)/1s, which drains
+// the excess in about a second. The rate stays within [MinRate, Ceiling].
+
+// PacerConfig configures a Pacer.
+type PacerConfig struct {
+	// Rate fixes the admission rate, buyers per second. 0 (default): auto,
+	// from the measured drain.
+	Rate float64
+	// Ceiling is the highest rate ever asked for, buyers per second.
+	// Default 2000.
+	Ceiling float64
+	// MinRate is the lowest rate auto mode goes down to. Default 5.
+	MinRate float64
+	// StartRate is auto mode's first rate. Default 50.
+	StartRate float64
+	// TargetBacklog is the backlog auto mode aims for, in seconds of drain.
+	// Default 2s.
+	TargetBacklog time.Duration
+	// Interval is the period of admission steps. Default 100ms.
+	Interval time.Duration
+	// MeasureEvery is the period of backlog measurements (auto). Default 500ms.
+	MeasureEvery time.Duration
+	// Window is the admission window of rooms turned on without one. Default 2m.
+	Window time.Duration
+	// ListEvery is how often the product list is re-read. Default 2s.
+	ListEvery time.Duration
+	// Group is the writers' consumer group. Default "writers".
+	Group string
+	// Metrics receives the room series; nil: private collectors.
+	Metrics *RoomMetrics
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *PacerConfig) setDefaults() {
+	c.Ceiling = cmp.Or(c.Ceiling, 2000)
+	c.MinRate = cmp.Or(c.MinRate, 5)
+	c.StartRate = cmp.Or(c.StartRate, 50)
+	c.TargetBacklog = cmp.Or(c.TargetBacklog, 2*time.Second)
+	c.Interval = cmp.Or(c.Interval, 100*time.Millisecond)
+	c.MeasureEvery = cmp.Or(c.MeasureEvery, 500*time.Millisecond)
+	c.Window = cmp.Or(c.Window, 2*time.Minute)
+	c.ListEvery = cmp.Or(c.ListEvery, 2*time.Second)
+	c.Group = cmp.Or(c.Group, "writers")
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewRoomMetrics(nil)
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c PacerConfig) Validate() error {
+	switch {
+	case c.Rate < 0 || c.Ceiling < 0 || c.MinRate < 0 || c.StartRate < 0:
+		return errors.New("invalid config: pacer rates must not be negative")
+	case c.Rate > c.Ceiling && c.Ceiling > 0:
+		return errors.New("invalid config: pacer rate above its ceiling")
+	case c.MinRate > c.Ceiling:
+		return errors.New("invalid config: pacer min rate above its ceiling")
+	}
+	return nil
+}
+
+// Pacer runs admission steps for every product whose waiting room is on.
+type Pacer struct {
+	cfg   PacerConfig
+	store *persistence.Store
+	rdb   redis.UniversalClient
+	log   *slog.Logger
+	m     *RoomMetrics
+
+	mu    sync.Mutex
+	rooms map[int64]*roomControl // auto-mode state per product
+}
+
+// roomControl is the auto rate of one product and its last measurement.
+type roomControl struct {
+	rate     float64
+	drain    float64 // EWMA of the measured drain, orders per second
+	backlog  int64
+	accepted int64
+	at       time.Time // of the last measurement; zero before the first
+}
+
+// NewPacer returns a pacer over store (PROCESSING counts, product list) and rdb.
+func NewPacer(store *persistence.Store, rdb redis.UniversalClient, cfg PacerConfig) (*Pacer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || rdb == nil {
+		return nil, errors.New("invalid config: pacer needs a store and a Redis client")
+	}
+	return &Pacer{cfg: cfg, store: store, rdb: rdb, log: cfg.Logger.With("component", "pacer"), m: cfg.Metrics,
+		rooms: make(map[int64]*roomControl)}, nil
+}
+
+// Run steps every Interval until ctx ends.
+func (p *Pacer) Run(ctx context.Context) error {
+	tick := time.NewTicker(p.cfg.Interval)
+	defer tick.Stop()
+	var products []persistence.Product
+	var listed, measured time.Time
+	off := map[int64]bool{} // rooms found off since the last listing: not stepped again until the next
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if time.Since(listed) >= p.cfg.ListEvery {
+			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			ps, err := p.store.ListProducts(lctx)
+			cancel()
+			if err == nil {
+				products, listed = ps, time.Now()
+				clear(off)
+			} else {
+				p.log.Warn("pacer: list products", "err", err)
+			}
+		}
+		measure := time.Since(measured) >= p.cfg.MeasureEvery
+		if measure {
+			measured = time.Now()
+		}
+		now := time.Now()
+		for _, pr := range products {
+			if off[pr.ID] || pr.Shards > 1 || now.Before(pr.SaleStart) || !now.Before(pr.SaleEnd) {
+				continue // no room on sharded products; nobody admitted outside the sale
+			}
+			on, err := p.Step(ctx, pr.ID, measure)
+			if err != nil && ctx.Err() == nil {
+				p.log.Warn("pacer: step", "productId", pr.ID, "err", err)
+			}
+			if err == nil && !on {
+				off[pr.ID] = true
+			}
+		}
+	}
+}
+
+// Step runs one admission step for productID and tells whether its room is
+// on. With measure set and the room on it then reads the room's counters
+// for the gauges and, in auto mode, measures the backlog for the next
+// step's rate. A room that is off costs one script call reading one field
+// (Run then skips it until its next product listing).
+func (p *Pacer) Step(ctx context.Context, productID int64, measure bool) (on bool, err error) {
+	rate := p.cfg.Rate
+	if rate == 0 {
+		rate = p.autoRate(productID)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	res, err := lua.Admit(sctx, p.rdb, productID, lua.AdmitArgs{Rate: rate, Max: 2000,
+		MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window})
+	if err != nil {
+		return false, err
+	}
+	if !res.On {
+		p.mu.Lock()
+		delete(p.rooms, productID)
+		p.mu.Unlock()
+		return false, nil
+	}
+	p.m.record(productID, res, time.Now())
+	if measure {
+		if p.cfg.Rate == 0 {
+			p.measure(sctx, productID)
+		}
+		st, err := lua.ReadRoom(sctx, p.rdb, productID)
+		if err != nil {
+			return true, err
+		}
+		p.m.status(productID, st)
+	}
+	return true, nil
+}
+
+// Rate is the auto rate this pacer asks for productID (0 before its first
+// step), for tests and logs.
+func (p *Pacer) Rate(productID int64) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rc := p.rooms[productID]; rc != nil {
+		return rc.rate
+	}
+	return 0
+}
+
+// autoRate is the rate auto mode asks for productID now.
+func (p *Pacer) autoRate(productID int64) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rc := p.rooms[productID]
+	if rc == nil {
+		rc = &roomControl{rate: min(p.cfg.StartRate, p.cfg.Ceiling)}
+		p.rooms[productID] = rc
+	}
+	return rc.rate
+}
+
+// measure reads productID's backlog and sets the rate of its next steps.
+func (p *Pacer) measure(ctx context.Context, productID int64) {
+	backlog, accepted, err := p.backlog(ctx, productID)
+	if err != nil {
+		return // keep the last rate; the next measurement tries again
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rc := p.rooms[productID]
+	if rc == nil {
+		return
+	}
+	if !rc.at.IsZero() {
+		dt := now.Sub(rc.at).Seconds()
+		d := max(float64((accepted-rc.accepted)-(backlog-rc.backlog))/dt, 0)
+		rc.drain = 0.3*d + 0.7*rc.drain
+		rc.rate = nextRate(rc.rate, rc.drain, float64(backlog), p.cfg)
+	}
+	rc.backlog, rc.accepted, rc.at = backlog, accepted, now
+	p.m.control(productID, float64(backlog), rc.drain)
+}
+
+// nextRate is auto mode's control rule (see the package comment above Pacer).
+func nextRate(rate, drain, backlog float64, cfg PacerConfig) float64 {
+	target := cfg.TargetBacklog.Seconds() * max(drain, cfg.MinRate)
+	var next float64
+	if backlog < target {
+		next = max(rate*1.25, drain+(target-backlog))
+	} else {
+		next = drain - (backlog - target)
+	}
+	return math.Min(math.Max(next, cfg.MinRate), cfg.Ceiling)
+}
+
+// backlog reads productID's orders not yet past PROCESSING and the count of
+// orders ever accepted into its intake stream (shard 0: rooms are on
+// one-shard products only).
+func (p *Pacer) backlog(ctx context.Context, productID int64) (backlog, accepted int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stream := lua.ShardKeys(productID, 0).Intake()
+	pipe := p.rdb.Pipeline()
+	info := pipe.XInfoStream(ctx, stream)
+	groups := pipe.XInfoGroups(ctx, stream)
+	if _, err := pipe.Exec(ctx); err != nil {
+		if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "ERR no such key") {
+			return 0, 0, nil // nothing accepted yet
+		}
+		return 0, 0, err
+	}
+	accepted = info.Val().EntriesAdded
+	for _, g := range groups.Val() {
+		if g.Name == p.cfg.Group {
+			backlog += g.Pending + max(g.Lag, 0)
+		}
+	}
+	processing, err := p.store.CountProcessing(ctx, productID)
+	if err != nil {
+		return 0, 0, err
+	}
+	return backlog + processing, accepted, nil
+}
+
+// RoomMetrics are the waiting-room series. Series (stampede_ prefix):
+//
+//	room_tickets_issued{product}        tickets given so far (read from Redis every MeasureEvery)
+//	room_admitted{product}              admissions made so far
+//	room_expired{product}               admissions that expired unused (their places passed on)
+//	room_waiting{product}               tickets not yet admitted
+//	room_admitted_live{product}         admissions neither used by an order nor expired
+//	room_admission_rate{product}        rate applied by the last step, buyers per second
+//	room_backlog_orders{product}        auto mode: the last measured backlog
+//	room_drain_rate{product}            auto mode: the smoothed drain, orders per second
+//	room_wait_seconds                   histogram: time in line of each admitted buyer
+//	room_admissions_total               buyers admitted by this process's pacer steps
+//
+// The gauges read from Redis are the same on every pacer (aggregate with max).
+type RoomMetrics struct {
+	issued, admitted, expired, waiting, live, rate, backlog, drain *prometheus.GaugeVec
+	wait                                                           prometheus.Histogram
+	admissions                                                     prometheus.Counter
+}
+
+// NewRoomMetrics creates the room series and registers them with reg (nil: unregistered).
+func NewRoomMetrics(reg prometheus.Registerer) *RoomMetrics {
+	g := func(name, help string) *prometheus.GaugeVec {
+		return metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "stampede_room_" + name, Help: help}, []string{"product"}))
+	}
+	return &RoomMetrics{
+		issued:   g("tickets_issued", "Waiting-room tickets given so far, at the pacer's last step."),
+		admitted: g("admitted", "Waiting-room admissions made so far, at the pacer's last step."),
+		expired:  g("expired", "Waiting-room admissions that expired unused (their places passed on)."),
+		waiting:  g("waiting", "Waiting-room tickets not yet admitted."),
+		live:     g("admitted_live", "Waiting-room admissions neither used by an order nor expired yet."),
+		rate:     g("admission_rate", "Admission rate applied by the pacer's last step, buyers per second."),
+		backlog:  g("backlog_orders", "Auto pacer: the product's orders accepted and not yet past PROCESSING, at the last measurement."),
+		drain:    g("drain_rate", "Auto pacer: smoothed drain of the product's pipeline, orders per second."),
+		wait: metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stampede_room_wait_seconds", Help: "Time in line of each admitted buyer, ticket to admission.",
+			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
+		})),
+		admissions: metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stampede_room_admissions_total", Help: "Buyers admitted by this process's pacer steps.",
+		})),
+	}
+}
+
+func (m *RoomMetrics) record(productID int64, res lua.AdmitResult, now time.Time) {
+	l := strconv.FormatInt(productID, 10)
+	m.rate.WithLabelValues(l).Set(res.Rate)
+	m.admissions.Add(float64(len(res.Admitted)))
+	for _, a := range res.Admitted {
+		if !a.IssuedAt.IsZero() {
+			m.wait.Observe(max(now.Sub(a.IssuedAt).Seconds(), 0))
+		}
+	}
+}
+
+func (m *RoomMetrics) status(productID int64, st lua.RoomStatus) {
+	l := strconv.FormatInt(productID, 10)
+	m.issued.WithLabelValues(l).Set(float64(st.Issued))
+	m.admitted.WithLabelValues(l).Set(float64(st.Admitted))
+	m.expired.WithLabelValues(l).Set(float64(st.Expired))
+	m.waiting.WithLabelValues(l).Set(float64(st.Waiting()))
+	m.live.WithLabelValues(l).Set(float64(st.Live))
+}
+
+func (m *RoomMetrics) control(productID int64, backlog, drain float64) {
+	l := strconv.FormatInt(productID, 10)
+	m.backlog.WithLabelValues(l).Set(backlog)
+	m.drain.WithLabelValues(l).Set(drain)
+}

@@ -1,0 +1,124 @@
+package pipeline_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+func (e *env) roomProduct(avail int64, buyers int) (persistence.Product, lua.Keys) {
+	e.t.Helper()
+	p, k := e.product(avail, avail)
+	ctx := context.Background()
+	if err := lua.SetRoom(ctx, e.rdb, p.ID, lua.RoomSettings{On: true, Window: time.Minute}); err != nil {
+		e.t.Fatal(err)
+	}
+	for u := 1; u <= buyers; u++ {
+		if _, err := lua.Take(ctx, e.rdb, p.ID, int64(u)); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return p, k
+}
+
+// Two pacers at a fixed rate share the budget: together they admit no more
+// than rate × time.
+func TestPacersFixedRateNeverOverAdmit(t *testing.T) {
+	e := newEnv(t)
+	p, _ := e.roomProduct(10000, 1000)
+	const rate = 100.0
+	start := time.Now()
+	for i := range 2 {
+		pc, err := pipeline.NewPacer(e.store, e.rdb, pipeline.PacerConfig{Rate: rate, Interval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := run(t, "pacer "+strconv.Itoa(i), pc.Run)
+		defer stop()
+	}
+	time.Sleep(700 * time.Millisecond)
+	st, err := lua.ReadRoom(context.Background(), e.rdb, p.ID)
+	elapsed := time.Since(start)
+	if err != nil || st.Admitted == 0 || float64(st.Admitted) > rate*elapsed.Seconds()+1 {
+		t.Fatalf("admitted %d in %v at %v/s: %v", st.Admitted, elapsed, rate, err)
+	}
+}
+
+// Auto mode follows the pipeline: while every accepted order drains at once
+// the rate climbs to the ceiling; once nothing drains, the backlog grows past
+// TargetBacklog and the rate falls to MinRate.
+func TestPacerAutoFollowsDrain(t *testing.T) {
+	e := newEnv(t)
+	p, k := e.roomProduct(100000, 20000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := e.rdb.XGroupCreateMkStream(ctx, k.Intake(), "writers", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Buyers order as soon as they are admitted.
+	go func() {
+		seen := map[string]bool{}
+		for ctx.Err() == nil {
+			uids, _ := e.rdb.ZRange(ctx, lua.Room(p.ID).Admitted(), 0, -1).Result()
+			for _, u := range uids {
+				if seen[u] {
+					continue
+				}
+				seen[u] = true
+				uid, _ := strconv.ParseInt(u, 10, 64)
+				lua.Reserve(ctx, e.rdb, k, lua.ReserveArgs{OrderNo: e.gen.Next(p.ID, 0), UserID: uid, RequestID: "r",
+					Quantity: 1, TTL: time.Hour, Admission: true})
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	// A stand-in for an infinitely fast pipeline: every entry is taken and
+	// acknowledged at once, while draining is on.
+	var draining atomic.Bool
+	draining.Store(true)
+	go func() {
+		for ctx.Err() == nil {
+			if !draining.Load() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "writers", Consumer: "t", Streams: []string{k.Intake(), ">"},
+				Count: 1000, Block: 20 * time.Millisecond}).Result()
+			if err != nil {
+				continue
+			}
+			for _, m := range res[0].Messages {
+				e.rdb.XAck(ctx, k.Intake(), "writers", m.ID)
+			}
+		}
+	}()
+	cfg := pipeline.PacerConfig{Ceiling: 400, MinRate: 5, StartRate: 20, TargetBacklog: 300 * time.Millisecond,
+		Interval: 20 * time.Millisecond, MeasureEvery: 100 * time.Millisecond}
+	pc, err := pipeline.NewPacer(e.store, e.rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, "pacer", pc.Run)
+	defer stop()
+	waitRate := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(8 * time.Second)
+		for pc.Rate(p.ID) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("auto rate %v, want %v", pc.Rate(p.ID), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitRate(cfg.Ceiling)
+	draining.Store(false)
+	waitRate(cfg.MinRate)
+}
