@@ -60,6 +60,7 @@ func (s *Server) redisCall(fn func(ctx context.Context) error) error {
 var scriptOutcomes = []error{
 	lua.ErrDuplicate, lua.ErrKeyReused, lua.ErrNotFound, lua.ErrNotActive, lua.ErrSoldOut,
 	lua.ErrInsufficient, lua.ErrLimitExceeded, lua.ErrBadQuantity, lua.ErrNegativeAdjust, lua.ErrStockCorrupt, redis.Nil,
+	lua.ErrNotReplicated, // WAIT answered: too few replicas in time is not a Redis failure
 }
 
 func isRedisFailure(err error) bool {

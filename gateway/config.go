@@ -112,6 +112,18 @@ type Config struct {
 	// binary's default is STAMPEDE_LOOKUP_PIPELINE.
 	LookupPipeline int
 
+	// Durability is what a reservation must reach in Redis before its 202
+	// (durability.go): DurabilityNone (the default, also ""), DurabilityAOF
+	// (the same at request time; the caller checks the servers with
+	// CheckDurability) or DurabilityReplicated (WAIT for ReplicaAcks
+	// replicas, at most ReplicaWait, else 503). Only the stream intake waits.
+	Durability Durability
+	// ReplicaAcks is the number of replicas that must acknowledge a
+	// reservation with DurabilityReplicated. Default 1.
+	ReplicaAcks int
+	// ReplicaWait bounds that wait (the WAIT timeout). Default 100ms.
+	ReplicaWait time.Duration
+
 	// SyncIntake writes each accepted order to MySQL within its request
 	// instead of the intake stream (STAMPEDE_INTAKE=sync, sync_intake.go).
 	SyncIntake bool
@@ -203,6 +215,9 @@ func (c *Config) setDefaults() {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	c.ReadyTimeout = cmp.Or(c.ReadyTimeout, 2*time.Second)
 	c.RedisCheckInterval = cmp.Or(c.RedisCheckInterval, 10*time.Second)
+	c.Durability = cmp.Or(c.Durability, DurabilityNone)
+	c.ReplicaAcks = cmp.Or(c.ReplicaAcks, 1)
+	c.ReplicaWait = cmp.Or(c.ReplicaWait, 100*time.Millisecond)
 }
 
 // Validate reports the first problem of c as "invalid config: ...". It
@@ -239,6 +254,13 @@ func (c *Config) Validate() error {
 		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:
 		return bad("BreakerFailures %d is below 1", c.BreakerFailures)
+	case c.ReplicaAcks < 1 || c.ReplicaAcks > 16:
+		return bad("ReplicaAcks %d is outside 1..16", c.ReplicaAcks)
+	case c.ReplicaWait < time.Millisecond || c.ReplicaWait > 10*time.Second:
+		return bad("ReplicaWait %v is outside 1ms..10s", c.ReplicaWait)
+	}
+	if _, err := ParseDurability(string(c.Durability)); err != nil {
+		return bad("%v", err)
 	}
 	if !validCurrency(c.Currency) {
 		return bad("Currency %q is not an ISO 4217 code (three upper-case letters)", c.Currency)

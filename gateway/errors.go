@@ -101,6 +101,7 @@ var errorTable = []struct {
 	{errNoRoute, 404, CodeNotFound, "no such endpoint"},
 	{errNoMethod, 405, CodeMethodNotAllowed, "method not allowed on this endpoint"},
 	{gobreaker.ErrOpenState, 503, CodeUnavailable, "Redis is unavailable; retry shortly"},
+	{lua.ErrNotReplicated, 503, CodeUnavailable, "the order is not yet safely stored; retry with the same requestId"},
 	{gobreaker.ErrTooManyRequests, 503, CodeUnavailable, "Redis is unavailable; retry shortly"},
 }
 

@@ -38,6 +38,9 @@ import (
 //	redis_unsafe_eviction_nodes                          Redis nodes whose maxmemory-policy is not
 //	                                                     noeviction at the last watch (redischeck.go)
 //	redis_no_persistence_nodes                           Redis nodes with appendonly no and save ""
+//	redis_replica_wait_total{result}                     durability replicated: one request's wait for its
+//	                                                     replicas: ok, timeout (503), error (503)
+//	redis_replica_wait_duration_seconds                  histogram of that wait (shared WAIT of its batch)
 type Metrics struct {
 	requests       *prometheus.HistogramVec
 	reserve        [numReserveResults]prometheus.Counter
@@ -45,6 +48,8 @@ type Metrics struct {
 	corrupt        *prometheus.CounterVec
 	redisUnsafe    prometheus.Gauge
 	redisNoPersist prometheus.Gauge
+	waitResult     [3]prometheus.Counter // ok, timeout, error
+	waitDuration   prometheus.Observer
 }
 
 // Reserve results, the values of stampede_reserve_total{result}.
@@ -124,7 +129,32 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_redis_no_persistence_nodes",
 		Help: "Redis nodes with persistence off (appendonly no and save \"\") at the gateway's last watch: a restart loses stock and unwritten intake entries.",
 	}))
+	waits := metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_redis_replica_wait_total",
+		Help: "Durability replicated: order answers that waited for Redis replicas to acknowledge the reservation, by result: ok (answered), timeout (fewer replicas in time: 503), error (Redis failed: 503).",
+	}, []string{"result"}))
+	for i, name := range []string{"ok", "timeout", "error"} {
+		m.waitResult[i] = waits.WithLabelValues(name)
+	}
+	m.waitDuration = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "stampede_redis_replica_wait_duration_seconds",
+		Help:    "Durability replicated: time one order answer waited for its Redis replicas (the shared SET + WAIT of its batch).",
+		Buckets: HTTPBuckets,
+	}))
 	return m
+}
+
+// replicaWait counts one request's wait for its replicas.
+func (m *Metrics) replicaWait(err error, d time.Duration) {
+	switch {
+	case err == nil:
+		m.waitResult[0].Inc()
+	case errors.Is(err, lua.ErrNotReplicated):
+		m.waitResult[1].Inc()
+	default:
+		m.waitResult[2].Inc()
+	}
+	m.waitDuration.Observe(d.Seconds())
 }
 
 // productSeen starts stampede_stock_corrupt_total{product} at 0, so that

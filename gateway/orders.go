@@ -99,6 +99,13 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if dry || (shards == 1 && res.Available == 0 && errors.Is(err, lua.ErrDuplicate)) {
 		s.soldOut.mark(productID, time.Now())
 	}
+	if s.durable != nil && (err == nil || errors.Is(err, lua.ErrDuplicate)) {
+		// Durability replicated: the 202, and a replay's 200, only once the
+		// record is on enough replicas (durability.go).
+		if werr := s.durable.wait(lua.ShardKeys(productID, home)); werr != nil {
+			err = werr
+		}
+	}
 	if err == nil && s.cfg.SyncIntake {
 		err = s.persistSync(order.Reservation{
 			OrderNo: res.OrderNo, UserID: c.UserID, RequestID: requestID, ProductID: productID, Shard: home,

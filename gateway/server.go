@@ -43,6 +43,7 @@ type Server struct {
 	stock      *lua.Sharded    // the multi-shard operations, run under redisCall (shards.go)
 	batcher    *reserveBatcher // nil: one round trip per reserve call
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
+	durable    *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
 	soldOut    soldOutCache
 	rooms      roomHints // waitingroom.go
 	routing    routeCache
@@ -105,6 +106,9 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	}
 	if cfg.LookupPipeline > 1 {
 		s.lookups = newLookupBatcher(s, cfg.LookupPipeline)
+	}
+	if cfg.Durability == DurabilityReplicated && !cfg.SyncIntake {
+		s.durable = newDurableWaiter(s, cfg.ReplicaAcks, cfg.ReplicaWait)
 	}
 	s.stock = s.newSharded()
 	if s.metrics == nil {
@@ -234,6 +238,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.lookups != nil {
 		lookupDone := s.lookups.start(rctx) // lookup_batch.go
 		defer func() { stopRepair(); <-lookupDone }()
+	}
+	if s.durable != nil {
+		durableDone := s.durable.start(rctx) // durability.go
+		defer func() { stopRepair(); <-durableDone }()
 	}
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {

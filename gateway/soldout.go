@@ -96,6 +96,13 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Ke
 		s.failWith(ctx, lua.ErrKeyReused, no, requestID)
 		return
 	}
+	if s.durable != nil { // durability.go: a 200 only once the record is on enough replicas
+		if err := s.durable.wait(k); err != nil {
+			s.metrics.reserveOutcome(err)
+			s.failWith(ctx, err, "", requestID)
+			return
+		}
+	}
 	s.metrics.reserveOutcome(lua.ErrDuplicate)
 	s.replay(ctx, no, requestID, st)
 }

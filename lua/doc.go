@@ -1,7 +1,9 @@
 // Package lua owns Stampede's Redis model: every key and hash tag
 // (keys.go), every Redis script with its KEYS, ARGV and return codes in its
 // header (*.lua, one Go wrapper each mapping the codes to sentinel errors:
-// scripts.go, transfer.go, node.go, prune.go, waitingroom.go), the codecs of the records the
+// scripts.go, transfer.go, node.go, prune.go, restore.go, waitingroom.go),
+// the replica barrier of the durability level replicated (durability.go:
+// SET + WAIT on a primary), the codecs of the records the
 // scripts write (records.go: the intake stream's reservation, the pending
 // order hash, the idempotency record) and the operations that span the
 // shards of one product (shards.go: reserve with pull-and-retry, load and

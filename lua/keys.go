@@ -42,6 +42,9 @@ func (k Keys) Order(orderNo string) string { return k.base + "order:" + orderNo 
 // Released marks orderNo's reservation as given back.
 func (k Keys) Released(orderNo string) string { return k.base + "released:" + orderNo }
 
+// Restored marks orderNo's lost reservation as put back (Restore).
+func (k Keys) Restored(orderNo string) string { return k.base + "restored:" + orderNo }
+
 // Adjusted marks repairNo as applied to this shard.
 func (k Keys) Adjusted(repairNo string) string { return k.base + "adjusted:" + repairNo }
 
@@ -52,6 +55,11 @@ func (k Keys) RoomAdmitted() string { return k.base + "room:adm" }
 // Transfers is the hash of stock transfers this shard gave and that are not
 // yet confirmed applied at the receiver: field transfer id = "<toShard> <units>".
 func (k Keys) Transfers() string { return k.base + "xfer" }
+
+// Wait is the key the gateway writes right before a WAIT (durability
+// replicated): a write on the shard's master whose replication offset covers
+// every reservation that master answered before it (WaitOn). Expires after 10s.
+func (k Keys) Wait() string { return k.base + "wait" }
 
 // TransferIn marks transferID as applied to this (receiving) shard.
 func (k Keys) TransferIn(transferID string) string { return k.base + "xferin:" + transferID }

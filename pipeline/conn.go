@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +22,11 @@ var ErrConnClosed = errors.New("amqp: connection closed")
 
 // ConnConfig configures a Conn.
 type ConnConfig struct {
-	// URL is the broker, amqp://user:pass@host:port/vhost. Default
+	// URL is the broker, amqp://user:pass@host:port/vhost, or the nodes of
+	// a RabbitMQ cluster as a comma-separated list of such URLs (one per
+	// node, same vhost and credentials): each dial tries them in turn,
+	// starting with the one that worked last, so a connection lost with its
+	// node is made again to another node. Default
 	// "amqp://guest:guest@127.0.0.1:5672/" (SPEC §7).
 	URL string
 	// Name is shown as the connection name in the management UI. Default
@@ -63,8 +68,10 @@ func (c *ConnConfig) setDefaults() {
 
 // Validate reports the first invalid field.
 func (c *ConnConfig) Validate() error {
-	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return fmt.Errorf("invalid config: amqp url: %w", err)
+	for _, u := range SplitAMQPURLs(c.URL) {
+		if _, err := amqp.ParseURI(u); err != nil {
+			return fmt.Errorf("invalid config: amqp url: %w", err)
+		}
 	}
 	if c.Heartbeat < 0 || c.DialTimeout <= 0 {
 		return fmt.Errorf("invalid config: amqp heartbeat %v / dial timeout %v", c.Heartbeat, c.DialTimeout)
@@ -94,6 +101,20 @@ type Conn struct {
 	conn     *amqp.Connection
 	closeSig chan *amqp.Error // NotifyClose of conn
 	closed   bool
+	urls     []string // ConnConfig.URL split (SplitAMQPURLs)
+	next     int      // index of the URL to dial first (the last that worked); dials are serialised by sem
+}
+
+// SplitAMQPURLs splits a comma-separated list of AMQP URLs (the nodes of a
+// cluster), dropping empty items.
+func SplitAMQPURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // NewConn validates cfg; it does not dial.
@@ -102,7 +123,7 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Conn{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1)}, nil
+	return &Conn{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), urls: SplitAMQPURLs(cfg.URL)}, nil
 }
 
 // Channel returns a new channel, (re)dialing first if needed. It blocks with
@@ -184,16 +205,32 @@ func (c *Conn) channel(ctx context.Context) (*amqp.Channel, error) {
 	return ch, nil
 }
 
+// dial connects to the first node of the URL list that answers, starting
+// with the one that worked last, and sets it up.
 func (c *Conn) dial() (*amqp.Connection, chan *amqp.Error, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(c.cfg.Name)
-	conn, err := amqp.DialConfig(c.cfg.URL, amqp.Config{
-		Heartbeat:  c.cfg.Heartbeat,
-		Properties: props,
-		Dial:       amqp.DefaultDial(c.cfg.DialTimeout),
-	})
+	var conn *amqp.Connection
+	var err error
+	for i := range c.urls {
+		k := (c.next + i) % len(c.urls)
+		conn, err = amqp.DialConfig(c.urls[k], amqp.Config{
+			Heartbeat:  c.cfg.Heartbeat,
+			Properties: props,
+			Dial:       amqp.DefaultDial(c.cfg.DialTimeout),
+		})
+		if err == nil {
+			if k != c.next && len(c.urls) > 1 {
+				c.log.Info("amqp: connected to another node", "url", redactURL(c.urls[k]))
+			}
+			c.next = k
+			break
+		}
+		err = fmt.Errorf("amqp: dial %s: %w", redactURL(c.urls[k]), err)
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("amqp: dial %s: %w", redactURL(c.cfg.URL), err)
+		c.next = (c.next + 1) % len(c.urls)
+		return nil, nil, err
 	}
 	// Buffered: the library never blocks on a listener with room.
 	sig := conn.NotifyClose(make(chan *amqp.Error, 1))

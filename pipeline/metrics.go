@@ -65,6 +65,7 @@ type Metrics struct {
 	relayRetry   prometheus.Counter
 	relayReopens prometheus.Counter
 	lostReleased prometheus.Counter
+	repairs      *prometheus.CounterVec // kind = restored, released (lostwrites.go)
 	luaRelease   prometheus.Observer
 
 	consumer   *prometheus.CounterVec
@@ -175,6 +176,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",
 	}))
+	m.repairs = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_reconcile_repairs_total",
+		Help: "Writes Redis lost (a failover, a restart without persistence) repaired by the sweeper's reconciliation, by kind: restored (an order MySQL holds whose reservation Redis lost: its decrement put back), released (a cancelled or failed order whose release Redis lost: its units given back).",
+	}, []string{"kind"}))
+	m.repairs.WithLabelValues("restored")
+	m.repairs.WithLabelValues("released")
 	m.luaRelease = metric.Register(reg, lua.NewCallHistogram()).WithLabelValues("release")
 
 	m.consumer = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{

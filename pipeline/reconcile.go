@@ -233,7 +233,18 @@ func intakeBacklog(ctx context.Context, rdb redis.UniversalClient, stream string
 		}
 		n += g.Pending + lag
 	}
-	return n, nil
+	if n == 0 {
+		return 0, nil
+	}
+	// Writers delete what they acknowledged, so the stream holds at most
+	// the backlog: its length bounds it. The group's lag counter can be
+	// wrong on a replica promoted by a failover (its read counter lags the
+	// primary's), and would then report a backlog that is not there.
+	xlen, err := rdb.XLen(ctx, stream).Result()
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: xlen %s: %w", stream, err)
+	}
+	return min(n, xlen), nil
 }
 
 // WaitIdle polls until no product has intake backlog, PROCESSING orders or

@@ -59,6 +59,11 @@ type SweeperConfig struct {
 	OutboxRetention time.Duration
 	// PurgeBatch bounds the rows one pass deletes. Default 5000.
 	PurgeBatch int
+	// RequestTTL is the gateways' idempotency record lifetime: the repair
+	// of writes Redis lost (RepairLostWrites, after each reconciliation that
+	// finds a product drifting with nothing in flight) examines the orders
+	// accepted within it. Default order.DefaultRequestTTL.
+	RequestTTL time.Duration
 }
 
 func (c *SweeperConfig) setDefaults() {
@@ -67,6 +72,7 @@ func (c *SweeperConfig) setDefaults() {
 	c.ReconcileTimeout = cmp.Or(c.ReconcileTimeout, 30*time.Second)
 	c.LostGrace = cmp.Or(c.LostGrace, 2*time.Minute)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, 7*24*time.Hour)
+	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
 	c.PurgeBatch = cmp.Or(c.PurgeBatch, 5000)
 	c.BatchSize = cmp.Or(c.BatchSize, 2000)
 	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 30*time.Second)
@@ -132,6 +138,10 @@ type Sweeper struct {
 	store *persistence.Store
 	log   *slog.Logger
 	m     *Metrics
+	// unrepaired: product → the drift a lost-write scan found nothing to
+	// repair in; the product is not scanned again until its drift changes
+	// (reconcile rounds only, one goroutine).
+	unrepaired map[int64]int64
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -353,7 +363,10 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	} else if len(applied) > 0 {
 		s.log.Warn("sweeper: applied stock repairs missing in Redis", "repairNos", applied)
 	}
-	_, err = s.ReconcileOnce(ctx)
+	rep, err := s.ReconcileOnce(ctx)
+	if err == nil {
+		s.repairLostWrites(ctx, rep)
+	}
 	result := "done"
 	if err != nil {
 		result = "error"
@@ -376,6 +389,46 @@ func (s *Sweeper) RepairLost(ctx context.Context) (LostReport, error) {
 		s.log.Warn("sweeper: lost reservation repair failed", "err", err)
 	}
 	return rep, err
+}
+
+// repairLostWrites runs RepairLostWrites for the products of rep that drift
+// with nothing in flight (no intake backlog, no PROCESSING order): the
+// signature of writes Redis lost. It counts and logs what it repaired.
+func (s *Sweeper) repairLostWrites(ctx context.Context, rep Report) {
+	var pids []int64
+	drift := map[int64]int64{}
+	for _, p := range rep.Products {
+		if p.Error == "" && p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
+			if d, seen := s.unrepaired[p.ProductID]; seen && d == p.Drift {
+				continue // scanned at this drift before, nothing to repair
+			}
+			pids = append(pids, p.ProductID)
+			drift[p.ProductID] = p.Drift
+		}
+	}
+	if len(pids) == 0 {
+		return
+	}
+	if s.unrepaired == nil {
+		s.unrepaired = map[int64]int64{}
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
+	defer cancel()
+	lw, err := RepairLostWrites(rctx, s.cfg.Redis, s.store, pids, LostWritesConfig{RequestTTL: s.cfg.RequestTTL})
+	if err == nil && len(lw.Restored)+len(lw.Released) == 0 {
+		for _, pid := range pids {
+			s.unrepaired[pid] = drift[pid]
+		}
+	}
+	s.m.repairs.WithLabelValues("restored").Add(float64(len(lw.Restored)))
+	s.m.repairs.WithLabelValues("released").Add(float64(len(lw.Released)))
+	if len(lw.Restored)+len(lw.Released) > 0 {
+		s.log.Warn("sweeper: repaired writes Redis lost", "products", pids, "examined", lw.Examined,
+			"restored", len(lw.Restored), "released", len(lw.Released), "orderNos", append(lw.Restored, lw.Released...))
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("sweeper: lost write repair failed", "err", err)
+	}
 }
 
 // ReconcileOnce runs one reconciliation, exports its drift and returns its

@@ -73,6 +73,14 @@ type WriterConfig struct {
 	// already has an order accepted at least this long before is a new
 	// intent and stored as a new order (persistence.InsertReservationsWithin).
 	RequestTTL time.Duration
+	// ReplicaAcks, above 0 (Redis durability replicated), makes the writer
+	// wait until the entries of a batch are on that many Redis replicas
+	// (lua.WaitReplicas, at most ReplicaWait) before it writes them to
+	// MySQL; otherwise the batch is retried like a failed write. An order is
+	// then never stored from an entry that a failover could still lose
+	// (with its stock decrement and idempotency record). Default 0: no wait.
+	ReplicaAcks int
+	ReplicaWait time.Duration
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the writer's series. Default: private, unregistered.
@@ -101,6 +109,7 @@ func (c *WriterConfig) setDefaults() {
 	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Second)
 	c.FlushTimeout = cmp.Or(c.FlushTimeout, 5*time.Second)
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
+	c.ReplicaWait = cmp.Or(c.ReplicaWait, 100*time.Millisecond)
 	c.DeadMaxLen = cmp.Or(c.DeadMaxLen, 100000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -551,6 +560,44 @@ func (w *Writer) flush(ctx context.Context, batch []entry) bool {
 	return false
 }
 
+// waitReplicas is the replica barrier of WriterConfig.ReplicaAcks over the
+// streams of es: one SET + WAIT per Redis primary, then a check that each
+// entry is still in its stream on the primary that answered the WAIT. It
+// returns the entries that are (a failover between the read and the barrier
+// may have lost some: they never became orders and are not written now).
+func (w *Writer) waitReplicas(ctx context.Context, es []entry) ([]entry, error) {
+	var streams []string
+	seen := map[string]bool{}
+	for _, e := range es {
+		if !seen[e.stream] {
+			seen[e.stream] = true
+			streams = append(streams, e.stream)
+		}
+	}
+	if err := lua.WaitReplicas(ctx, w.rdb, streams, w.cfg.ReplicaAcks, w.cfg.ReplicaWait); err != nil {
+		return nil, fmt.Errorf("writer: entries not yet on %d Redis replicas: %w", w.cfg.ReplicaAcks, err)
+	}
+	cmds := make([]*redis.XMessageSliceCmd, len(es))
+	if _, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range es {
+			cmds[i] = p.XRange(ctx, e.stream, e.msg.ID, e.msg.ID)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("writer: check entries after the replica wait: %w", err)
+	}
+	kept := es[:0:0]
+	for i, e := range es {
+		if len(cmds[i].Val()) == 1 {
+			kept = append(kept, e)
+		} else {
+			w.log.Warn("writer: intake entry gone from Redis after the replica wait (lost with a failover); not written",
+				"stream", e.stream, "id", e.msg.ID)
+		}
+	}
+	return kept, nil
+}
+
 // write stores one batch and acknowledges it: parse, move unparseable
 // entries to their dead stream, InsertReservations, then XACK+XDEL.
 func (w *Writer) write(ctx context.Context, batch []entry) error {
@@ -573,6 +620,20 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		}
 		res = append(res, r)
 		done = append(done, e)
+	}
+	if len(res) > 0 && w.cfg.ReplicaAcks > 0 {
+		kept, err := w.waitReplicas(ctx, done)
+		if err != nil {
+			return err
+		}
+		if len(kept) < len(done) {
+			res = res[:0]
+			for _, e := range kept {
+				r, _ := lua.ParseReservation(e.msg.Values)
+				res = append(res, r)
+			}
+			done = kept
+		}
 	}
 	if len(res) > 0 {
 		start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -53,14 +54,26 @@ func (h *Hub) consumeOnce(ctx context.Context) error {
 	props := amqp.NewConnectionProperties()
 	host, _ := os.Hostname()
 	props.SetClientConnectionName(fmt.Sprintf("stampede-push@%s/%d", host, os.Getpid()))
-	conn, err := amqp.DialConfig(h.amqpURL, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Properties: props,
-		Dial:       amqp.DefaultDial(5 * time.Second),
-	})
+	// A comma-separated list is the nodes of a cluster: the first that
+	// answers, starting after the one of the last failure.
+	var conn *amqp.Connection
+	var err error
+	urls := strings.Split(h.amqpURL, ",")
+	for i := range urls {
+		u := strings.TrimSpace(urls[(h.urlNext+i)%len(urls)])
+		if conn, err = amqp.DialConfig(u, amqp.Config{
+			Heartbeat:  10 * time.Second,
+			Properties: props,
+			Dial:       amqp.DefaultDial(5 * time.Second),
+		}); err == nil {
+			break
+		}
+	}
 	if err != nil {
+		h.urlNext++
 		return fmt.Errorf("push: dial rabbitmq: %w", err)
 	}
+	defer func() { h.urlNext++ }() // the connection ended: the next dial starts with another node
 	defer conn.Close()
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 	ch, err := conn.Channel()

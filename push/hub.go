@@ -27,7 +27,8 @@ type Hub struct {
 	cfg      Config
 	verifier *auth.Verifier
 	snap     Snapshotter
-	amqpURL  string
+	amqpURL  string // one URL, or the nodes of a cluster, comma-separated
+	urlNext  int    // the node Consume dials first (its loop only)
 	log      *slog.Logger
 
 	ctx    context.Context // cancelled when the hub has shut down

@@ -44,6 +44,9 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, f := range afterAllTests { // rabbitcluster_test.go
+		f()
+	}
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
@@ -206,6 +209,7 @@ type redisServer struct {
 	t    *testing.T
 	port string
 	dir  string
+	args []string // redis-server's arguments (nil: the appendonly server of start)
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -226,8 +230,7 @@ func (r *redisServer) addr() string { return "127.0.0.1:" + r.port }
 // restart keeps stock, streams and consumer groups) and waits for PING.
 func (r *redisServer) start() {
 	r.t.Helper()
-	cmd := exec.Command("redis-server", "--port", r.port, "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "yes", "--dir", r.dir, "--daemonize", "no", "--logfile", filepath.Join(r.dir, "redis.log"))
+	cmd := r.command() // sentinel_test.go
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("redis-server: %v", err)
 	}

@@ -34,9 +34,14 @@ type redisCluster struct {
 	t     *testing.T
 	dir   string
 	nodes []*clusterNode
+	// masters is the number of masters (shards); the other nodes are
+	// their replicas (startRedisClusterWith).
+	masters     int
+	nodeTimeout int // cluster-node-timeout, ms
 }
 
 type clusterNode struct {
+	c    *redisCluster
 	port int
 	dir  string
 	cmd  *exec.Cmd
@@ -55,25 +60,33 @@ func (n *clusterNode) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port)
 // any other holder fails the test with the port and what answers there. The
 // nodes are killed and their files removed when the test ends.
 func startRedisCluster(t *testing.T) *redisCluster {
+	return startRedisClusterWith(t, clusterPorts, 0, 5000)
+}
+
+// startRedisClusterWith is startRedisCluster on ports with replicas
+// replicas per master (redis-cli assigns them: len(ports)/(replicas+1)
+// masters) and cluster-node-timeout nodeTimeout ms (also how long a dead
+// master takes to be failed over).
+func startRedisClusterWith(t *testing.T, ports []int, replicas, nodeTimeout int) *redisCluster {
 	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("redis cluster test needs %s on PATH: %v", bin, err)
 		}
 	}
-	for _, p := range clusterPorts {
+	for _, p := range ports {
 		freeClusterPort(t, p)
 	}
-	c := &redisCluster{t: t, dir: t.TempDir()}
+	c := &redisCluster{t: t, dir: t.TempDir(), masters: len(ports) / (replicas + 1), nodeTimeout: nodeTimeout}
 	t.Cleanup(c.stop)
-	for _, p := range clusterPorts {
+	for _, p := range ports {
 		c.nodes = append(c.nodes, c.startNode(p))
 	}
 	args := []string{"--cluster", "create"}
 	for _, n := range c.nodes {
 		args = append(args, n.addr())
 	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
@@ -132,26 +145,40 @@ func portFree(port int) bool {
 
 func (c *redisCluster) startNode(port int) *clusterNode {
 	c.t.Helper()
-	n := &clusterNode{port: port, dir: filepath.Join(c.dir, strconv.Itoa(port)), done: make(chan struct{})}
+	n := &clusterNode{c: c, port: port, dir: filepath.Join(c.dir, strconv.Itoa(port))}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
+	n.start()
+	return n
+}
+
+// start runs the node's redis-server (again, after a kill: it rejoins with
+// its cluster config file and no data) and waits until it answers.
+func (n *clusterNode) start() {
+	c := n.c
+	c.t.Helper()
+	port := n.port
+	n.done = make(chan struct{})
 	n.cmd = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, clusterConfName(port)),
-		"--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no", "--dir", n.dir,
+		"--cluster-node-timeout", strconv.Itoa(c.nodeTimeout), "--save", "", "--appendonly", "no", "--dir", n.dir,
 		"--daemonize", "no", "--logfile", filepath.Join(n.dir, "redis.log"))
 	if err := n.cmd.Start(); err != nil {
 		c.t.Fatalf("redis-server on %d: %v", port, err)
 	}
-	go func() { n.cmd.Wait(); close(n.done) }()
-	n.rdb = redis.NewClient(&redis.Options{Addr: n.addr(), DialTimeout: time.Second, MaxRetries: -1})
+	cmd, done := n.cmd, n.done
+	go func() { cmd.Wait(); close(done) }()
+	if n.rdb == nil {
+		n.rdb = redis.NewClient(&redis.Options{Addr: n.addr(), DialTimeout: time.Second, MaxRetries: -1})
+	}
 	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		id, err := n.rdb.ClusterMyID(ctx).Result()
 		if err == nil {
 			n.id = id
-			return n
+			return
 		}
 		select {
 		case <-n.done:
@@ -167,7 +194,7 @@ func (c *redisCluster) startNode(port int) *clusterNode {
 }
 
 // waitOK waits until every node says cluster_state:ok and maps all 16384
-// slots to the three masters.
+// slots to the masters.
 func (c *redisCluster) waitOK(ctx context.Context) {
 	c.t.Helper()
 	var last string
@@ -186,7 +213,7 @@ func (c *redisCluster) waitOK(ctx context.Context) {
 					covered += r.End - r.Start + 1
 				}
 			}
-			if err != nil || len(shards) != len(c.nodes) || covered != 16384 {
+			if err != nil || len(shards) != c.masters || covered != 16384 {
 				ok, last = false, fmt.Sprintf("%s: %d shards, %d slots, %v", n.addr(), len(shards), covered, err)
 				break
 			}

@@ -30,6 +30,7 @@ type benchFlags struct {
 	url                     string
 	baselineURL             string
 	baselineAddr            string
+	baselineDurability      string
 	noBaseline              bool
 	gatewayPID              int
 	baselinePID             int
@@ -105,6 +106,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.StringVar(&f.baselineURL, "baseline-url", "", "base URL of a second gateway, the synchronous-intake baseline (STAMPEDE_INTAKE=sync), reported side by side as \"sync\"")
 		fs.StringVar(&f.baselineAddr, "baseline-addr", "127.0.0.1:8090", "without --url and --baseline-url: listen address of the in-process synchronous-intake gateway started as the baseline")
 		fs.BoolVar(&f.noBaseline, "no-baseline", false, "without --url: do not start the in-process sync baseline gateway")
+		fs.StringVar(&f.baselineDurability, "baseline-durability", "", "without --url: the in-process baseline gateway uses stream intake with this Redis durability (none, aof, replicated) instead of sync intake, labelled with the level; the system under test keeps -redis-durability (issue 13: intake per durability level in one run)")
 		fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
 		fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
 		fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
@@ -170,14 +172,21 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		// consumers and sweeper carry its orders on.
 		bc := *cfg
 		bc.Roles, bc.Intake, bc.HTTPAddr = "gateway", "sync", f.baselineAddr
+		label := "sync"
+		if f.baselineDurability != "" {
+			bc.Intake, bc.RedisDurability, label = "stream", f.baselineDurability, f.baselineDurability
+			if label == cfg.RedisDurability || (label == "none" && cfg.RedisDurability == "") {
+				return fmt.Errorf("%w: --baseline-durability %s is the system under test's level", errUsage, label)
+			}
+		}
 		bc.NodeID = (cfg.NodeID + 1) % 1024
 		bc.MetricsAddr, bc.PprofAddr = "", ""
 		stop, err := startForBench(ctx, &bc)
 		if err != nil {
-			return fmt.Errorf("bench: start the sync baseline gateway: %w", err)
+			return fmt.Errorf("bench: start the %s baseline gateway: %w", label, err)
 		}
 		defer stop()
-		targets = append(targets, bench.Target{Label: "sync", URL: "http://" + bc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true})
+		targets = append(targets, bench.Target{Label: label, URL: "http://" + bc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true})
 	}
 
 	store, err := persistence.Open(ctx, cfg.MySQLDSN)

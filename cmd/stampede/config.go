@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
 )
@@ -23,6 +24,10 @@ type Config struct {
 	HTTPAddr            string        // STAMPEDE_HTTP_ADDR, -http-addr: gateway listen address (127.0.0.1:8080)
 	RedisAddr           string        // STAMPEDE_REDIS_ADDR, -redis-addr: host:port; a comma-separated list = Redis Cluster
 	RedisDB             int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
+	RedisSentinelMaster string        // STAMPEDE_REDIS_SENTINEL_MASTER, -redis-sentinel-master: Sentinel master name; RedisAddr then lists the Sentinels ("")
+	RedisDurability     string        // STAMPEDE_REDIS_DURABILITY, -redis-durability: none, aof or replicated (none)
+	RedisReplicaAcks    int           // STAMPEDE_REDIS_REPLICA_ACKS, -redis-replica-acks: replicas a reservation waits for with replicated (1)
+	RedisReplicaWait    time.Duration // STAMPEDE_REDIS_REPLICA_WAIT, -redis-replica-wait: bound on that wait (100ms)
 	MySQLDSN            string        // STAMPEDE_MYSQL_DSN, -mysql-dsn: go-sql-driver DSN
 	MySQLMaxConns       int           // STAMPEDE_MYSQL_MAX_CONNS, -mysql-max-conns: MySQL connections per process (64)
 	AMQPURL             string        // STAMPEDE_AMQP_URL, -amqp-url
@@ -189,9 +194,13 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
 	str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
 	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
+	str(&c.RedisSentinelMaster, "redis-sentinel-master", "STAMPEDE_REDIS_SENTINEL_MASTER", "", "Redis Sentinel master name: -redis-addr then lists the Sentinels and every process follows the current primary through failovers (empty: no Sentinel)")
+	str(&c.RedisDurability, "redis-durability", "STAMPEDE_REDIS_DURABILITY", "none", "what an accepted reservation must reach before its 202: none, aof (every Redis master must run appendonly yes) or replicated (WAIT for -redis-replica-acks replicas, else 503)")
+	integer(&c.RedisReplicaAcks, "redis-replica-acks", "STAMPEDE_REDIS_REPLICA_ACKS", 1, "replicas that must acknowledge a reservation with -redis-durability replicated (1..16)")
+	dur(&c.RedisReplicaWait, "redis-replica-wait", "STAMPEDE_REDIS_REPLICA_WAIT", 100*time.Millisecond, "longest wait for those replicas (WAIT timeout); longer answers 503 and the writer stores the reservation anyway")
 	str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
 	integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
-	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL; the nodes of a cluster as a comma-separated list of URLs (same vhost and credentials): each connection goes to the first that answers, and to another one when its node dies")
 	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
 	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes in production (development: a built-in key); prefer the variable: a flag shows in the process list")
 	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes in production (development: a built-in key)")
@@ -327,6 +336,15 @@ func (c *Config) Validate() error {
 	}
 	if c.OutboxRetention < 0 {
 		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))
+	}
+	if _, err := gateway.ParseDurability(c.RedisDurability); err != nil {
+		errs = append(errs, err)
+	}
+	if c.RedisReplicaAcks < 1 || c.RedisReplicaAcks > 16 {
+		errs = append(errs, fmt.Errorf("redis replica acks %d is outside 1..16", c.RedisReplicaAcks))
+	}
+	if c.RedisReplicaWait < time.Millisecond || c.RedisReplicaWait > 10*time.Second {
+		errs = append(errs, fmt.Errorf("redis replica wait %s is outside 1ms..10s", c.RedisReplicaWait))
 	}
 	if c.RedisCheckInterval < time.Second {
 		errs = append(errs, fmt.Errorf("redis check interval %s is under 1s", c.RedisCheckInterval))

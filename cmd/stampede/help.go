@@ -2,12 +2,20 @@ package main
 
 import (
 	"net/url"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 )
 
 // maskPassword hides the password of a URL or MySQL DSN (for -h).
 func maskPassword(v string) string {
+	if strings.Contains(v, ",") && strings.Contains(v, "://") { // a node list: each URL
+		parts := strings.Split(v, ",")
+		for i, p := range parts {
+			parts[i] = maskPassword(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	if u, err := url.Parse(v); err == nil && u.User != nil && u.Scheme != "" {
 		if _, ok := u.User.Password(); ok {
 			return u.Redacted()

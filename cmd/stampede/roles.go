@@ -141,6 +141,9 @@ func (b *roleBuilder) gateway() error {
 		ReservePipeline:     b.cfg.ReservePipeline,
 		LookupPipeline:      b.cfg.LookupPipeline,
 		SyncIntake:          b.cfg.Intake == "sync",
+		Durability:          gateway.Durability(b.cfg.RedisDurability),
+		ReplicaAcks:         b.cfg.RedisReplicaAcks,
+		ReplicaWait:         b.cfg.RedisReplicaWait,
 		RedisCheckInterval:  b.cfg.RedisCheckInterval,
 		RoomWindow:          b.cfg.RoomWindow,
 	}, b.a.rdb, b.a.store, b.log.With("role", "gateway"))
@@ -158,6 +161,7 @@ func (b *roleBuilder) writer() error {
 	w, err := pipeline.NewWriter(b.a.store, b.a.rdb, pipeline.WriterConfig{
 		BatchSize: b.cfg.WriterBatch, BatchWait: b.cfg.WriterWait, ClaimIdle: b.cfg.WriterClaimIdle, Logger: b.log.With("role", "writer"),
 		FlushTimeout: min(5*time.Second, b.cfg.ShutdownTimeout/2), Metrics: b.a.tel.pipeline,
+		ReplicaAcks: writerReplicaAcks(b.cfg), ReplicaWait: b.cfg.RedisReplicaWait,
 	})
 	if err != nil {
 		return err
@@ -272,4 +276,13 @@ func checkTopology(ctx context.Context, cfg *Config) error {
 		ch.Close()
 	}
 	return nil
+}
+
+// writerReplicaAcks is WriterConfig.ReplicaAcks: the replicas a writer waits
+// for before storing entries, with Redis durability replicated only.
+func writerReplicaAcks(cfg *Config) int {
+	if cfg.RedisDurability == string(gateway.DurabilityReplicated) {
+		return cfg.RedisReplicaAcks
+	}
+	return 0
 }

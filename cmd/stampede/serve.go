@@ -67,7 +67,11 @@ type app struct {
 }
 
 // newRedis makes the shared Redis client: a *redis.Client for one address, a
-// *redis.ClusterClient for several (the seeds of a Redis Cluster).
+// *redis.ClusterClient for several (the seeds of a Redis Cluster), or, with
+// a Sentinel master name, a failover client (a *redis.Client that asks the
+// Sentinels at the addresses for the current primary and follows every
+// failover: connections to a demoted or dead primary are dropped and new
+// ones go to the promoted replica, so no role needs a restart).
 //
 // On a cluster the client follows MOVED and ASK itself and retries TRYAGAIN
 // (a multi-key script on a slot that is being migrated: some of its keys
@@ -89,8 +93,9 @@ func newRedis(cfg *Config) redis.UniversalClient {
 		DialerRetries: 1,
 		ReadTimeout:   2 * time.Second,
 		WriteTimeout:  2 * time.Second,
+		MasterName:    cfg.RedisSentinelMaster,
 	}
-	if len(opt.Addrs) > 1 {
+	if len(opt.Addrs) > 1 && opt.MasterName == "" {
 		opt.MaxRedirects = clusterRedirects
 		opt.MinRetryBackoff = clusterMinBackoff
 		opt.MaxRetryBackoff = clusterMaxBackoff
@@ -141,8 +146,13 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", cfg.RedisAddr, err)
 	}
-	// Refuse a Redis that may evict stock keys (gateway.CheckRedis).
-	if err := gateway.CheckRedis(ctx, rdb, logger); err != nil {
+	// Refuse a Redis that may evict stock keys (gateway.CheckRedis), or
+	// that cannot give the durability asked for (gateway.CheckDurability).
+	err = gateway.CheckRedis(ctx, rdb, logger)
+	if err == nil {
+		err = gateway.CheckDurability(ctx, rdb, gateway.Durability(cfg.RedisDurability), cfg.RedisReplicaAcks, logger)
+	}
+	if err != nil {
 		store.Close()
 		rdb.Close()
 		return nil, err

@@ -1,0 +1,256 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/lua"
+)
+
+// Durability is how far an accepted reservation must have travelled in
+// Redis before the gateway answers 202 (Config.Durability,
+// STAMPEDE_REDIS_DURABILITY). Between the 202 and the writer's commit the
+// reservation exists only in Redis; the level says what a Redis crash or a
+// failover may take with it:
+//
+//   - DurabilityNone: the reply of the reserve script is enough. A restart
+//     without persistence, or a failover to a replica that had not yet
+//     received the last writes, drops them: the buyer holds an orderNo that
+//     never becomes an order (the reconciliation counts what it can see of
+//     it). No cost.
+//   - DurabilityAOF: the same at request time; the server must run with
+//     appendonly yes (checked at start-up, CheckDurability). With
+//     appendfsync everysec a crash of the redis-server process loses
+//     nothing it answered (the AOF is written before the reply), an OS crash
+//     or power loss up to about a second of writes, and a failover to a
+//     replica loses what a replica had not received, exactly as with none.
+//   - DurabilityReplicated: after the reserve script the gateway waits until
+//     at least ReplicaAcks replicas acknowledged the writes (WAIT, at most
+//     ReplicaWait); only then 202. Concurrent requests share one WAIT per
+//     Redis master (durableWaiter below). A timeout, or fewer replicas,
+//     answers 503 UNAVAILABLE: the reservation stays on the intake stream and
+//     the writer stores it as usual (the same as any Redis error after the
+//     script ran), so the buyer's retry with the same requestId answers 200
+//     with its orderNo. A failover then loses nothing that was answered,
+//     unless every acknowledging replica is lost with the primary.
+type Durability string
+
+// Durability levels.
+const (
+	DurabilityNone       Durability = "none"
+	DurabilityAOF        Durability = "aof"
+	DurabilityReplicated Durability = "replicated"
+)
+
+// ParseDurability checks s ("" is none).
+func ParseDurability(s string) (Durability, error) {
+	switch d := Durability(s); d {
+	case "", DurabilityNone:
+		return DurabilityNone, nil
+	case DurabilityAOF, DurabilityReplicated:
+		return d, nil
+	}
+	return "", fmt.Errorf("redis durability %q is not none, aof or replicated", s)
+}
+
+// durableWaiter runs the WAIT of DurabilityReplicated. WAIT covers the writes
+// of the connection it runs on, and the reserve scripts ran on other pooled
+// connections; so each WAIT goes in one pipeline after a small write of its
+// own (SET of the shard's wait key, lua.Keys.Wait) on the master that ran the
+// scripts: that write's replication offset is past every write the master
+// had answered before, so the WAIT that follows covers all of them. One
+// pipeBatcher per master shares that pair among every request waiting at
+// the same moment: one round trip and one WAIT per batch, not per request.
+type durableWaiter struct {
+	s       *Server
+	acks    int
+	timeout time.Duration
+
+	mu    sync.Mutex
+	ctx   context.Context // the workers' context once started; nil before
+	nodes map[string]*pipeBatcher[waitCall]
+	done  []<-chan struct{}
+}
+
+// waitCall is one request's wait: key routes it to its master.
+type waitCall struct {
+	key string
+	err error
+}
+
+func newDurableWaiter(s *Server, acks int, timeout time.Duration) *durableWaiter {
+	return &durableWaiter{s: s, acks: acks, timeout: timeout, nodes: map[string]*pipeBatcher[waitCall]{}}
+}
+
+// start runs the batchers' workers (those made later too) until ctx ends;
+// the channel closes once they stopped.
+func (w *durableWaiter) start(ctx context.Context) <-chan struct{} {
+	w.mu.Lock()
+	w.ctx = ctx
+	for _, b := range w.nodes {
+		w.done = append(w.done, b.start(ctx))
+	}
+	w.mu.Unlock()
+	out := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		w.mu.Lock()
+		done := w.done
+		w.mu.Unlock()
+		for _, d := range done {
+			<-d
+		}
+		close(out)
+	}()
+	return out
+}
+
+// wait returns once the writes answered so far by the master of k's shard
+// are on ReplicaAcks replicas: nil, lua.ErrNotReplicated, or the Redis error.
+func (w *durableWaiter) wait(k lua.Keys) error {
+	key := k.Wait()
+	node, name, err := w.master(key)
+	if err != nil {
+		return err
+	}
+	b := w.batcher(name, node)
+	start := time.Now()
+	c := b.do(waitCall{key: key})
+	w.s.metrics.replicaWait(c.err, time.Since(start))
+	return c.err
+}
+
+// master is the client of the master that owns key, and its name: the
+// cluster node's address, or "" for a single client (a Sentinel failover
+// client follows the current primary itself).
+func (w *durableWaiter) master(key string) (*redis.Client, string, error) {
+	switch c := w.s.rdb.(type) {
+	case *redis.ClusterClient:
+		var node *redis.Client
+		err := w.s.redisCall(func(ctx context.Context) (err error) {
+			node, err = c.MasterForKey(ctx, key)
+			return err
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		return node, node.Options().Addr, nil
+	case *redis.Client:
+		return c, "", nil
+	}
+	return nil, "", fmt.Errorf("gateway: redis durability replicated needs a *redis.Client or *redis.ClusterClient, not %T", w.s.rdb)
+}
+
+func (w *durableWaiter) batcher(name string, node *redis.Client) *pipeBatcher[waitCall] {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b := w.nodes[name]; b != nil {
+		return b
+	}
+	run := func(cs []*waitCall) {
+		err := w.run(node, cs[0].key)
+		for _, c := range cs {
+			c.err = err
+		}
+	}
+	b := newPipeBatcher(64, func(c *waitCall) { run([]*waitCall{c}) }, run)
+	w.nodes[name] = b
+	if w.ctx != nil {
+		w.done = append(w.done, b.start(w.ctx))
+	}
+	return b
+}
+
+// run is one shared SET + WAIT on node (lua.WaitOn).
+func (w *durableWaiter) run(node *redis.Client, key string) error {
+	err := w.s.redisCall(func(ctx context.Context) error {
+		return lua.WaitOn(ctx, node, key, w.acks, w.timeout)
+	})
+	if err != nil && !errors.Is(err, lua.ErrNotReplicated) {
+		// The slot moved, the master failed over or died: the cluster
+		// client rereads its slot map (lazily) before the next batch.
+		if c, ok := w.s.rdb.(*redis.ClusterClient); ok {
+			c.ReloadState(w.s.base)
+		}
+	}
+	return err
+}
+
+// ErrDurability is returned by CheckDurability when Redis cannot give the
+// durability asked for.
+var ErrDurability = errors.New("redis cannot give the configured durability")
+
+// CheckDurability checks every Redis master (every master of a cluster)
+// against level before the gateway serves: with DurabilityAOF a master with
+// appendonly no is refused (ErrDurability); with DurabilityReplicated a
+// master with fewer than acks connected replicas is logged as a warning
+// (its orders answer 503 until they are back: a replica may be resyncing at
+// start-up). Where CONFIG or INFO is not allowed it logs that it could not
+// check.
+func CheckDurability(ctx context.Context, rdb redis.UniversalClient, level Durability, acks int, log *slog.Logger) error {
+	if log == nil {
+		log = slog.Default()
+	}
+	if level == "" || level == DurabilityNone {
+		return nil
+	}
+	check := func(ctx context.Context, c *redis.Client) error {
+		addr := c.Options().Addr
+		switch level {
+		case DurabilityAOF:
+			cfg, err := c.ConfigGet(ctx, "appendonly").Result()
+			if err != nil {
+				if isConnError(err) || ctx.Err() != nil {
+					return fmt.Errorf("redis at %s: config get appendonly: %w", addr, err)
+				}
+				log.Warn("redis: CONFIG GET is not allowed; cannot verify appendonly yes for durability aof", "addr", addr)
+				return nil
+			}
+			if !strings.EqualFold(cfg["appendonly"], "yes") {
+				return fmt.Errorf("%w: STAMPEDE_REDIS_DURABILITY=aof but redis at %s has appendonly %q; run CONFIG SET appendonly yes (and persist it in redis.conf) or choose another level",
+					ErrDurability, addr, cfg["appendonly"])
+			}
+		case DurabilityReplicated:
+			info, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				if isConnError(err) || ctx.Err() != nil {
+					return fmt.Errorf("redis at %s: info replication: %w", addr, err)
+				}
+				log.Warn("redis: INFO is not allowed; cannot count the replicas for durability replicated", "addr", addr)
+				return nil
+			}
+			if n := infoInt(info, "connected_slaves"); n < acks {
+				log.Warn("redis: fewer connected replicas than durability replicated waits for: orders answer 503 until they are back",
+					"addr", addr, "replicas", n, "acks", acks)
+			}
+		}
+		return nil
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		return check(ctx, c)
+	}
+	return fmt.Errorf("%w: durability %s needs a single, Sentinel or Cluster client, not %T", ErrDurability, level, rdb)
+}
+
+// infoInt is the integer field name of an INFO answer (-1 if missing).
+func infoInt(info, name string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}

@@ -1,0 +1,40 @@
+-- restore.lua: put back the reservation of an order that MySQL holds but
+-- Redis lost (a failover to a replica that had not received it, a restart
+-- without persistence), at most once per order (its restored marker).
+--
+-- KEYS[1] stock    hash   stampede:{p:<pid>:<shard>}:stock
+-- KEYS[2] request  string stampede:{p:<pid>:<shard>}:req:<uid>:<requestId>
+-- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid>
+-- KEYS[4] marker   string stampede:{p:<pid>:<shard>}:restored:<orderNo>
+--
+-- ARGV[1] orderNo
+-- ARGV[2] quantity (decimal integer > 0)
+-- ARGV[3] TTL in seconds of the marker, and of the record and the user's
+--         count when they are written (what is left of RequestTTL)
+-- ARGV[4] status to record (the order's status in MySQL)
+--
+-- The caller has established that the reservation was lost: the record is
+-- missing, or names another orderNo (a later reserve found it missing),
+-- while the order is live and within the record's lifetime. The record is
+-- written only when missing.
+--
+-- Returns {code, available}:
+--   1 RESTORED   available lowered by quantity, the user's held count raised (record written if missing)
+--   0 ALREADY    the marker exists: restored before; nothing changed
+--  -1 NOT_FOUND  no stock hash: nothing changed
+
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {0, tonumber(redis.call('HGET', KEYS[1], 'available') or '0')}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {-1, 0}
+end
+local q = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+redis.call('SET', KEYS[4], '1', 'EX', ttl)
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], 'EX', ttl)
+end
+local held = tonumber(redis.call('GET', KEYS[3]) or '0')
+redis.call('SET', KEYS[3], held + q, 'EX', ttl)
+return {1, redis.call('HINCRBY', KEYS[1], 'available', -q)}
