@@ -38,7 +38,7 @@ test-go: services lint
 lint:
 	bash scripts/tools.sh lint
 	@test -z "$$($(GOFMT) -l .)" || { echo "gofmt needed:"; $(GOFMT) -l .; exit 1; }
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 # A short run of the order decoder/handler fuzz target (issue 5): no panic, no
 # 5xx, no reservation on rejected input. -parallel 1 keeps it to one core.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"math"
+	"net/url"
 	"time"
 	"unicode/utf8"
 
@@ -18,13 +19,20 @@ const (
 	maxShards          = lua.MaxShards // stock shards per product (hot-SKU sharding, lua/shards.go)
 	maxNameChars       = 200           // product.name is VARCHAR(200)
 	defaultMaxPerOrder = 10
+	maxImageURLBytes   = 2048 // product.image_url is VARCHAR(2048), ASCII after validation
+	maxDescChars       = 2000 // product.description is VARCHAR(2000)
+	// adminBodyBytes is the body limit of product creation: a description
+	// of maxDescChars, each \uXXXX-escaped, and an image URL fit.
+	adminBodyBytes = 16 << 10
 )
 
 // createProduct is POST /api/admin/products
 //
 //	{"name", "price", "stock", "saleStart", "saleEnd", "perUserLimit",
 //	 "shards" (optional, 1…16, default 1: see lua/shards.go), "maxPerOrder" (optional, default
-//	 min(perUserLimit or 10, 10))}
+//	 min(perUserLimit or 10, 10)), "imageUrl" (optional: an absolute http or
+//	 https URL of at most 2048 bytes), "description" (optional: at most 2000
+//	 characters of text)}
 //
 // It stores the product and its stock row in MySQL, then loads each stock
 // shard into Redis with its share of the stock (split evenly, the remainder
@@ -50,9 +58,11 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		intField("perUserLimit", &limit),
 		optional(intField("shards", &shards), &hasShards),
 		optional(intField("maxPerOrder", &maxPer), &hasMax),
+		optional(stringField("imageUrl", &p.ImageURL), nil),
+		optional(stringField("description", &p.Description), nil),
 		optional(boolField("waitingRoom", &room), &hasRoom),
 	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+	if err := decodeBody(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:]); err != nil {
 		s.fail(ctx, err)
 		return
 	}
@@ -110,6 +120,9 @@ func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) 
 	case n > maxNameChars:
 		return invalidArg("name must be at most %d characters", maxNameChars)
 	}
+	if err := validateMedia(p.ImageURL, p.Description); err != nil {
+		return err
+	}
 	switch {
 	case p.Price < 0:
 		return invalidArg("price must not be negative")
@@ -127,6 +140,40 @@ func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) 
 		return invalidArg("saleStart and saleEnd must lie between 1970 and 9999")
 	case !p.SaleEnd.After(p.SaleStart):
 		return invalidArg("saleEnd must be after saleStart")
+	}
+	return nil
+}
+
+// validateMedia checks a product's imageUrl and description: the URL absolute
+// http or https with a host, no credentials, printable ASCII (browsers send
+// nothing else; a space or quote would be ambiguous in HTML), at most
+// maxImageURLBytes; the description at most maxDescChars characters without
+// control characters other than newline and tab.
+func validateMedia(imageURL, desc string) error {
+	if imageURL != "" {
+		if len(imageURL) > maxImageURLBytes {
+			return invalidArg("imageUrl must be at most %d bytes", maxImageURLBytes)
+		}
+		for i := 0; i < len(imageURL); i++ {
+			if c := imageURL[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\'' || c == '<' || c == '>' || c == '\\' {
+				return invalidArg("imageUrl must be a URL without spaces, quotes or non-ASCII characters (percent-encode them)")
+			}
+		}
+		u, err := url.Parse(imageURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+			return invalidArg("imageUrl must be an absolute http:// or https:// URL")
+		}
+		if u.User != nil {
+			return invalidArg("imageUrl must not carry a user name or password")
+		}
+	}
+	if n := utf8.RuneCountInString(desc); n > maxDescChars {
+		return invalidArg("description must be at most %d characters", maxDescChars)
+	}
+	for _, r := range desc {
+		if (r < ' ' && r != '\n' && r != '\t') || r == 0x7f {
+			return invalidArg("description must be plain text (no control characters)")
+		}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestAdminCreateProduct(t *testing.T) {
 	}
 	m := r.json(t)
 	id, _ := m["id"].(json.Number).Int64()
-	if id <= 0 || m["available"] != json.Number("100") || m["soldOut"] != false || len(m) != 10 {
+	if id <= 0 || m["available"] != json.Number("100") || m["soldOut"] != false || len(m) != 11 {
 		t.Fatalf("201 body %s", r.body)
 	}
 	p, err := e.store.GetProduct(ctx, id)

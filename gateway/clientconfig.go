@@ -11,10 +11,11 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// clientConfig is GET /api/config: {"pushUrl": "..."}, where the client
-// finds the push WebSocket (Config.PushURL). Without a configured URL it
+// clientConfig is GET /api/config: {"pushUrl": "...", "currency": "USD"}:
+// where the client finds the push WebSocket (Config.PushURL) and the ISO 4217
+// currency its prices are in (Config.Currency). Without a configured URL it
 // builds one from the request's Host header only with PushURLFromHost
-// (development); otherwise it answers {} and the client falls back to its
+// (development); otherwise pushUrl is absent and the client falls back to its
 // own location's host.
 func (s *Server) clientConfig(ctx *fasthttp.RequestCtx) {
 	u := s.cfg.PushURL
@@ -23,12 +24,10 @@ func (s *Server) clientConfig(ctx *fasthttp.RequestCtx) {
 			u = "ws://" + host + ":" + s.pushPort + "/ws"
 		}
 	}
-	var b []byte
-	if u == "" {
-		b = []byte(`{}`)
-	} else {
-		b, _ = json.Marshal(map[string]string{"pushUrl": u})
-	}
+	b, _ := json.Marshal(struct {
+		PushURL  string `json:"pushUrl,omitempty"`
+		Currency string `json:"currency"`
+	}{u, s.cfg.Currency})
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	writeBody(ctx, fasthttp.StatusOK, b)
 }
@@ -62,11 +61,12 @@ func requestHostname(ctx *fasthttp.RequestCtx) string {
 
 // Security headers of the client's files (static.go). The CSP fits the
 // built client in client/dist: its own module script and stylesheet, the
-// data: favicon, JSON from this origin and the push WebSocket (Vue's :style
-// bindings go through the CSSOM, which style-src does not restrict); no
-// inline script or style, no eval, no frames, no plugins.
+// data: favicon, product pictures from any http(s) origin (an admin sets
+// their URLs, validated in admin.go), JSON from this origin and the push
+// WebSocket (Vue's :style bindings go through the CSSOM, which style-src does
+// not restrict); no inline script or style, no eval, no frames, no plugins.
 const (
-	cspBase = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; " +
+	cspBase = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: https: http:; font-src 'self'; " +
 		"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 	referrerPolicy = "no-referrer"
 )
@@ -128,4 +128,18 @@ func (c *Config) validatePush() error {
 		}
 	}
 	return nil
+}
+
+// validCurrency reports whether c looks like an ISO 4217 code: three
+// upper-case ASCII letters.
+func validCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := range 3 {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
 }

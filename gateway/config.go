@@ -178,6 +178,9 @@ type Config struct {
 	// when PushURL is empty (development mode). Off, /api/config never
 	// echoes a client-chosen Host.
 	PushURLFromHost bool
+	// Currency is the ISO 4217 code of every price and amount (integer minor
+	// units of it), given to browsers by GET /api/config. Default "USD".
+	Currency string
 
 	// StaticDir is an optional folder of built client files served at /; a
 	// path without a file extension that matches no file gets index.html
@@ -189,10 +192,12 @@ type Config struct {
 const (
 	DefaultAddr         = "127.0.0.1:8080"
 	DefaultMaxBodyBytes = 4096
+	DefaultCurrency     = "USD"
 )
 
 func (c *Config) setDefaults() {
 	c.Addr = cmp.Or(c.Addr, DefaultAddr)
+	c.Currency = cmp.Or(c.Currency, DefaultCurrency)
 	c.TokenTTL = cmp.Or(c.TokenTTL, 24*time.Hour)
 	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
@@ -264,6 +269,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseDurability(string(c.Durability)); err != nil {
 		return bad("%v", err)
+	}
+	if !validCurrency(c.Currency) {
+		return bad("Currency %q is not an ISO 4217 code (three upper-case letters)", c.Currency)
 	}
 	if err := c.validatePush(); err != nil {
 		return err

@@ -156,7 +156,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != DefaultAddr || c.MaxBodyBytes != 4096 || c.RequestTTL != 24*time.Hour || c.PayTimeout != 15*time.Minute ||
-		c.TokenTTL != 24*time.Hour || c.DisableDemoLogin || c.ProductCacheTTL != time.Second {
+		c.TokenTTL != 24*time.Hour || c.DisableDemoLogin || c.ProductCacheTTL != time.Second || c.Currency != "USD" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	for name, mod := range map[string]func(*Config){
@@ -167,6 +167,8 @@ func TestConfig(t *testing.T) {
 		"MaxBodyBytes":  func(c *Config) { c.MaxBodyBytes = 10 },
 		"AdminUsers":    func(c *Config) { c.AdminUsers = []int64{0} },
 		"negative":      func(c *Config) { c.RedisTimeout = -time.Second },
+		"Currency":      func(c *Config) { c.Currency = "usd" },
+		"Currency long": func(c *Config) { c.Currency = "EURO" },
 	} {
 		c := Config{JWTSecret: []byte("j"), PaymentSecret: []byte("p")}
 		mod(&c)

@@ -27,7 +27,10 @@ type productJSON struct {
 	SaleStart    time.Time `json:"saleStart"`
 	SaleEnd      time.Time `json:"saleEnd"`
 	PerUserLimit int64     `json:"perUserLimit"`
+	MaxPerOrder  int64     `json:"maxPerOrder"` // largest quantity of one order
 	SoldOut      bool      `json:"soldOut"`
+	ImageURL     string    `json:"imageUrl,omitempty"`    // absolute http(s) URL; absent = none
+	Description  string    `json:"description,omitempty"` // plain text; absent = none
 	// WaitingRoom: buyers take a place in line first (waitingroom.go).
 	WaitingRoom bool `json:"waitingRoom"`
 }
@@ -35,8 +38,8 @@ type productJSON struct {
 func toProductJSON(p persistence.Product, available int64) productJSON {
 	return productJSON{
 		ID: p.ID, Name: p.Name, Price: p.Price, Total: p.Total, Available: available,
-		SaleStart: p.SaleStart.UTC(), SaleEnd: p.SaleEnd.UTC(), PerUserLimit: p.PerUserLimit,
-		SoldOut: available <= 0,
+		SaleStart: p.SaleStart.UTC(), SaleEnd: p.SaleEnd.UTC(), PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder,
+		SoldOut: available <= 0, ImageURL: p.ImageURL, Description: p.Description,
 	}
 }
 

@@ -84,15 +84,15 @@ func TestClientConfigPushURL(t *testing.T) {
 		want string // body
 	}{
 		{"configured URL wins over Host", func(c *Config) { c.PushURL = "wss://push.shop.test/ws"; c.PushURLFromHost = true },
-			"evil.test", `{"pushUrl":"wss://push.shop.test/ws"}`},
+			"evil.test", `{"pushUrl":"wss://push.shop.test/ws","currency":"USD"}`},
 		{"from Host in development", func(c *Config) { c.PushAddr = "127.0.0.1:9181"; c.PushURLFromHost = true },
-			"shop.test:8080", `{"pushUrl":"ws://shop.test:9181/ws"}`},
+			"shop.test:8080", `{"pushUrl":"ws://shop.test:9181/ws","currency":"USD"}`},
 		{"IPv6 Host", func(c *Config) { c.PushAddr = "127.0.0.1:9181"; c.PushURLFromHost = true },
-			"[::1]:8080", `{"pushUrl":"ws://[::1]:9181/ws"}`},
+			"[::1]:8080", `{"pushUrl":"ws://[::1]:9181/ws","currency":"USD"}`},
 		{"Host not a host name", func(c *Config) { c.PushAddr = "127.0.0.1:9181"; c.PushURLFromHost = true },
-			"bad_host!x", `{}`},
-		{"production: Host never echoed", func(c *Config) { c.PushAddr = "127.0.0.1:9181" },
-			"evil.test", `{}`},
+			"bad_host!x", `{"currency":"USD"}`},
+		{"production: Host never echoed; a configured currency", func(c *Config) { c.PushAddr = "127.0.0.1:9181"; c.Currency = "EUR" },
+			"evil.test", `{"currency":"EUR"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, c.mod)

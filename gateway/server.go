@@ -189,6 +189,7 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))
 	handle("GET", "/api/admin/dlq", s.adminOnly(s.adminDLQ))
 	handle("POST", "/api/admin/dlq/replay", s.adminOnly(s.adminReplay))
+	handle("GET", "/api/admin/pulse", s.adminOnly(s.adminPulse))
 	return r
 }
 

@@ -16,7 +16,10 @@ func provider(db *sql.DB) (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return goose.NewProvider(goose.DialectMySQL, db, sub)
+	// Out of order: migrations are numbered on parallel branches, so a
+	// database may have 0006 applied before 0003 reaches it; goose then
+	// applies the missing one instead of refusing to start.
+	return goose.NewProvider(goose.DialectMySQL, db, sub, goose.WithAllowOutofOrder(true))
 }
 
 // Migrate applies every pending migration of package sql. It is idempotent:

@@ -12,6 +12,8 @@ import (
 type Product struct {
 	ID           int64
 	Name         string
+	ImageURL     string // absolute http(s) URL of the product's picture; "" = none
+	Description  string // plain text shown on the storefront; "" = none
 	Price        int64
 	Total        int64 // units the sale started with
 	PerUserLimit int64 // units one user may hold; 0 = no limit
@@ -39,9 +41,9 @@ func (s *Store) CreateProduct(ctx context.Context, p Product) (Product, error) {
 	}
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO product
-			(name, price, total, per_user_limit, max_per_order, shards, sale_start, sale_end)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.Name, p.Price, p.Total, p.PerUserLimit, p.MaxPerOrder, p.Shards, p.SaleStart.UTC(), p.SaleEnd.UTC())
+			(name, image_url, description, price, total, per_user_limit, max_per_order, shards, sale_start, sale_end)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.Name, p.ImageURL, p.Description, p.Price, p.Total, p.PerUserLimit, p.MaxPerOrder, p.Shards, p.SaleStart.UTC(), p.SaleEnd.UTC())
 		if err != nil {
 			return fmt.Errorf("insert product: %w", err)
 		}
@@ -59,11 +61,11 @@ func (s *Store) CreateProduct(ctx context.Context, p Product) (Product, error) {
 	return p, nil
 }
 
-const productCols = `id, name, price, total, per_user_limit, max_per_order, shards, sale_start, sale_end, created_at`
+const productCols = `id, name, image_url, description, price, total, per_user_limit, max_per_order, shards, sale_start, sale_end, created_at`
 
 func scanProduct(sc interface{ Scan(...any) error }) (Product, error) {
 	var p Product
-	err := sc.Scan(&p.ID, &p.Name, &p.Price, &p.Total, &p.PerUserLimit, &p.MaxPerOrder, &p.Shards, &p.SaleStart, &p.SaleEnd, &p.CreatedAt)
+	err := sc.Scan(&p.ID, &p.Name, &p.ImageURL, &p.Description, &p.Price, &p.Total, &p.PerUserLimit, &p.MaxPerOrder, &p.Shards, &p.SaleStart, &p.SaleEnd, &p.CreatedAt)
 	return p, err
 }
 

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,6 +18,27 @@ type Ops struct {
 	Redis redis.UniversalClient
 	// Conn is the AMQP connection used for the dead-letter queue.
 	Conn *Conn
+	// PayTimeout is the consumers' pay timeout (Pulse's lock latency).
+	PayTimeout time.Duration
+}
+
+// Pulse is ReadPulse of the given products (unknown ids are skipped).
+func (o Ops) Pulse(ctx context.Context, productIDs []int64, window time.Duration) (any, error) {
+	all, err := o.Store.ListProducts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := make(map[int64]bool, len(productIDs))
+	for _, id := range productIDs {
+		want[id] = true
+	}
+	var ps []persistence.Product
+	for _, p := range all {
+		if want[p.ID] {
+			ps = append(ps, p)
+		}
+	}
+	return ReadPulse(ctx, o.Redis, o.Store, o.Conn, PulseConfig{Products: ps, PayTimeout: o.PayTimeout, Window: window})
 }
 
 // Reconcile runs Reconcile over every product; ok is the report's OK.

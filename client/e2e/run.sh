@@ -32,7 +32,16 @@ if [[ ! -d client/node_modules/playwright-core ]]; then
 	(cd client && npm install --no-audit --no-fund --loglevel=error)
 fi
 
+# A clean slate: the database, the vhost and the Redis database are
+# emptied, so every run sees only its own sales (and its own dead letters).
+for cli in mariadb mysql; do
+	if command -v "$cli" >/dev/null 2>&1; then
+		"$cli" -h 127.0.0.1 -u root -e "DROP DATABASE IF EXISTS \`$NAME\`" || true
+		break
+	fi
+done
 if command -v rabbitmqctl >/dev/null 2>&1; then
+	rabbitmqctl -q delete_vhost "$NAME" >/dev/null 2>&1 || true
 	rabbitmqctl -q add_vhost "$NAME" >/dev/null 2>&1 || true
 	rabbitmqctl -q set_permissions -p "$NAME" guest ".*" ".*" ".*" >/dev/null
 fi

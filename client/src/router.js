@@ -15,13 +15,17 @@ export const router = createRouter({
     { path: '/orders', name: 'orders', component: OrdersPage, meta: { auth: true } },
     { path: '/orders/:orderNo(\\d+)', name: 'order', component: OrderPage, props: true, meta: { auth: true } },
     { path: '/login', name: 'login', component: LoginPage },
-    { path: '/admin', name: 'admin', component: AdminPage },
+    { path: '/admin', name: 'admin', component: AdminPage, meta: { admin: true } },
     { path: '/:rest(.*)*', redirect: '/' },
   ],
   scrollBehavior: () => ({ top: 0 }),
 })
 
+// The operator console is for admins only: a signed-out visitor is sent to
+// sign in, a buyer back to the shop with a notice. (The token's role is only
+// read here to route; every admin endpoint checks it again.)
 router.beforeEach((to) => {
-  if (to.meta.auth && !session.signedIn) return { name: 'login', query: { next: to.fullPath } }
+  if ((to.meta.auth || to.meta.admin) && !session.signedIn) return { name: 'login', query: { next: to.fullPath } }
+  if (to.meta.admin && !session.admin) return { name: 'shop', query: { denied: 'admin' } }
   return true
 })

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest'
 import { ApiError } from '../src/lib/errors.js'
-import { Outcome, PurchaseFlow, newRequestId } from '../src/lib/purchase.js'
+import { Outcome, PurchaseFlow, RETRY_MAX_MS, newRequestId, retryDelayMs } from '../src/lib/purchase.js'
 
 function ids() {
   let n = 0
@@ -143,5 +143,51 @@ describe('PurchaseFlow', () => {
     // accepted: after another reload the next purchase is new
     const again = new PurchaseFlow({ send: async (b) => accepted(b.requestId), newId: () => 'next', storage, scope: '42.7' })
     expect((await again.submit(7, 1)).requestId).toBe('next')
+  })
+
+  it('tells the page when it waits to retry, and retries with the same requestId', async () => {
+    const waits = []
+    const sent = []
+    const send = vi.fn(async (b) => {
+      sent.push(b.requestId)
+      if (sent.length === 1) throw new ApiError('RATE_LIMITED', '', 429, 3)
+      if (sent.length === 2) throw new ApiError('UNAVAILABLE', '', 503) // no Retry-After: backoff
+      return accepted('0004')
+    })
+    const flow = new PurchaseFlow({ send, newId: ids(), sleep: async () => {}, now: () => 1000, onWait: (w) => waits.push(w) })
+    const r = await flow.submit(7, 1)
+    expect(r).toMatchObject({ outcome: Outcome.ACCEPTED, orderNo: '0004' })
+    expect(sent).toEqual(['req-1', 'req-1', 'req-1'])
+    expect(waits[0]).toMatchObject({ until: 4000, ms: 3000, retry: 1, requestId: 'req-1' })
+    expect(waits[1]).toBeNull()
+    expect(waits[2]).toMatchObject({ retry: 2 })
+    expect(waits[2].ms).toBeGreaterThanOrEqual(2000)
+    expect(waits[3]).toBeNull()
+  })
+
+  it('stops waiting when told, keeping the intent', async () => {
+    let release
+    const sleep = () => new Promise((r) => (release = r))
+    const send = vi.fn(async () => {
+      throw new ApiError('RATE_LIMITED', '', 429, 10)
+    })
+    const flow = new PurchaseFlow({ send, newId: ids(), sleep })
+    const p = flow.submit(7, 1)
+    await vi.waitFor(() => expect(release).toBeTypeOf('function'))
+    flow.stop()
+    const r = await p
+    expect(r).toMatchObject({ outcome: Outcome.RETRY, stopped: true, requestId: 'req-1' })
+    expect(send).toHaveBeenCalledTimes(1)
+    // the buyer tries again: same intent
+    send.mockImplementationOnce(async (b) => accepted(b.requestId))
+    expect((await flow.submit(7, 1)).orderNo).toBe('req-1')
+  })
+
+  it('bounds the retry delay', () => {
+    expect(retryDelayMs({ retryAfter: 2 }, 0)).toBe(2000)
+    expect(retryDelayMs({ retryAfter: 3600 }, 0)).toBe(RETRY_MAX_MS)
+    expect(retryDelayMs({}, 0, () => 0)).toBe(1000)
+    expect(retryDelayMs({}, 2, () => 1)).toBe(5000)
+    expect(retryDelayMs({}, 10, () => 0)).toBe(8000)
   })
 })

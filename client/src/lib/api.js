@@ -61,17 +61,26 @@ export const api = {
     request('GET', `/api/orders?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`),
   pay: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/pay`),
   cancel: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/cancel`),
-  createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
   /** queue takes (or finds again) the buyer's place in a product's waiting room. */
   queue: (productId) => request('POST', `/api/products/${encodeURIComponent(productId)}/queue`),
   config: () => request('GET', '/api/config', { token: null, timeoutMs: 3000 }),
 }
 
-/** metricsText fetches the Prometheus exposition of /metrics. */
-export async function metricsText(fetchImpl = globalThis.fetch) {
-  const res = await fetchImpl('/metrics', { headers: { Accept: 'text/plain' } })
-  if (!res.ok) throw new ApiError(codeForStatus(res.status), '', res.status)
-  // Without a /metrics route the gateway answers with the client's index.html.
-  if ((res.headers.get('Content-Type') ?? '').includes('text/html')) throw new ApiError('NOT_FOUND', 'no /metrics', 404)
-  return res.text()
+/** admin is the operator API (admin token; 403 FORBIDDEN otherwise). */
+export const admin = {
+  createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
+  /** PATCH the fields given (what the sale's state allows). */
+  edit: (id, body) => request('PATCH', `/api/admin/products/${encodeURIComponent(id)}`, { body }),
+  pause: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/pause`),
+  resume: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/resume`),
+  end: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/end`),
+  refunds: (limit = 20) => request('GET', `/api/admin/refunds?status=REFUND_PENDING&limit=${limit}`),
+  /** refundNo makes the call idempotent: the same one again changes nothing. */
+  refund: (paymentNo, refundNo) =>
+    request('POST', `/api/admin/payments/${encodeURIComponent(paymentNo)}/refund`, { body: { refundNo } }),
+  pulse: (window = 10) => request('GET', `/api/admin/pulse?window=${window}`),
+  reconcile: () => request('GET', '/api/admin/reconcile', { timeoutMs: 30_000 }),
+  dlq: (limit = 50) => request('GET', `/api/admin/dlq?limit=${limit}`),
+  /** @param {{eventIds?: string[], all?: boolean, dropPoison?: boolean}} body */
+  replay: (body) => request('POST', '/api/admin/dlq/replay', { body, timeoutMs: 60_000 }),
 }

@@ -36,6 +36,22 @@ export function classify(err) {
   return Outcome.REJECTED
 }
 
+/** Bounds of the automatic retry wait, in ms. */
+export const RETRY_MIN_MS = 1000
+export const RETRY_MAX_MS = 30_000
+
+/**
+ * retryDelayMs is how long to wait before automatic retry number tries
+ * (0-based) after err: the server's Retry-After when it gave one, else an
+ * exponential backoff from 1 s with up to 25 % jitter; within
+ * [RETRY_MIN_MS, RETRY_MAX_MS].
+ */
+export function retryDelayMs(err, tries, random = Math.random) {
+  let ms = err?.retryAfter > 0 ? err.retryAfter * 1000 : Math.min(8000, 1000 * 2 ** tries) * (1 + random() / 4)
+  ms = Math.round(ms)
+  return Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, ms))
+}
+
 /**
  * PurchaseFlow keeps the buyer's current intent for one product page.
  *
@@ -50,16 +66,25 @@ export class PurchaseFlow {
    * @param {() => string} [opts.newId]
    * @param {Storage|null} [opts.storage] keeps the intent across reloads (sessionStorage)
    * @param {string} [opts.scope] storage key part, e.g. the userId
-   * @param {number} [opts.autoRetries] retries of RETRY outcomes honouring Retry-After
+   * @param {number} [opts.autoRetries] automatic retries of RETRY outcomes (429, 503, timeouts, …), each after
+   *   retryDelayMs (Retry-After when given); every one sends the same requestId
    * @param {(ms: number) => Promise<void>} [opts.sleep]
+   * @param {(w: {until: number, ms: number, retry: number, error: any, requestId: string} | null) => void} [opts.onWait]
+   *   told when an automatic retry is scheduled (until: Date.now() ms of the retry) and with null when it is sent
+   * @param {() => number} [opts.now]
    */
-  constructor({ send, newId = newRequestId, storage = null, scope = '', autoRetries = 2, sleep } = {}) {
+  constructor({ send, newId = newRequestId, storage = null, scope = '', autoRetries = 5, sleep, onWait, now } = {}) {
     this.send = send
     this.newId = newId
     this.storage = storage
     this.key = STORAGE_PREFIX + scope
     this.autoRetries = autoRetries
     this.sleep = sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)))
+    this.onWait = onWait ?? (() => {})
+    this.now = now ?? Date.now
+    this.stopped = false
+    /** @type {(() => void) | null} ends the current wait early */
+    this.wake = null
     /** @type {{productId: number, quantity: number, requestId: string, done: boolean} | null} */
     this.intent = this.#restore()
     /** @type {Promise<any> | null} */
@@ -74,6 +99,15 @@ export class PurchaseFlow {
   /** requestId of the current intent, or '' before the first submit. */
   get requestId() {
     return this.intent?.requestId ?? ''
+  }
+
+  /**
+   * stop ends a scheduled automatic retry (the page was left, or the buyer
+   * gave up): the attempt returns RETRY at once and keeps its requestId.
+   */
+  stop() {
+    this.stopped = true
+    this.wake?.()
   }
 
   /** startNew forgets the current intent: the next submit is a new purchase. */
@@ -99,6 +133,7 @@ export class PurchaseFlow {
    */
   submit(productId, quantity) {
     if (this.inFlight) return this.inFlight
+    this.stopped = false
     const intent = this.#intentFor(productId, quantity)
     this.inFlight = this.#attempt(intent).finally(() => {
       this.inFlight = null
@@ -122,13 +157,26 @@ export class PurchaseFlow {
           return { outcome: Outcome.REJECTED, error: err, requestId: intent.requestId }
         }
         const outcome = classify(err)
-        if (outcome === Outcome.RETRY && tries < this.autoRetries && err?.retryAfter > 0) {
-          await this.sleep(Math.min(err.retryAfter, 5) * 1000)
-          continue
+        if (outcome === Outcome.RETRY && tries < this.autoRetries && !this.stopped) {
+          const ms = retryDelayMs(err, tries)
+          this.onWait({ until: this.now() + ms, ms, retry: tries + 1, error: err, requestId: intent.requestId })
+          await this.#wait(ms)
+          this.onWait(null)
+          if (!this.stopped) continue
         }
-        return { outcome, error: err, requestId: intent.requestId }
+        return { outcome, error: err, requestId: intent.requestId, stopped: this.stopped }
       }
     }
+  }
+
+  /** #wait sleeps ms, or less if stop is called meanwhile. */
+  #wait(ms) {
+    return new Promise((resolve) => {
+      this.wake = resolve
+      this.sleep(ms).then(resolve, resolve)
+    }).finally(() => {
+      this.wake = null
+    })
   }
 
   #restore() {

@@ -5,6 +5,7 @@ import { api } from './api.js'
 import { LiveClient } from './live.js'
 import { OrderBook, TERMINAL } from './orderState.js'
 import { session } from './session.js'
+import { loadConfig, shop } from './shop.js'
 
 export const orderBook = reactive(new OrderBook())
 
@@ -16,16 +17,35 @@ export const places = reactive(new Map())
 
 export const liveInfo = reactive({ state: 'idle', reconnects: 0, connectedAt: 0 })
 
-/** applyProduct merges a product message or API product. */
+/**
+ * applyProduct merges a product message ({type: "product", productId,
+ * available, soldOut, …}) or an API product. A message changes only the
+ * fields it carries, so a sell-out shows the moment push announces it.
+ */
 export function applyProduct(p) {
   const id = p.id ?? p.productId
   const cur = products.get(id)
   if (p.type === 'product') {
-    if (cur) Object.assign(cur, { available: p.available, soldOut: p.soldOut })
+    if (!cur) return
+    for (const [k, v] of Object.entries(p)) if (k !== 'type' && k !== 'productId' && v !== undefined) cur[k] = v
     return
   }
   if (cur) Object.assign(cur, p)
   else products.set(id, { ...p })
+}
+
+const productLoads = new Map()
+
+/** ensureProduct loads product id once if it is not known yet (order pages name their product). */
+export function ensureProduct(id) {
+  if (!id || products.has(id) || productLoads.has(id)) return
+  productLoads.set(
+    id,
+    api.product(id).then(
+      (p) => applyProduct(p),
+      () => productLoads.delete(id),
+    ),
+  )
 }
 
 export const live = new LiveClient({
@@ -34,9 +54,9 @@ export const live = new LiveClient({
   pushUrl: async () => {
     const override = globalThis.localStorage?.getItem('stampede.pushUrl')
     if (override) return override
-    const cfg = await api.config()
-    if (!cfg?.pushUrl) throw new Error('no pushUrl')
-    return cfg.pushUrl
+    await loadConfig()
+    if (!shop.pushUrl) throw new Error('no pushUrl')
+    return shop.pushUrl
   },
   token: () => session.token,
   fetchOrder: (orderNo) => api.order(orderNo),

@@ -17,22 +17,3 @@ export function formatCountdown(ms) {
   return r.days > 0 ? `${r.days}d ${hms}` : hms
 }
 
-/**
- * saleState says where a product's sale is at time now.
- * @returns {'upcoming'|'live'|'ended'|'soldout'}
- */
-export function saleState(p, now = Date.now()) {
-  if (!p) return 'upcoming'
-  if (p.soldOut || p.available === 0) return 'soldout'
-  const start = Date.parse(p.saleStart)
-  const end = Date.parse(p.saleEnd)
-  if (now < start) return 'upcoming'
-  if (now >= end) return 'ended'
-  return 'live'
-}
-
-/** money formats integer minor units. */
-export function money(cents) {
-  if (!Number.isFinite(cents)) return ''
-  return (cents / 100).toLocaleString(undefined, { style: 'currency', currency: 'USD' })
-}
