@@ -71,19 +71,19 @@ func runCeiling(ctx context.Context, env Env, p Params) *Ceiling {
 		return c
 	}
 	base := "stampede-bench:{ceiling-" + newRunID() + "}:"
-	stock, intake := base+"stock", base+"intake"
+	stock, intake, buyers := base+"stock", base+"intake", base+"buyers"
 	now := time.Now()
 	if err := env.Redis.HSet(ctx, stock, "available", int64(1e15), "total", int64(1e15), "price", 100,
 		"limit", 0, "maxq", 1, "start", now.Add(-time.Minute).UnixMilli(), "end", now.Add(time.Hour).UnixMilli()).Err(); err != nil {
 		c.Error = fmt.Sprintf("create stock: %v", err)
 		return c
 	}
-	defer env.Redis.Del(context.WithoutCancel(ctx), stock, intake)
+	defer env.Redis.Del(context.WithoutCancel(ctx), stock, intake, buyers)
 	args := []string{"-h", host, "-p", port, "--dbnum", strconv.Itoa(env.RedisDB), "-n", strconv.Itoa(c.Requests), "-c", strconv.Itoa(c.Clients),
 		// -r must fit a C int; two random parts make the requestId's
 		// space 10^18, so no two calls collide into a duplicate.
 		"-r", "1000000000", "--csv",
-		"EVALSHA", sha, "5", stock, base + "req:__rand_int__:__rand_int__", base + "user:__rand_int__", base + "order:__rand_int__", intake,
+		"EVALSHA", sha, "6", stock, base + "req:__rand_int__:__rand_int__", base + "user:__rand_int__", base + "order:__rand_int__", intake, buyers,
 		"0000000000000000000000", "__rand_int__", "r__rand_int__", "1", "60"}
 	c.Command = "redis-benchmark " + strings.Join(args, " ")
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

@@ -254,7 +254,11 @@ func (r *Report) detail(b *strings.Builder, s *ScenarioResult) {
 	}
 	if len(s.Figures) > 0 {
 		for _, f := range s.Figures {
-			w("- %s: %s %s\n", f.Name, fmtNum(f.Value), f.Unit)
+			v := fmtNum(f.Value)
+			if f.Unit == "×" && !math.IsNaN(f.Value) && !math.IsInf(f.Value, 0) { // a ratio: two decimals (0.48 is not 0.5)
+				v = strconv.FormatFloat(f.Value, 'f', 2, 64)
+			}
+			w("- %s: %s %s\n", f.Name, v, f.Unit)
 		}
 		w("\n")
 	}

@@ -96,6 +96,12 @@ type Config struct {
 	// from memory (soldout.go); it bounds the delay before returned stock
 	// sells again. 0: no sold-out cache.
 	SoldOutTTL time.Duration
+	// SoldOutBuyers, above 0, lets a sold-out cache hit of a user without an
+	// accepted intent in the product shard be answered from memory, by a copy
+	// of the shard's buyers set of up to this many members (buyers.go);
+	// larger sets, and 0, leave every hit to the request-record lookup.
+	// Default 0 here; the binary's default is STAMPEDE_SOLDOUT_BUYERS.
+	SoldOutBuyers int
 
 	// RoomWindow is how long a waiting-room admission lasts when the room
 	// is turned on without its own window (waitingroom.go). Default 2m.
@@ -250,6 +256,8 @@ func (c *Config) Validate() error {
 		return bad("ReservePipeline %d is outside 0..1024", c.ReservePipeline)
 	case c.LookupPipeline < 0 || c.LookupPipeline > 1024:
 		return bad("LookupPipeline %d is outside 0..1024", c.LookupPipeline)
+	case c.SoldOutBuyers < 0:
+		return bad("SoldOutBuyers %d is negative", c.SoldOutBuyers)
 	case c.RateGlobal < 0, c.RateUser < 0, c.RateGlobalBurst < 0, c.RateUserBurst < 0, c.SoldOutTTL < 0:
 		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:

@@ -10,7 +10,9 @@
 //   - bearer-token authentication and the demo login (auth.go, login.go);
 //   - POST /api/orders: orderNo generation, shard routing and lua.Reserve
 //     behind a circuit breaker (orders.go, breaker.go); the token buckets in
-//     front of it (ratelimit.go), the local sold-out cache (soldout.go),
+//     front of it (ratelimit.go), the local sold-out cache (soldout.go) with
+//     its pipelined record reads (lookup_batch.go) and its copies of the
+//     buyers of sold-out shards (buyers.go),
 //     the routing of hot-SKU sharding (shards.go: shard counts, and
 //     lua.Sharded — the model's reserve with pull-and-retry — run under the
 //     gateway's timeout, breaker and batcher) and the synchronous-intake

@@ -125,8 +125,11 @@ func toAPIError(err error) (e *apiError, known bool) {
 			return tableErrors[i], true
 		}
 	}
-	if errors.As(err, &e) {
-		return e, true
+	// A variable of its own: one that errors.As may write to escapes to the
+	// heap, and as the named result it did so on every call, the hot one too.
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae, true
 	}
 	for i, t := range errorTable {
 		if errors.Is(err, t.err) {

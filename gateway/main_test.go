@@ -63,8 +63,9 @@ func baseConfig() Config {
 		// Correctness tests run 500 requests at once on a loaded 2-core
 		// machine: a generous Redis timeout keeps them about correctness.
 		RedisTimeout: 10 * time.Second,
-		// The binary's default (STAMPEDE_LOOKUP_PIPELINE).
+		// The binary's defaults (STAMPEDE_LOOKUP_PIPELINE, STAMPEDE_SOLDOUT_BUYERS).
 		LookupPipeline: 64,
+		SoldOutBuyers:  100_000,
 	}
 }
 

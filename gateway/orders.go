@@ -70,7 +70,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	home := lua.HomeShard(c.UserID, shards)
 	now := time.Now()
 	if s.soldOut.hit(productID, now) {
-		s.answerSoldOut(ctx, c, lua.ShardKeys(productID, home), requestID, quantity)
+		s.answerSoldOut(ctx, c, productID, home, requestID, quantity, now)
 		return
 	}
 	if !s.nodeValid(now) { // nodeid.go: no orderNo without a node id of our own
@@ -115,6 +115,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	s.metrics.reserveOutcome(err)
 	switch {
 	case err == nil:
+		s.acceptedBuyer(productID, home) // buyers.go
 		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, requestID, order.Processing)
 	case errors.Is(err, lua.ErrDuplicate):
 		s.replay(ctx, res.OrderNo, requestID, res.Status)

@@ -45,7 +45,8 @@ type Server struct {
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	durable    *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
 	soldOut    soldOutCache
-	rooms      roomHints // waitingroom.go
+	buyers     buyerCache // buyers.go
+	rooms      roomHints  // waitingroom.go
 	routing    routeCache
 	corrupt    corruptLog                     // stockfault.go
 	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
@@ -101,6 +102,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	}
 	s.pushPort, s.pushOrigin = pushSources(cfg)
 	s.soldOut.ttl = cfg.SoldOutTTL
+	s.buyers.ttl, s.buyers.max = cfg.SoldOutTTL, cfg.SoldOutBuyers
 	if cfg.ReservePipeline > 1 {
 		s.batcher = newReserveBatcher(s, cfg.ReservePipeline)
 	}
@@ -224,6 +226,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// reserve batcher) must outlive the drain of requests in flight: it stops
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
+	defer s.buyers.wg.Wait()              // buyers.go: reads in flight
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {

@@ -24,7 +24,9 @@ import (
 // SoldOutTTL: no unit stays unsold.
 //
 // A cache hit is not a blind 409: a replay of a request that was accepted
-// before the sell-out must still get 200 with its orderNo. So a hit costs one
+// before the sell-out must still get 200 with its orderNo. A user the
+// gateway's copy of the shard's buyers set does not hold (buyers.go,
+// Config.SoldOutBuyers) has no such request: 409 from memory. Otherwise a hit costs one
 // plain GET of the (user, requestId) idempotency record in the user's home
 // shard — no script, no write; the GETs of concurrent hits share pipelines
 // (Config.LookupPipeline, lookup_batch.go) — and answers the replay (200, or 422 for a
@@ -63,7 +65,13 @@ func (c *soldOutCache) mark(productID int64, now time.Time) {
 
 // answerSoldOut answers an order request for a product the cache holds sold
 // out: the stored answer of a replay, else 409 SOLD_OUT.
-func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, k lua.Keys, requestID string, quantity int64) {
+func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productID int64, home int, requestID string, quantity int64, now time.Time) {
+	if s.nonBuyer(productID, home, c.UserID, now) { // buyers.go: no record to replay
+		s.metrics.reserveOutcome(lua.ErrSoldOut)
+		s.fail(ctx, lua.ErrSoldOut)
+		return
+	}
+	k := lua.ShardKeys(productID, home)
 	var seen string
 	var err error
 	if s.lookups != nil {

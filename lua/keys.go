@@ -64,6 +64,12 @@ func (k Keys) Wait() string { return k.base + "wait" }
 // TransferIn marks transferID as applied to this (receiving) shard.
 func (k Keys) TransferIn(transferID string) string { return k.base + "xferin:" + transferID }
 
+// Buyers is the shard's buyers set (reserve.lua, read by buyers.lua): the
+// userIds of every intent accepted in this shard and one incarnation member
+// "e<orderNo>". Its TTL is renewed with every acceptance, so it outlives the
+// shard's request records.
+func (k Keys) Buyers() string { return k.base + "buyers" }
+
 // StreamsKey is the set of every intake stream name; writers read it to find
 // the streams to consume. It is not hash-tagged and never used inside a script.
 const StreamsKey = Prefix + "streams"

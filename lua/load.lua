@@ -14,10 +14,12 @@
 --   1 CREATED    the hash was new; available = ARGV[1]
 --   0 REFRESHED  the hash existed; metadata updated, available left as it was
 -- available is never overwritten here: only reserve, release and adjust move it.
+-- A new hash also gets buyers = 1: every intent of this shard is accepted by a
+-- reserve.lua that keeps the shard's buyers set (buyers.lua trusts only such shards).
 
 local created = 0
 if redis.call('HEXISTS', KEYS[1], 'available') == 0 then
-  redis.call('HSET', KEYS[1], 'available', ARGV[1])
+  redis.call('HSET', KEYS[1], 'available', ARGV[1], 'buyers', '1')
   created = 1
 end
 redis.call('HSET', KEYS[1], 'total', ARGV[2], 'price', ARGV[3], 'limit', ARGV[4],

@@ -10,7 +10,13 @@
 -- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds
 -- KEYS[4] order    hash   stampede:{p:<pid>:<shard>}:order:<orderNo> (u, r, q, pr, t)
 -- KEYS[5] intake   stream stampede:{p:<pid>:<shard>}:intake
--- KEYS[6] optional admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua):
+-- KEYS[6] buyers   set    stampede:{p:<pid>:<shard>}:buyers = the userIds of every intent
+--                         accepted here, plus one member "e<orderNo>" (the orderNo that
+--                         created the set: its incarnation, see buyers.lua); its TTL is
+--                         renewed to ARGV[5] with every acceptance, so it outlives every
+--                         request record of the shard. Gateways answer sold-out requests
+--                         of users not in it from memory (gateway/buyers.go)
+-- KEYS[7] optional admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua):
 --                         userId by admission deadline (ms). Passed by a gateway that knows the
 --                         product's room is on (stock field room = "1"); an accepted order
 --                         uses the admission (removes the user)
@@ -43,10 +49,10 @@
 --                   request record) is not an integer: {9, '<field>', 0}. The product's
 --                   data needs repair; nothing else is affected (the gateway answers 500
 --                   STOCK_CORRUPT for this product only)
---  10 ROOM_ON       the stock hash says the waiting room is on and KEYS[6] was not passed:
---                   checked after the stock, before the limit; call again with KEYS[6]
+--  10 ROOM_ON       the stock hash says the waiting room is on and KEYS[7] was not passed:
+--                   checked after the stock, before the limit; call again with KEYS[7]
 --  11 NOT_ADMITTED  the waiting room is on and the user holds no admission whose deadline
---                   (KEYS[6]) is in the future
+--                   (KEYS[7]) is in the future
 -- Nothing is written unless the code is 0.
 
 local q = tonumber(ARGV[4])
@@ -102,10 +108,10 @@ if available < q then
 end
 local room = s[7] == '1'
 if room then
-  if not KEYS[6] then
+  if not KEYS[7] then
     return {10, '', available}
   end
-  local dl = tonumber(redis.call('ZSCORE', KEYS[6], ARGV[2]))
+  local dl = tonumber(redis.call('ZSCORE', KEYS[7], ARGV[2]))
   if not dl or dl <= now then
     return {11, '', available}
   end
@@ -121,13 +127,19 @@ end
 
 local ttl = tonumber(ARGV[5])
 if room then
-  redis.call('ZREM', KEYS[6], ARGV[2])
+  redis.call('ZREM', KEYS[7], ARGV[2])
 end
 available = redis.call('HINCRBY', KEYS[1], 'available', -q)
 redis.call('SET', KEYS[3], held + q, 'EX', ttl)
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
 redis.call('HSET', KEYS[4], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
 redis.call('EXPIRE', KEYS[4], ttl)
+if redis.call('EXPIRE', KEYS[6], ttl) == 1 then -- the set exists: TTL renewed
+  redis.call('SADD', KEYS[6], ARGV[2])
+else -- a new set, with its incarnation member
+  redis.call('SADD', KEYS[6], ARGV[2], 'e' .. ARGV[1])
+  redis.call('EXPIRE', KEYS[6], ttl)
+end
 if ARGV[6] == 'sync' then
   return {0, ARGV[1], available, tonumber(s[2]), now}
 end

@@ -22,8 +22,8 @@ var restoreScript = redis.NewScript(restoreSrc)
 // lifetime (at least 1s).
 func Restore(ctx context.Context, rdb redis.Scripter, k Keys, orderNo string, userID int64, requestID string, quantity int64, status string, ttl time.Duration) (restored bool, err error) {
 	res, err := restoreScript.Run(ctx, rdb,
-		[]string{k.Stock(), k.Request(userID, requestID), k.User(userID), k.Restored(orderNo)},
-		orderNo, quantity, max(int64(ttl/time.Second), 1), status,
+		[]string{k.Stock(), k.Request(userID, requestID), k.User(userID), k.Restored(orderNo), k.Buyers()},
+		orderNo, quantity, max(int64(ttl/time.Second), 1), status, userID,
 	).Slice()
 	if err != nil {
 		return false, fmt.Errorf("lua: restore %s: %w", orderNo, scriptFault(err, k.Tag()))

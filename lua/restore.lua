@@ -6,12 +6,15 @@
 -- KEYS[2] request  string stampede:{p:<pid>:<shard>}:req:<uid>:<requestId>
 -- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid>
 -- KEYS[4] marker   string stampede:{p:<pid>:<shard>}:restored:<orderNo>
+-- KEYS[5] buyers   set    stampede:{p:<pid>:<shard>}:buyers (reserve.lua): the user is added,
+--                         so a gateway's copy of the set sends its replays to the record
 --
 -- ARGV[1] orderNo
 -- ARGV[2] quantity (decimal integer > 0)
 -- ARGV[3] TTL in seconds of the marker, and of the record and the user's
 --         count when they are written (what is left of RequestTTL)
 -- ARGV[4] status to record (the order's status in MySQL)
+-- ARGV[5] userId (decimal)
 --
 -- The caller has established that the reservation was lost: the record is
 -- missing, or names another orderNo (a later reserve found it missing),
@@ -37,4 +40,13 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 local held = tonumber(redis.call('GET', KEYS[3]) or '0')
 redis.call('SET', KEYS[3], held + q, 'EX', ttl)
+local bt = redis.call('TTL', KEYS[5])
+if bt == -2 then -- a new set, with its incarnation member
+  redis.call('SADD', KEYS[5], ARGV[5], 'e' .. ARGV[1])
+else
+  redis.call('SADD', KEYS[5], ARGV[5])
+end
+if bt < ttl then -- the set outlives the record
+  redis.call('EXPIRE', KEYS[5], ttl)
+end
 return {1, redis.call('HINCRBY', KEYS[1], 'available', -q)}

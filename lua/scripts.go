@@ -159,7 +159,7 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 	if a.Sync {
 		mode = "sync"
 	}
-	keys := []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake()}
+	keys := []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake(), k.Buyers()}
 	if a.Admission {
 		keys = append(keys, k.RoomAdmitted())
 	}

@@ -38,6 +38,7 @@ type Config struct {
 	JWTAudience         string        // STAMPEDE_JWT_AUDIENCE, -jwt-audience: required aud of JWKS tokens
 	JWTAdminGroup       string        // STAMPEDE_JWT_ADMIN_GROUP, -jwt-admin-group: a token listing this group in its groups claim is an admin
 	JWTGroupsClaim      string        // STAMPEDE_JWT_GROUPS_CLAIM, -jwt-groups-claim: name of that claim (groups)
+	TokenCache          int           // STAMPEDE_TOKEN_CACHE, -token-cache: verified tokens kept (gateway and push), 0 = none (262144)
 	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
 	PayTimeout          time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
 	DemoLogin           bool          // STAMPEDE_DEMO_LOGIN, -demo-login: POST /api/auth/login issues tokens (true)
@@ -83,6 +84,7 @@ type Config struct {
 	ReservePipeline int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
 	LookupPipeline  int           // STAMPEDE_LOOKUP_PIPELINE, -lookup-pipeline: sold-out request-record GETs per Redis pipeline, 0 = one round trip each (64)
 	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
+	SoldOutBuyers   int           // STAMPEDE_SOLDOUT_BUYERS, -soldout-buyers: buyers of a sold-out product shard held in memory to answer everyone else at once, 0 = off (100000)
 
 	// Waiting room (issue 17): the admission pacer runs with the sweeper role.
 	RoomRate          float64       // STAMPEDE_ROOM_RATE, -room-rate: admissions/s of every waiting room, 0 = auto from the pipeline's drain (0)
@@ -209,6 +211,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
 	str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin (besides role: admin)")
 	str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
+	integer(&c.TokenCache, "token-cache", "STAMPEDE_TOKEN_CACHE", 1<<18, "verified bearer tokens kept in memory, about 150 bytes each (0: every token checked in full); an LRU smaller than the buyers who retry in turn hits nothing, so size it for a sale's active buyers")
 	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
 	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login (development mode only)")
 	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins (development mode only)")
@@ -261,6 +264,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
 	integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
 	dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
+	integer(&c.SoldOutBuyers, "soldout-buyers", "STAMPEDE_SOLDOUT_BUYERS", 100_000, "a sold-out product shard with up to this many buyers has its buyers held in memory, so everyone else is answered SOLD_OUT without Redis (0: off; more buyers: one Redis lookup per answer)")
 	f64(&c.RoomRate, "room-rate", "STAMPEDE_ROOM_RATE", 0, "waiting-room admissions per second (0: auto, from the pipeline's measured drain)")
 	f64(&c.RoomCeiling, "room-ceiling", "STAMPEDE_ROOM_CEILING", 2000, "highest waiting-room admission rate the pacer ever asks for, per second")
 	dur(&c.RoomWindow, "room-window", "STAMPEDE_ROOM_WINDOW", 2*time.Minute, "a waiting-room admission not used by an order within this window expires and its place passes on")
@@ -331,8 +335,8 @@ func (c *Config) Validate() error {
 	if c.RoomRate < 0 || c.RoomCeiling <= 0 || c.RoomRate > c.RoomCeiling || c.RoomWindow < time.Second || c.RoomTargetBacklog <= 0 {
 		errs = append(errs, errors.New("waiting room: room rate must be 0 (auto) up to the ceiling, the ceiling positive, the window at least 1s and the target backlog positive"))
 	}
-	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 {
-		errs = append(errs, errors.New("rate limits, bursts and sold-out TTL must be >= 0"))
+	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 {
+		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers, token cache must be >= 0"))
 	}
 	if c.OutboxRetention < 0 {
 		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))

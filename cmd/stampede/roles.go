@@ -85,6 +85,7 @@ func (b *roleBuilder) buildVerifier(ctx context.Context) error {
 	v, err := auth.New(ctx, auth.Options{
 		Secret: []byte(b.cfg.JWTSecret), JWKSURL: b.cfg.JWKSURL, Issuer: b.cfg.JWTIssuer, Audience: b.cfg.JWTAudience,
 		AdminGroup: b.cfg.JWTAdminGroup, GroupsClaim: b.cfg.JWTGroupsClaim, Logger: b.log.With("component", "auth"),
+		Cache: tokenCache(b.cfg.TokenCache),
 	})
 	if err != nil {
 		return err
@@ -138,6 +139,7 @@ func (b *roleBuilder) gateway() error {
 		RateUser:            b.cfg.RateUser,
 		RateUserBurst:       b.cfg.RateUserBurst,
 		SoldOutTTL:          b.cfg.SoldOutTTL,
+		SoldOutBuyers:       b.cfg.SoldOutBuyers,
 		ReservePipeline:     b.cfg.ReservePipeline,
 		LookupPipeline:      b.cfg.LookupPipeline,
 		SyncIntake:          b.cfg.Intake == "sync",
@@ -276,6 +278,15 @@ func checkTopology(ctx context.Context, cfg *Config) error {
 		ch.Close()
 	}
 	return nil
+}
+
+// tokenCache sizes the verifier's cache of verified tokens: n tokens, none
+// for 0.
+func tokenCache(n int) auth.CacheOptions {
+	if n == 0 {
+		return auth.CacheOptions{Size: -1}
+	}
+	return auth.CacheOptions{Size: n}
 }
 
 // writerReplicaAcks is WriterConfig.ReplicaAcks: the replicas a writer waits
