@@ -82,7 +82,7 @@ func TestAdminCreateProductValidation(t *testing.T) {
 		{`{"name":"x","price":1,"stock":1,"saleStart":"` + start + `","perUserLimit":0}`, "saleEnd"},
 		{`{"name":"x","price":1.5,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":0}`, "price"},
 	} {
-		msg := e.do("POST", "/api/admin/products", tok, tc.body).wantError(t, 400, CodeInvalidArgument)
+		msg := e.do("POST", "/api/admin/products", tok, malformed(tc.body)).wantError(t, 400, CodeInvalidArgument)
 		if !strings.Contains(msg, tc.field) {
 			t.Errorf("%s: message %q does not name %s", tc.body, msg, tc.field)
 		}

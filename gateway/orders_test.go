@@ -50,7 +50,7 @@ func TestCreateOrderValidation(t *testing.T) {
 		{"quantity above max per order", `{"productId":` + p + `,"quantity":11,"requestId":"r1"}`, "quantity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := e.do("POST", "/api/orders", tok, tc.body, "Content-Type", "application/json")
+			r := e.do("POST", "/api/orders", tok, malformed(tc.body), "Content-Type", "application/json")
 			msg := r.wantError(t, 400, CodeInvalidArgument)
 			if !strings.Contains(msg, tc.field) {
 				t.Fatalf("message %q does not name %q", msg, tc.field)
