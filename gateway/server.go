@@ -278,8 +278,8 @@ func (s *Server) httpServer() *fasthttp.Server {
 		WriteTimeout: s.cfg.WriteTimeout,
 		IdleTimeout:  s.cfg.IdleTimeout,
 		// Bodies up to this size are read and then refused by decodeBody
-		// with a JSON 400 on an intact connection; larger ones are refused
-		// while reading (requestError).
+		// with a JSON 413 on an intact connection; larger ones are refused
+		// while reading (requestError, 413 too).
 		MaxRequestBodySize: max(16*s.cfg.MaxBodyBytes, 64<<10),
 		CloseOnShutdown:    true,
 		Logger:             fasthttpLogger{s.log},
@@ -292,7 +292,7 @@ func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusBadRequest, CodeInvalidArgument,
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
 	case errors.As(err, &small):
 		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidArgument, "request headers are too large")
