@@ -82,7 +82,7 @@ func TestAdminCreateProductValidation(t *testing.T) {
 		{`{"name":"x","price":1,"stock":1,"saleStart":"` + start + `","saleEnd":"` + start + `","perUserLimit":0}`, "saleEnd"},
 		{`{"name":"x","price":1,"stock":1,"saleStart":"tomorrow","saleEnd":"` + end + `","perUserLimit":0}`, "saleStart"},
 		{`{"name":"x","price":1,"stock":1,"saleStart":"` + past2 + `","saleEnd":"` + past1 + `"}`, "saleEnd"}, // wholly in the past
-		{`{"name":"x","price":1,"stock":1,"saleEnd":"` + past1 + `"}`, "saleEnd"},                              // ends before the default start (now)
+		{`{"name":"x","price":1,"stock":1,"saleEnd":"` + past1 + `"}`, "saleEnd"},                             // ends before the default start (now)
 		{`{"price":1,"stock":1}`, "name"},
 		{`{"name":"x","price":1.5,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":0}`, "price"},
 	} {
