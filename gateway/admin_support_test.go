@@ -166,6 +166,9 @@ func TestAdminSearchOrders(t *testing.T) {
 	if n := len(e.wantOrders("status = 'PAID'")); n != len(paid) || n == 0 {
 		t.Fatalf("%d PAID stored, %d paid", n, len(paid))
 	}
+	if n := len(e.wantOrders("status = 'CANCELLED'")); n != len(cancelled) || n == 0 {
+		t.Fatalf("%d CANCELLED stored, %d cancelled", n, len(cancelled))
+	}
 	if n := len(e.wantOrders("created_at = ?", tie)); n < 5 {
 		t.Fatalf("only %d orders share the tied created_at", n)
 	}
