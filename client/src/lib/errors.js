@@ -16,6 +16,8 @@ export const MESSAGES = {
   ALREADY_REFUNDED: 'This payment was already refunded (under another refund number). Nothing was changed.',
   NOT_REFUNDABLE: 'This payment paid its order, so it is not waiting for a refund.',
   PAYMENT_NO_REUSED: 'That payment number already paid another order.',
+  CONFLICT: 'That refund number already refunded another payment. Click again for a new one.',
+  PAYLOAD_TOO_LARGE: 'That is too much text for one request. Shorten the description.',
   SOLD_OUT: 'Sold out: every unit has been claimed.',
   INSUFFICIENT_STOCK: 'Not enough units left for that quantity. Try fewer.',
   PURCHASE_LIMIT_EXCEEDED: 'You have reached the purchase limit for this product.',
