@@ -148,7 +148,11 @@ async function main() {
   page.on('dialog', (d) => d.accept())
   page.setDefaultTimeout(20_000)
   if (PUSH_URL) await page.addInitScript((u) => localStorage.setItem('stampede.pushUrl', u), PUSH_URL)
-  const shot = (name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true })
+  // From the top: the sticky header then sits where it belongs in a full-page shot.
+  const shot = async (name) => {
+    await page.evaluate(() => window.scrollTo(0, 0))
+    await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true })
+  }
   // shots takes the page at desktop and at phone width and checks that the
   // phone layout does not scroll sideways.
   const shots = async (name, ready = async () => {}) => {
