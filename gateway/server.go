@@ -190,6 +190,10 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/api/admin/dlq", s.adminOnly(s.adminDLQ))
 	handle("POST", "/api/admin/dlq/replay", s.adminOnly(s.adminReplay))
 	handle("GET", "/api/admin/pulse", s.adminOnly(s.adminPulse))
+	handle("GET", "/api/admin/orders", s.adminOnly(s.adminSearchOrders)) // admin_support.go
+	handle("GET", "/api/admin/orders/{orderNo}", s.adminOnly(s.adminGetOrder))
+	handle("GET", "/api/admin/refunds", s.adminOnly(s.adminRefunds))
+	handle("POST", "/api/admin/payments/{paymentNo}/refund", s.adminOnly(s.adminRefund))
 	return r
 }
 
