@@ -156,6 +156,8 @@ describe('audit entries', async () => {
     expect(auditChangeText({ action: 'adjust', change: { repairNo: 'r1', delta: 5, reason: 'recount' } })).toBe('+5 (recount)')
     expect(auditChangeText({ action: 'adjust', change: { delta: -2 } })).toBe('-2')
     expect(auditChangeText({ action: 'pause', change: null })).toBe('')
+    expect(auditChangeText({ action: 'pause', change: { paused: { from: false, to: true } } })).toBe('paused: false → true')
+    expect(auditChangeText({ action: 'create', change: { name: 'x', price: 1 } })).toBe('')
     expect(auditChangeText({ action: 'patch', change: { description: { from: '', to: 'x'.repeat(60) } } })).toMatch(/^description: – → x{39}…$/)
   })
 })

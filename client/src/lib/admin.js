@@ -170,18 +170,18 @@ const short = (v) => {
 }
 
 /**
- * auditChangeText summarises an audit entry's change: a patch's
- * {field: {from, to}} as "name: A → B; price: 100 → 200", an adjustment's
- * {delta, reason} as "+5 (reason)", nothing for the other actions (the
- * action says it all; a creation's terms are the product itself).
+ * auditChangeText summarises an audit entry's change: a patch's (or a
+ * pause's, resume's, end's) {field: {from, to}} as "name: A → B; price: 100
+ * → 200", an adjustment's {delta, reason} as "+5 (reason)", nothing for a
+ * creation (its terms are the product itself).
  */
 export function auditChangeText(e) {
   const c = e?.change
   if (!c || typeof c !== 'object') return ''
-  if (e.action === 'patch')
+  if (e.action === 'adjust') return `${c.delta > 0 ? '+' : ''}${c.delta ?? '?'}${c.reason ? ` (${c.reason})` : ''}`
+  if (e.action !== 'create')
     return Object.entries(c)
       .map(([k, v]) => (v && typeof v === 'object' && ('from' in v || 'to' in v) ? `${k}: ${short(v.from)} → ${short(v.to)}` : `${k}: ${short(v)}`))
       .join('; ')
-  if (e.action === 'adjust') return `${c.delta > 0 ? '+' : ''}${c.delta ?? '?'}${c.reason ? ` (${c.reason})` : ''}`
   return ''
 }
