@@ -383,6 +383,12 @@ async function main() {
         await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'ended', sale.id)
         const afterEnd = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `ended-${RUN}` }, buyerToken)
         check(afterEnd.status === 409, 'ended: the gateway refuses orders', `${afterEnd.status} ${afterEnd.data?.error?.code}`)
+        // The sale's change log: who did what.
+        await row.locator('[data-testid=audit]').click()
+        await page.waitForFunction((id) => document.querySelectorAll(`[data-testid=sale-${id}] tr[data-testid^=audit-]`).length >= 5, sale.id, { timeout: 10_000 })
+        const acts = await row.locator('tr[data-testid^=audit-] td:nth-child(3)').allTextContents()
+        check(['Created', 'Paused', 'Resumed', 'Edited', 'Ended'].every((a) => acts.includes(a)), 'the sale’s change log lists every lifecycle change', acts.join(', '))
+        await shots('console-ended')
       } finally {
         await ctxB.close()
         await rm(dirB, { recursive: true, force: true })

@@ -145,3 +145,19 @@ describe('list helpers', () => {
     expect([5, 125, 3 * 3600 + 5 * 60, 2 * 86400 + 4 * 3600, -1].map(waitingText)).toEqual(['5 s', '2 min', '3 h 05 min', '2 d 4 h', '0 s'])
   })
 })
+
+describe('audit entries', async () => {
+  const { auditAction, auditChangeText } = await import('../src/lib/admin.js')
+  it('say who changed what', () => {
+    expect(auditAction('pause')).toBe('Paused')
+    expect(auditAction('something')).toBe('something')
+    const patch = { action: 'patch', change: { name: { from: 'Sneaker', to: 'Sneaker v2' }, saleEnd: { from: null, to: '2026-12-01T15:00:00Z' } } }
+    expect(auditChangeText(patch)).toBe('name: Sneaker → Sneaker v2; saleEnd: – → 2026-12-01T15:00:00Z')
+    expect(auditChangeText({ action: 'adjust', change: { repairNo: 'r1', delta: 5, reason: 'recount' } })).toBe('+5 (recount)')
+    expect(auditChangeText({ action: 'adjust', change: { delta: -2 } })).toBe('-2')
+    expect(auditChangeText({ action: 'pause', change: null })).toBe('')
+    expect(auditChangeText({ action: 'pause', change: { paused: { from: false, to: true } } })).toBe('paused: false → true')
+    expect(auditChangeText({ action: 'create', change: { name: 'x', price: 1 } })).toBe('')
+    expect(auditChangeText({ action: 'patch', change: { description: { from: '', to: 'x'.repeat(60) } } })).toMatch(/^description: – → x{39}…$/)
+  })
+})

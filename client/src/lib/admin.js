@@ -157,3 +157,31 @@ export function mergePages(rows, next, key) {
   const seen = new Set(rows.map((r) => r[key]))
   return [...rows, ...next.filter((r) => !seen.has(r[key]))]
 }
+
+const AUDIT_ACTIONS = { create: 'Created', patch: 'Edited', pause: 'Paused', resume: 'Resumed', end: 'Ended', adjust: 'Stock adjusted' }
+
+/** auditAction is the label of an audit entry's action (GET /api/admin/audit). */
+export const auditAction = (a) => AUDIT_ACTIONS[a] ?? a
+
+const short = (v) => {
+  if (v == null || v === '') return '–'
+  const s = typeof v === 'string' ? v : JSON.stringify(v)
+  return s.length > 40 ? `${s.slice(0, 39)}…` : s
+}
+
+/**
+ * auditChangeText summarises an audit entry's change: a patch's (or a
+ * pause's, resume's, end's) {field: {from, to}} as "name: A → B; price: 100
+ * → 200", an adjustment's {delta, reason} as "+5 (reason)", nothing for a
+ * creation (its terms are the product itself).
+ */
+export function auditChangeText(e) {
+  const c = e?.change
+  if (!c || typeof c !== 'object') return ''
+  if (e.action === 'adjust') return `${c.delta > 0 ? '+' : ''}${c.delta ?? '?'}${c.reason ? ` (${c.reason})` : ''}`
+  if (e.action !== 'create')
+    return Object.entries(c)
+      .map(([k, v]) => (v && typeof v === 'object' && ('from' in v || 'to' in v) ? `${k}: ${short(v.from)} → ${short(v.to)}` : `${k}: ${short(v)}`))
+      .join('; ')
+  return ''
+}

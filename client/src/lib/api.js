@@ -82,6 +82,8 @@ export const admin = {
   orders: (filters = {}) => request('GET', `/api/admin/orders${query(filters)}`),
   /** GET /api/admin/orders/{orderNo}: the order with its history [{status, at, event}]. */
   order: (orderNo) => request('GET', `/api/admin/orders/${encodeURIComponent(orderNo)}`),
+  /** GET /api/admin/audit?productId=: {entries: [{id, at, adminId, action, productId, change}], nextCursor}, newest first. */
+  audit: ({ productId = '', limit = 20, cursor = '' } = {}) => request('GET', `/api/admin/audit${query({ productId, limit, cursor })}`),
   createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
   /** PATCH the fields given (what the sale's state allows). */
   edit: (id, body) => request('PATCH', `/api/admin/products/${encodeURIComponent(id)}`, { body }),
