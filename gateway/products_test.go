@@ -48,7 +48,7 @@ func TestProducts(t *testing.T) {
 	}
 	var fields []map[string]any
 	json.Unmarshal(r.body, &fields)
-	if len(fields[0]) != 11 || !strings.HasSuffix(fields[0]["saleStart"].(string), "Z") {
+	if len(fields[0]) != 14 || fields[0]["state"] != "live" || fields[0]["shards"] != 1.0 || fields[0]["paused"] != false || !strings.HasSuffix(fields[0]["saleStart"].(string), "Z") {
 		t.Fatalf("shape %s", r.body)
 	}
 

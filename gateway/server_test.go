@@ -32,7 +32,7 @@ func TestRoutes(t *testing.T) {
 	if r := e.do("GET", "/healthz", "", nil); r.status != 200 || r.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("server still serves after a panic: %s %v", r, r.header)
 	}
-	// fasthttp refuses a body far over the limit while reading; the
+	// fasthttp refuses a body far over the limit while reading (413); the
 	// answer is JSON too.
 	c, err := e.ln.Dial()
 	if err != nil {
@@ -45,7 +45,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 400 || !strings.Contains(string(b), `"INVALID_ARGUMENT"`) || !strings.Contains(string(b), "4096 bytes") {
+	if res.StatusCode != 413 || !strings.Contains(string(b), `"PAYLOAD_TOO_LARGE"`) || !strings.Contains(string(b), "4096 bytes") {
 		t.Fatalf("1 MiB body: %d %s", res.StatusCode, b)
 	}
 }

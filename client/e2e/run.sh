@@ -59,6 +59,8 @@ export STAMPEDE_MYSQL_DSN="root@tcp(127.0.0.1:3306)/$NAME?parseTime=true"
 export STAMPEDE_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$NAME"
 export STAMPEDE_PUSH_URL="ws://$PUSH_ADDR/ws"
 export STAMPEDE_URL="http://$HTTP_ADDR"
+# The payment callback key, shared with flow.mjs (it signs a late payment's callback).
+export STAMPEDE_PAYMENT_SECRET=${STAMPEDE_PAYMENT_SECRET:-stampede-e2e-payment-secret-0123456789}
 
 pids=()
 cleanup() {
