@@ -350,8 +350,9 @@ async function main() {
         // else the Buy goes out and the gateway's SALE_PAUSED is shown.
         const clicked = !(await pageB.locator('[data-testid=buy]').isDisabled())
         if (clicked) await pageB.click('[data-testid=buy]')
-        await pageB.waitForFunction(() => /paused/i.test(document.querySelector('.buy')?.parentElement?.textContent ?? ''), null, { timeout: 10_000 })
-        const pauseMsg = (await pageB.locator('[data-testid=buy-message], p.warn').first().textContent()).trim()
+        const msgSel = clicked ? '[data-testid=buy-message]' : '.buy ~ p.warn, p.warn'
+        await pageB.waitForFunction((sel) => /paused/i.test(document.querySelector(sel)?.textContent ?? ''), msgSel, { timeout: 10_000 })
+        const pauseMsg = (await pageB.locator(msgSel).first().textContent()).trim()
         check(
           /paused/i.test(pauseMsg) && pageB.url().endsWith(`/products/${sale.id}`),
           'a buy during the pause is refused with the pause message',
