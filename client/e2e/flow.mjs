@@ -346,10 +346,18 @@ async function main() {
         check(refused.status === 409 && refused.data?.error?.code === 'SALE_PAUSED', 'paused: the gateway refuses orders', `${refused.status} ${refused.data?.error?.code}`)
         // The buyer's Buy (the page still thought it live, or push told it
         // already): the page says the sale is paused, calmly.
-        if (!(await pageB.locator('[data-testid=buy]').isDisabled())) await pageB.click('[data-testid=buy]')
-        await pageB.waitForFunction(() => /paused/i.test(document.querySelector('.buy')?.parentElement?.textContent ?? ''), null, { timeout: 10_000 })
-        const pauseMsg = (await pageB.locator('[data-testid=buy-message], p.warn').first().textContent()).trim()
-        check(/paused/i.test(pauseMsg) && pageB.url().endsWith(`/products/${sale.id}`), 'a buy during the pause is refused with the pause message', pauseMsg.slice(0, 70))
+        // Push may have told the page already (Buy off, the paused notice);
+        // else the Buy goes out and the gateway's SALE_PAUSED is shown.
+        const clicked = !(await pageB.locator('[data-testid=buy]').isDisabled())
+        if (clicked) await pageB.click('[data-testid=buy]')
+        const msgSel = clicked ? '[data-testid=buy-message]' : '.buy ~ p.warn, p.warn'
+        await pageB.waitForFunction((sel) => /paused/i.test(document.querySelector(sel)?.textContent ?? ''), msgSel, { timeout: 10_000 })
+        const pauseMsg = (await pageB.locator(msgSel).first().textContent()).trim()
+        check(
+          /paused/i.test(pauseMsg) && pageB.url().endsWith(`/products/${sale.id}`),
+          'a buy during the pause is refused with the pause message',
+          `${clicked ? 'Buy sent, refused' : 'Buy off, the page knew'}: ${pauseMsg.slice(0, 70)}`,
+        )
         await pageB.screenshot({ path: path.join(ARTIFACTS, 'desktop-product-paused.png'), fullPage: true })
         await pageB.setViewportSize(PHONE)
         await pageB.screenshot({ path: path.join(ARTIFACTS, 'phone-product-paused.png'), fullPage: true })

@@ -10,7 +10,7 @@ export const MESSAGES = {
   PRODUCT_NOT_FOUND: 'This product does not exist (any more).',
   METHOD_NOT_ALLOWED: 'That action is not supported.',
   SALE_NOT_ACTIVE: 'The sale is not open right now. Watch the countdown and try again when it starts.',
-  SALE_PAUSED: 'The sale is paused for a moment. Your place is not lost: try again when it resumes.',
+  SALE_PAUSED: 'The sale is paused for a moment. Nothing was ordered; try again when it resumes.',
   SALE_STARTED:
     'This sale has already opened, so only its name, picture, description, limit per buyer and a later end can change now. Nothing was changed.',
   ALREADY_REFUNDED: 'This payment was already refunded (under another refund number). Nothing was changed.',
