@@ -203,7 +203,7 @@ func TestAdminSearchOrders(t *testing.T) {
 	for _, q := range []string{"limit=0", "limit=201", "limit=x", "cursor=abc", "cursor=MTIz", "userId=0", "userId=-1",
 		"productId=x", "status=SHIPPED", "from=yesterday", "from=2026-12-01T10:00:00Z&to=2026-12-01T10:00:00Z",
 		"from=2026-12-01T11:00:00Z&to=2026-12-01T10:00:00Z"} {
-		e.do("GET", "/api/admin/orders?"+q, token(t, adminID), nil).wantError(t, 400, CodeInvalidArgument)
+		e.do("GET", "/api/admin/orders?"+q, token(t, adminID), malformed(nil)).wantError(t, 400, CodeInvalidArgument)
 	}
 }
 
@@ -437,7 +437,7 @@ func TestAdminRefunds(t *testing.T) {
 	e.refund("no-such-payment", "RF-x").wantError(t, 404, CodeNotFound)
 	e.refund("late-1", "RF-late-0").wantError(t, 409, CodeConflict) // refundNo of another payment
 	for _, body := range []string{`{}`, `{"refundNo":""}`, `{"refundNo":"has space"}`, `{"refundNo":1}`, `{"refundNo":"a","x":1}`, `nope`} {
-		e.do("POST", "/api/admin/payments/late-1/refund", token(t, adminID), body).wantError(t, 400, CodeInvalidArgument)
+		e.do("POST", "/api/admin/payments/late-1/refund", token(t, adminID), malformed(body)).wantError(t, 400, CodeInvalidArgument)
 	}
 	if got := queue(50); !slices.Equal(got, slices.DeleteFunc(slices.Clone(want), func(p string) bool { return p == "late-0" })) {
 		t.Fatalf("queue after refund %v", got)

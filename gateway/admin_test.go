@@ -86,7 +86,7 @@ func TestAdminCreateProductValidation(t *testing.T) {
 		{`{"price":1,"stock":1}`, "name"},
 		{`{"name":"x","price":1.5,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":0}`, "price"},
 	} {
-		r := e.do("POST", "/api/admin/products", tok, tc.body)
+		r := e.do("POST", "/api/admin/products", tok, malformed(tc.body))
 		msg := r.wantError(t, 400, CodeInvalidArgument)
 		if !strings.Contains(msg, tc.field) {
 			t.Errorf("%s: message %q does not name %s", tc.body, msg, tc.field)

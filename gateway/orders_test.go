@@ -49,7 +49,7 @@ func TestCreateOrderValidation(t *testing.T) {
 		{"quantity above max per order", `{"productId":` + p + `,"quantity":11,"requestId":"r1"}`, "quantity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := e.do("POST", "/api/orders", tok, tc.body, "Content-Type", "application/json")
+			r := e.do("POST", "/api/orders", tok, malformed(tc.body), "Content-Type", "application/json")
 			msg := r.wantError(t, 400, CodeInvalidArgument)
 			if !strings.Contains(msg, tc.field) {
 				t.Fatalf("message %q does not name %q", msg, tc.field)
@@ -63,7 +63,7 @@ func TestCreateOrderValidation(t *testing.T) {
 	// has one fasthttp refuses while reading).
 	for _, pad := range []int{5000} {
 		body := `{"productId":` + p + `,"quantity":1,"requestId":"r1","pad":"` + strings.Repeat(" ", pad) + `"}`
-		msg := e.do("POST", "/api/orders", tok, body).wantError(t, 413, CodePayloadTooLarge)
+		msg := e.do("POST", "/api/orders", tok, malformed(body)).wantError(t, 413, CodePayloadTooLarge)
 		if !strings.Contains(msg, "body") {
 			t.Fatalf("413 message %q", msg)
 		}

@@ -86,7 +86,7 @@ func TestCreateProductAllProblemsAtOnce(t *testing.T) {
 	e := newEnv(t)
 	body := `{"name":"","price":-1,"stock":"ten","saleStart":"2020-01-01T00:00:00Z","saleEnd":"2020-01-02T00:00:00Z",` +
 		`"perUserLimit":-2,"shards":99,"imageUrl":"ftp://x","colour":"red"}`
-	r := e.do("POST", "/api/admin/products", token(t, adminID), body)
+	r := e.do("POST", "/api/admin/products", token(t, adminID), malformed(body))
 	r.wantError(t, 400, CodeInvalidArgument)
 	got := map[string]bool{}
 	for _, d := range details(t, r) {
@@ -114,7 +114,7 @@ func TestCreateProductAllProblemsAtOnce(t *testing.T) {
 func TestCreateProductTooLarge(t *testing.T) {
 	e := newEnv(t)
 	body := `{"name":"x","price":1,"stock":1,"description":"` + strings.Repeat("d", adminBodyBytes) + `"}`
-	msg := e.do("POST", "/api/admin/products", token(t, adminID), body).wantError(t, 413, CodePayloadTooLarge)
+	msg := e.do("POST", "/api/admin/products", token(t, adminID), malformed(body)).wantError(t, 413, CodePayloadTooLarge)
 	if !strings.Contains(msg, "exceeds 16384 bytes") {
 		t.Fatalf("413 message %q", msg)
 	}
@@ -346,12 +346,12 @@ func TestPatchProductRules(t *testing.T) {
 		t.Fatalf("%d audit entries, want 2", n)
 	}
 	// Bad values: every problem in one 400, nothing changed.
-	r := e.do("PATCH", path, tok, `{"name":"","price":-5,"saleEnd":"2020-01-01T00:00:00Z","bogus":1}`)
+	r := e.do("PATCH", path, tok, malformed(`{"name":"","price":-5,"saleEnd":"2020-01-01T00:00:00Z","bogus":1}`))
 	r.wantError(t, 400, CodeInvalidArgument)
 	if d := details(t, r); len(d) != 1 || d[0].Field != "bogus" {
 		t.Fatalf("decode problems first: %+v", d)
 	}
-	r = e.do("PATCH", path, tok, `{"name":"","price":-5,"saleEnd":"`+now.Add(10*time.Minute).Format(time.RFC3339)+`"}`)
+	r = e.do("PATCH", path, tok, malformed(`{"name":"","price":-5,"saleEnd":"`+now.Add(10*time.Minute).Format(time.RFC3339)+`"}`))
 	r.wantError(t, 400, CodeInvalidArgument)
 	fields := map[string]bool{}
 	for _, d := range details(t, r) {
@@ -461,7 +461,7 @@ func TestAdminListProducts(t *testing.T) {
 	if got := list("?state=upcoming&limit=200"); len(got.Products) != 5 {
 		t.Fatalf("upcoming: %d", len(got.Products))
 	}
-	r := e.do("GET", "/api/admin/products?state=gone&limit=0&cursor=zz", tok, nil)
+	r := e.do("GET", "/api/admin/products?state=gone&limit=0&cursor=zz", tok, malformed(nil))
 	r.wantError(t, 400, CodeInvalidArgument)
 	if d := details(t, r); len(d) != 3 {
 		t.Fatalf("details %+v", d)

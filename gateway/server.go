@@ -17,6 +17,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
@@ -167,6 +168,7 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/healthz", s.healthz)
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/api/config", s.clientConfig)
+	handle("GET", "/api/openapi.yaml", openAPIDocument)
 	if !s.cfg.DisableDemoLogin { // otherwise the path is unknown: 404
 		handle("POST", "/api/auth/login", s.login)
 	}
@@ -343,6 +345,15 @@ func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute
 // healthz answers 200 while the process serves HTTP.
 func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
 	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// openAPIDocument answers GET /api/openapi.yaml: the API's OpenAPI 3.1
+// document (api/openapi.yaml, embedded), 200 application/yaml.
+func openAPIDocument(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("application/yaml")
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
+	ctx.Response.SetBodyRaw(api.OpenAPI())
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly broken connections)
