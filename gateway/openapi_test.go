@@ -286,8 +286,10 @@ type errRecorder struct {
 	errs []string
 }
 
-func (r *errRecorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
-func (r *errRecorder) Helper()                           {}
+func (r *errRecorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *errRecorder) Helper() {}
 
 // The contract check fails on drift: each exchange below breaks the
 // document in one way and must be reported; the control exchanges are
