@@ -40,7 +40,7 @@ const (
 func errSaleStarted(fields []string) *apiError {
 	return &apiError{status: fasthttp.StatusConflict, code: CodeSaleStarted,
 		message: "the sale has opened: " + strings.Join(fields, ", ") + " can no longer change " +
-			"(after opening only name, imageUrl, description, perUserLimit and a later saleEnd, or one of now, may)"}
+			"(once a sale opened only name, imageUrl, description, perUserLimit and saleEnd may: saleEnd to a later time, null, or now)"}
 }
 
 // productID is the route's {id}, or errProductNotFound.

@@ -334,6 +334,19 @@ async function main() {
         await row.locator('[data-testid=pause]').click()
         await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'paused', sale.id)
         check(true, 'paused from the console')
+        // The state filter (GET /api/admin/products?state=paused): only paused sales, this one among them.
+        const [filtered] = await Promise.all([
+          page.waitForResponse((r) => r.url().includes('/api/admin/products?state=paused')),
+          page.selectOption('[data-testid=sale-filter]', 'paused'),
+        ])
+        const pausedList = (await filtered.json()).products ?? []
+        await page.waitForFunction(() => [...document.querySelectorAll('.sale-row')].every((r) => r.dataset.state === 'paused'))
+        check(
+          filtered.status() === 200 && pausedList.some((p) => p.id === sale.id) && pausedList.every((p) => p.state === 'paused'),
+          'the console filters the sales by state',
+          `${pausedList.length} paused`,
+        )
+        await page.selectOption('[data-testid=sale-filter]', '')
         // The reserve script refuses within a bounded delay on every gateway.
         let refused
         for (let i = 0; i < 20; i++) {

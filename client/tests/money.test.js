@@ -94,5 +94,13 @@ describe('sale edit', () => {
     const b = saleBody({ name: 'x', price: '1.00', perUserLimit: 0, maxPerOrder: 1, saleStart: '2026-12-01T10:00', saleEnd: '', stock: 5, shards: 1 }, 'USD')
     expect('saleEnd' in b).toBe(false)
     expect(validateSale(b)).toBe('')
+    const e = saleBody({ name: 'x', price: '1.00', perUserLimit: 0, maxPerOrder: 1, saleStart: '2026-12-01T10:00', saleEnd: '' }, 'USD', true)
+    expect(e.saleEnd).toBe(null)
+    expect(validateSale(e)).toBe('')
+    const { editBody, validateEdit } = await import('../src/lib/saleForm.js')
+    const live = { name: 'x', saleStart: '2026-12-01T10:00:00Z', saleEnd: '2026-12-01T11:00:00Z', perUserLimit: 0, maxPerOrder: 1 }
+    expect(editBody(e, live, 'live')).toEqual({ saleEnd: null })
+    expect(validateEdit({ saleEnd: null }, live, 'live')).toBe('')
+    expect(editBody(e, { ...live, saleEnd: null }, 'live')).toEqual({})
   })
 })

@@ -5,8 +5,8 @@ import { parseMoney } from './money.js'
 /**
  * saleBody is the POST /api/admin/products body of the form's values (the
  * edit body when editing: no stock or shards, which an edit cannot change).
- * An empty end leaves saleEnd out: open until sold out (an edit keeps the
- * end it has). Throws on an unparseable date.
+ * An empty end means open until sold out: left out of a creation, null in
+ * an edit. Throws on an unparseable date.
  */
 export function saleBody(f, currency, editing = false) {
   const b = {
@@ -17,6 +17,7 @@ export function saleBody(f, currency, editing = false) {
     saleStart: new Date(f.saleStart).toISOString(),
   }
   if (String(f.saleEnd ?? '').trim()) b.saleEnd = new Date(f.saleEnd).toISOString()
+  else if (editing) b.saleEnd = null // an edit that clears the end: open until sold out
   const img = String(f.imageUrl ?? '').trim()
   const desc = String(f.description ?? '').trim()
   if (img) b.imageUrl = img
@@ -84,6 +85,10 @@ export function validateEdit(patch, p, state) {
 export function editBody(b, p, state) {
   const out = {}
   for (const k of EDITABLE[state] ?? []) {
+    if (k === 'saleEnd' && b.saleEnd === null) {
+      if (p.saleEnd != null) out.saleEnd = null // open until sold out from now on
+      continue
+    }
     const v = b[k] ?? (k === 'imageUrl' || k === 'description' ? '' : undefined)
     if (v === undefined) continue
     const cur = p[k] ?? (k === 'imageUrl' || k === 'description' ? '' : undefined)
