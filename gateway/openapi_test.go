@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	gotoken "go/token"
 	"io"
 	"math"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,5 +281,158 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 	if len(served) < 20 {
 		t.Fatalf("only %d routes registered: %v", len(served), served)
+	}
+}
+
+// errRecorder is a testing.TB that records Errorf instead of failing.
+type errRecorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *errRecorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *errRecorder) Helper() {}
+
+// The contract check fails on drift: each exchange below breaks the
+// document in one way and must be reported; the control exchanges are
+// documented and must not be.
+func TestContractCheckCatchesDrift(t *testing.T) {
+	jsonHeader := http.Header{"Content-Type": {"application/json"}}
+	product := `{"id":1,"name":"w","price":1,"total":1,"available":1,"saleStart":"2026-12-01T15:00:00Z","saleEnd":null,` +
+		`"perUserLimit":0,"maxPerOrder":1,"shards":1,"state":"live","paused":false,"soldOut":false,"waitingRoom":false}`
+	buy := []byte(`{"productId":1,"quantity":1,"requestId":"r1"}`)
+	accepted := resp{status: 202, header: http.Header{"Content-Type": {"application/json"}, "Location": {"/api/orders/0386168566532886528001"}},
+		body: []byte(`{"orderNo":"0386168566532886528001","requestId":"r1","status":"PROCESSING"}`)}
+	for _, tc := range []struct {
+		name              string
+		method, path      string
+		body              []byte
+		malformed, notAPI bool
+		r                 resp
+		want              string // "" = no error
+	}{
+		{name: "documented product", method: "GET", path: "/api/products/1", r: resp{200, jsonHeader, []byte(product)}},
+		{name: "documented order", method: "POST", path: "/api/orders", body: buy, r: accepted},
+		{name: "missing field", method: "GET", path: "/api/products/1",
+			r: resp{200, jsonHeader, []byte(strings.Replace(product, `"state":"live",`, "", 1))}, want: "missing property 'state'"},
+		{name: "extra field", method: "GET", path: "/api/products/1",
+			r: resp{200, jsonHeader, []byte(strings.Replace(product, `"id":1,`, `"id":1,"colour":"red",`, 1))}, want: "'colour' not allowed"},
+		{name: "wrong type", method: "GET", path: "/api/products/1",
+			r: resp{200, jsonHeader, []byte(strings.Replace(product, `"price":1,`, `"price":"1",`, 1))}, want: "want integer"},
+		{name: "undocumented status", method: "POST", path: "/api/orders", body: buy,
+			r: resp{418, jsonHeader, []byte(`{"error":{"code":"SOLD_OUT","message":"x"}}`)}, want: "'418' does not exist"},
+		{name: "undocumented error code", method: "POST", path: "/api/orders", body: buy,
+			r: resp{409, jsonHeader, []byte(`{"error":{"code":"NOPE","message":"x"}}`)}, want: "NOPE"},
+		{name: "code of another status", method: "POST", path: "/api/orders", body: buy,
+			r: resp{409, jsonHeader, []byte(`{"error":{"code":"IDEMPOTENCY_KEY_REUSED","message":"x"}}`)}, want: "IDEMPOTENCY_KEY_REUSED"},
+		{name: "missing header", method: "POST", path: "/api/orders", body: buy,
+			r: resp{202, jsonHeader, accepted.body}, want: "Location"},
+		{name: "bad request body", method: "POST", path: "/api/orders", body: []byte(`{"productId":"x"}`),
+			r: resp{400, jsonHeader, []byte(`{"error":{"code":"INVALID_ARGUMENT","message":"x"}}`)}, want: "request breaks"},
+		{name: "bad request body, malformed()", method: "POST", path: "/api/orders", body: []byte(`{"productId":"x"}`), malformed: true,
+			r: resp{400, jsonHeader, []byte(`{"error":{"code":"INVALID_ARGUMENT","message":"x"}}`)}},
+		{name: "undocumented route", method: "GET", path: "/api/nope",
+			r: resp{404, jsonHeader, []byte(`{"error":{"code":"NOT_FOUND","message":"no such endpoint"}}`)}, want: "not found"},
+		{name: "undocumented route, malformed()", method: "GET", path: "/api/nope", malformed: true,
+			r: resp{404, jsonHeader, []byte(`{"error":{"code":"NOT_FOUND","message":"no such endpoint"}}`)}},
+		{name: "undocumented route answering 200", method: "GET", path: "/api/nope", malformed: true,
+			r: resp{200, jsonHeader, []byte(`{"page":1}`)}, want: "not the error envelope"},
+		{name: "notAPI on a documented path", method: "GET", path: "/api/products/1", notAPI: true,
+			r: resp{200, jsonHeader, []byte(product)}, want: "marked notAPI"},
+	} {
+		rec := &errRecorder{TB: t}
+		hdr := http.Header{}
+		if tc.body != nil {
+			hdr.Set("Content-Type", "application/json")
+		}
+		checkContract(rec, tc.method, tc.path, hdr, tc.body, tc.malformed, tc.notAPI, tc.r)
+		got := strings.Join(rec.errs, "\n")
+		switch {
+		case tc.want == "" && got != "":
+			t.Errorf("%s: unexpected contract errors:\n%s", tc.name, got)
+		case tc.want != "" && !strings.Contains(got, tc.want):
+			t.Errorf("%s: errors %q do not contain %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkContractCheck is the cost the contract check adds to one
+// exchange of doHTTP (request and response validated): an order's 202.
+func BenchmarkContractCheck(b *testing.B) {
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	body := []byte(`{"productId":1,"quantity":1,"requestId":"r1"}`)
+	r := resp{status: 202, header: http.Header{"Content-Type": {"application/json"}, "Location": {"/api/orders/0386168566532886528001"}},
+		body: []byte(`{"orderNo":"0386168566532886528001","requestId":"r1","status":"PROCESSING"}`)}
+	contractValidator(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		checkContract(b, "POST", "/api/orders", hdr, body, false, false, r)
+	}
+}
+
+// Every error code the gateway declares (a Code* string constant of this
+// package) is in the document's ErrorCode enum, and the enum has no other.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	fset := gotoken.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != gotoken.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
+						continue
+					}
+					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == gotoken.STRING {
+						code, _ := strconv.Unquote(lit.Value)
+						declared[code] = true
+					}
+				}
+			}
+		}
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				ErrorCode struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"ErrorCode"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, c := range doc.Components.Schemas.ErrorCode.Enum {
+		documented[c] = true
+		if !declared[c] {
+			t.Errorf("ErrorCode %s is documented but no gateway constant declares it", c)
+		}
+	}
+	for c := range declared {
+		if !documented[c] {
+			t.Errorf("error code %s is declared in the gateway but not in the ErrorCode enum of api/openapi.yaml", c)
+		}
+	}
+	if len(declared) < 20 {
+		t.Fatalf("found only %d Code* constants: %v", len(declared), declared)
 	}
 }
