@@ -278,3 +278,50 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeBodyAll: the collecting decoder never panics and agrees with
+// decodeBody: a body decodeBody accepts gives no problem and the same
+// values; a body it refuses gives at least one problem (or the same fatal
+// error).
+func FuzzDecodeBodyAll(f *testing.F) {
+	for _, seed := range []string{
+		`{"n":1,"s":"a","at":"2026-01-02T03:04:05Z"}`, `{"n":1.5,"x":{"a":[1,"}"]},"s":"ok","N":2,"at":"soon"}`,
+		`{"n":1,"s":"a","at":null}`, `{"x":[[[[`, `{"n":"\u0031"}`, `{}`, `[]`, `{"s":"a\"b","n":-0}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		type vals struct {
+			n, m  int64
+			s     string
+			at    time.Time
+			isNil bool
+		}
+		decode := func(all *[]fieldError) (vals, *apiError) {
+			var v vals
+			var set bool
+			fields := []field{intField("n", &v.n), optional(intField("m", &v.m), nil), stringField("s", &v.s),
+				nullable(timeField("at", &v.at), &set, &v.isNil)}
+			if all == nil {
+				return v, decodeBody(body, 4096, fields)
+			}
+			return v, decodeBodyAll(body, 4096, fields, all)
+		}
+		one, err1 := decode(nil)
+		var errs []fieldError
+		every, errAll := decode(&errs)
+		switch {
+		case err1 == nil && (errAll != nil || len(errs) > 0):
+			t.Fatalf("decodeBody accepts %q, decodeBodyAll finds %v %+v", body, errAll, errs)
+		case err1 == nil && (one.n != every.n || one.m != every.m || one.s != every.s || !one.at.Equal(every.at) || one.isNil != every.isNil):
+			t.Fatalf("%q: values differ %+v vs %+v", body, one, every)
+		case err1 != nil && errAll == nil && len(errs) == 0:
+			t.Fatalf("decodeBody refuses %q (%v), decodeBodyAll finds nothing", body, err1)
+		}
+		for _, e := range errs {
+			if e.Message == "" { // Field may be "": a member named ""
+				t.Fatalf("%q: empty problem %+v", body, e)
+			}
+		}
+	})
+}

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	gotoken "go/token"
 	"io"
 	"math"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -365,5 +369,70 @@ func BenchmarkContractCheck(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		checkContract(b, "POST", "/api/orders", hdr, body, false, false, r)
+	}
+}
+
+// Every error code the gateway declares (a Code* string constant of this
+// package) is in the document's ErrorCode enum, and the enum has no other.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	fset := gotoken.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != gotoken.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
+						continue
+					}
+					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == gotoken.STRING {
+						code, _ := strconv.Unquote(lit.Value)
+						declared[code] = true
+					}
+				}
+			}
+		}
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				ErrorCode struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"ErrorCode"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, c := range doc.Components.Schemas.ErrorCode.Enum {
+		documented[c] = true
+		if !declared[c] {
+			t.Errorf("ErrorCode %s is documented but no gateway constant declares it", c)
+		}
+	}
+	for c := range declared {
+		if !documented[c] {
+			t.Errorf("error code %s is declared in the gateway but not in the ErrorCode enum of api/openapi.yaml", c)
+		}
+	}
+	if len(declared) < 20 {
+		t.Fatalf("found only %d Code* constants: %v", len(declared), declared)
 	}
 }
