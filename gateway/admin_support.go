@@ -24,12 +24,18 @@ const (
 	supportMaxLimit     = 200
 )
 
-// adminOrderJSON is an order as support sees it: the buyer's shape
-// (orderJSON) plus the buyer, and on the single-order read its history.
+// adminOrderJSON is an order as support sees it in the search: the buyer's
+// shape (orderJSON) plus the buyer.
 type adminOrderJSON struct {
 	orderJSON
-	UserID  int64          `json:"userId"`
-	History []historyEntry `json:"history,omitempty"`
+	UserID int64 `json:"userId"`
+}
+
+// adminOrderHistoryJSON is the single-order read: adminOrderJSON plus its
+// history, always present ([] while the order is only in Redis).
+type adminOrderHistoryJSON struct {
+	adminOrderJSON
+	History []historyEntry `json:"history"`
 }
 
 // historyEntry is one status an order took (persistence.OrderHistory).
@@ -168,7 +174,7 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		case perr != nil:
 			err = perr
 		case owner != 0:
-			s.writeJSON(ctx, fasthttp.StatusOK, adminOrderJSON{orderJSON: p, UserID: owner, History: []historyEntry{}})
+			s.writeJSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{orderJSON: p, UserID: owner}, []historyEntry{}})
 			return
 		default:
 			// The writer may have stored it between the two reads.
@@ -184,7 +190,7 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	out := adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID, History: make([]historyEntry, 0, len(hist))}
+	out := adminOrderHistoryJSON{adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID}, make([]historyEntry, 0, len(hist))}
 	for _, h := range hist {
 		out.History = append(out.History, historyEntry{Status: h.Status, At: h.At, Event: h.Event})
 	}

@@ -274,8 +274,8 @@ func TestAdminGetOrderHistory(t *testing.T) {
 
 	// Accepted, not yet written: from Redis, PROCESSING, no history yet.
 	pending := e.accepted(5, pid, 1, "h-pending")
-	if h := e.adminOrder(pending); h.Status != order.Processing || h.UserID != 5 || h.OrderNo != pending || len(h.History) != 0 {
-		t.Fatalf("pending: %+v", h)
+	if h := e.adminOrder(pending); h.Status != order.Processing || h.UserID != 5 || h.OrderNo != pending || h.History == nil || len(h.History) != 0 {
+		t.Fatalf("pending: %+v (want history [], present)", h)
 	}
 	e.record(pending)
 	if h := e.adminOrder(pending); h.Status != order.Processing || h.statuses() != "PROCESSING/ORDER_CREATED" {
