@@ -11,7 +11,7 @@ services:
 	bash scripts/services.sh
 
 build:
-	$(GO) build -o bin/stampede ./cmd/stampede
+	$(GO) build -buildvcs=auto -o bin/stampede ./cmd/stampede
 
 migrate: services build
 	bin/stampede migrate

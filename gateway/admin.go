@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -28,44 +29,53 @@ const (
 
 // createProduct is POST /api/admin/products
 //
-//	{"name", "price", "stock", "saleStart", "saleEnd", "perUserLimit",
-//	 "shards" (optional, 1…16, default 1: see lua/shards.go), "maxPerOrder" (optional, default
-//	 min(perUserLimit or 10, 10)), "imageUrl" (optional: an absolute http or
-//	 https URL of at most 2048 bytes), "description" (optional: at most 2000
-//	 characters of text)}
+//	{"name", "price", "stock" (required), "saleStart" (optional, default now),
+//	 "saleEnd" (optional: absent or null = open until sold out), "perUserLimit"
+//	 (optional, default 0 = no limit), "shards" (optional, 1…16, default 1: see
+//	 lua/shards.go), "maxPerOrder" (optional, default min(perUserLimit or 10,
+//	 10)), "imageUrl" (optional: an absolute http or https URL of at most 2048
+//	 bytes), "description" (optional: at most 2000 characters of text),
+//	 "waitingRoom" (optional bool)}
 //
-// It stores the product and its stock row in MySQL, then loads each stock
-// shard into Redis with its share of the stock (split evenly, the remainder
-// to the first shards) and registers the shard's intake stream for the
-// writers. 201 product; 400; 401; 403. If Redis fails after MySQL stored the
-// product the answer is 503 and the product exists unloaded: the sweeper's
-// reconcile reports it, and a retry of the load is safe (load.lua never
-// overwrites available).
-func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+// It stores the product and its stock row in MySQL (with an admin_audit
+// entry "create"), then loads each stock shard into Redis with its share of
+// the stock (split evenly, the remainder to the first shards) and registers
+// the shard's intake stream for the writers. 201 product with Location:
+// /api/products/{id}; 400 INVALID_ARGUMENT with details listing every
+// problem of the body (a sale whose saleEnd is not in the future is one);
+// 413 PAYLOAD_TOO_LARGE over 16 KiB; 401; 403. If Redis fails after MySQL
+// stored the product the answer is 503 and the product exists unloaded: the
+// sweeper's reconcile reports it, and a retry of the load is safe (load.lua
+// never overwrites available).
+func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	var (
 		p                    persistence.Product
 		stock, limit, shards int64
 		maxPer               int64
+		hasStart, hasEnd     bool
 		hasShards, hasMax    bool
-		room, hasRoom        bool
+		room                 bool
+		endNull              bool
 	)
 	fields := [...]field{
 		stringField("name", &p.Name),
 		intField("price", &p.Price),
 		intField("stock", &stock),
-		timeField("saleStart", &p.SaleStart),
-		timeField("saleEnd", &p.SaleEnd),
-		intField("perUserLimit", &limit),
+		optional(timeField("saleStart", &p.SaleStart), &hasStart),
+		nullable(timeField("saleEnd", &p.SaleEnd), &hasEnd, &endNull),
+		optional(intField("perUserLimit", &limit), nil),
 		optional(intField("shards", &shards), &hasShards),
 		optional(intField("maxPerOrder", &maxPer), &hasMax),
 		optional(stringField("imageUrl", &p.ImageURL), nil),
 		optional(stringField("description", &p.Description), nil),
-		optional(boolField("waitingRoom", &room), &hasRoom),
+		optional(boolField("waitingRoom", &room), nil),
 	}
-	if err := decodeBody(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:]); err != nil {
+	var errs []fieldError
+	if err := decodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
 		s.fail(ctx, err)
 		return
 	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
 	if !hasShards {
 		shards = 1
 	}
@@ -75,20 +85,29 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 			maxPer = min(limit, defaultMaxPerOrder)
 		}
 	}
+	if !hasStart {
+		p.SaleStart = now
+	}
+	if !hasEnd {
+		p.SaleEnd = persistence.OpenEnd
+	}
 	p.SaleStart = p.SaleStart.UTC().Truncate(time.Millisecond) // DATETIME(3) and unix ms in Redis
 	p.SaleEnd = p.SaleEnd.UTC().Truncate(time.Millisecond)
-	if err := validateProduct(p, stock, limit, shards, maxPer); err != nil {
-		s.fail(ctx, err)
-		return
-	}
-	if room && shards > 1 {
-		s.fail(ctx, errRoomSharded)
-		return
+	if p.SaleEnd.After(persistence.OpenEnd) {
+		p.SaleEnd = persistence.OpenEnd
 	}
 	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
+	errs = mergeFieldErrors(errs, validateProduct(p, now, true))
+	if room && shards > 1 {
+		errs = mergeFieldErrors(errs, []fieldError{{"waitingRoom", errRoomSharded.message}})
+	}
+	if len(errs) > 0 {
+		s.fail(ctx, invalidFields(errs))
+		return
+	}
 
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	p, err := s.store.CreateProduct(sctx, p)
+	p, err := s.store.CreateProductBy(sctx, c.UserID, p)
 	cancel()
 	if err != nil {
 		s.fail(ctx, err)
@@ -107,75 +126,117 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 			return
 		}
 	}
-	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)
+	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room, "adminId", c.UserID)
 	pj := toProductJSON(p, p.Total)
 	pj.WaitingRoom = room
+	ctx.Response.Header.Set("Location", "/api/products/"+strconv.FormatInt(p.ID, 10))
 	s.writeJSON(ctx, fasthttp.StatusCreated, pj)
 }
 
-func validateProduct(p persistence.Product, stock, limit, shards, maxPer int64) error {
-	switch n := utf8.RuneCountInString(p.Name); {
-	case n == 0:
-		return invalidArg("name must not be empty")
-	case n > maxNameChars:
-		return invalidArg("name must be at most %d characters", maxNameChars)
+// mergeFieldErrors appends the problems of more whose field has none in
+// errs yet: a field that could not be decoded is not validated again.
+func mergeFieldErrors(errs, more []fieldError) []fieldError {
+	had := make(map[string]bool, len(errs))
+	for _, e := range errs {
+		had[e.Field] = true
 	}
-	if err := validateMedia(p.ImageURL, p.Description); err != nil {
-		return err
+	for _, e := range more {
+		if !had[e.Field] {
+			errs = append(errs, e)
+		}
 	}
-	switch {
-	case p.Price < 0:
-		return invalidArg("price must not be negative")
-	case stock < 0:
-		return invalidArg("stock must not be negative")
-	case limit < 0 || limit > math.MaxInt32:
-		return invalidArg("perUserLimit must be from 0 (no limit) to %d", math.MaxInt32)
-	case shards < 1 || shards > maxShards:
-		return invalidArg("shards must be from 1 to %d", maxShards)
-	case maxPer < 1 || maxPer > math.MaxInt32:
-		return invalidArg("maxPerOrder must be from 1 to %d", math.MaxInt32)
-	case limit > 0 && maxPer > limit: // such an order could never be accepted
-		return invalidArg("maxPerOrder must not exceed perUserLimit")
-	case p.SaleStart.Year() < 1970 || p.SaleEnd.Year() > 9999:
-		return invalidArg("saleStart and saleEnd must lie between 1970 and 9999")
-	case !p.SaleEnd.After(p.SaleStart):
-		return invalidArg("saleEnd must be after saleStart")
-	}
-	return nil
+	return errs
 }
 
-// validateMedia checks a product's imageUrl and description: the URL absolute
-// http or https with a host, no credentials, printable ASCII (browsers send
-// nothing else; a space or quote would be ambiguous in HTML), at most
-// maxImageURLBytes; the description at most maxDescChars characters without
-// control characters other than newline and tab.
-func validateMedia(imageURL, desc string) error {
-	if imageURL != "" {
-		if len(imageURL) > maxImageURLBytes {
-			return invalidArg("imageUrl must be at most %d bytes", maxImageURLBytes)
-		}
-		for i := 0; i < len(imageURL); i++ {
-			if c := imageURL[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\'' || c == '<' || c == '>' || c == '\\' {
-				return invalidArg("imageUrl must be a URL without spaces, quotes or non-ASCII characters (percent-encode them)")
-			}
-		}
-		u, err := url.Parse(imageURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
-			return invalidArg("imageUrl must be an absolute http:// or https:// URL")
-		}
-		if u.User != nil {
-			return invalidArg("imageUrl must not carry a user name or password")
+// validateProduct lists every problem of p's terms (p.Total is the stock).
+// With future, a sale whose end is not after now is one (creation refuses a
+// sale wholly in the past).
+func validateProduct(p persistence.Product, now time.Time, future bool) []fieldError {
+	var errs []fieldError
+	add := func(f, format string, args ...any) { errs = append(errs, fieldError{f, fmt.Sprintf(format, args...)}) }
+	switch n := utf8.RuneCountInString(p.Name); {
+	case n == 0:
+		add("name", "name must not be empty")
+	case n > maxNameChars:
+		add("name", "name must be at most %d characters", maxNameChars)
+	}
+	if msg := validateImageURL(p.ImageURL); msg != "" {
+		add("imageUrl", "%s", msg)
+	}
+	if msg := validateDescription(p.Description); msg != "" {
+		add("description", "%s", msg)
+	}
+	if p.Price < 0 {
+		add("price", "price must not be negative")
+	}
+	if p.Total < 0 {
+		add("stock", "stock must not be negative")
+	}
+	limitOK := p.PerUserLimit >= 0 && p.PerUserLimit <= math.MaxInt32
+	if !limitOK {
+		add("perUserLimit", "perUserLimit must be from 0 (no limit) to %d", math.MaxInt32)
+	}
+	if p.Shards < 1 || p.Shards > maxShards {
+		add("shards", "shards must be from 1 to %d", maxShards)
+	}
+	switch {
+	case p.MaxPerOrder < 1 || p.MaxPerOrder > math.MaxInt32:
+		add("maxPerOrder", "maxPerOrder must be from 1 to %d", math.MaxInt32)
+	case limitOK && p.PerUserLimit > 0 && p.MaxPerOrder > p.PerUserLimit: // such an order could never be accepted
+		add("maxPerOrder", "maxPerOrder (%d) must not exceed perUserLimit (%d)", p.MaxPerOrder, p.PerUserLimit)
+	}
+	switch {
+	case p.SaleStart.Year() < 1970 || p.SaleStart.Year() > 9999:
+		add("saleStart", "saleStart must lie between 1970 and 9999")
+	case p.SaleEnd.Year() < 1970:
+		add("saleEnd", "saleEnd must lie between 1970 and 9999")
+	case !p.SaleEnd.After(p.SaleStart):
+		add("saleEnd", "saleEnd must be after saleStart")
+	case future && !p.SaleEnd.After(now):
+		add("saleEnd", "saleEnd must be in the future: the sale would be wholly in the past")
+	}
+	return errs
+}
+
+// validateImageURL checks a product's imageUrl ("" = none; message "" = ok):
+// absolute http or https with a host, no credentials, printable ASCII
+// (browsers send nothing else; a space or quote would be ambiguous in HTML),
+// at most maxImageURLBytes.
+func validateImageURL(imageURL string) string {
+	if imageURL == "" {
+		return ""
+	}
+	if len(imageURL) > maxImageURLBytes {
+		return fmt.Sprintf("imageUrl must be at most %d bytes", maxImageURLBytes)
+	}
+	for i := 0; i < len(imageURL); i++ {
+		if c := imageURL[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\'' || c == '<' || c == '>' || c == '\\' {
+			return "imageUrl must be a URL without spaces, quotes or non-ASCII characters (percent-encode them)"
 		}
 	}
+	u, err := url.Parse(imageURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return "imageUrl must be an absolute http:// or https:// URL"
+	}
+	if u.User != nil {
+		return "imageUrl must not carry a user name or password"
+	}
+	return ""
+}
+
+// validateDescription checks a product's description (message "" = ok): at
+// most maxDescChars characters without control characters other than
+// newline and tab.
+func validateDescription(desc string) string {
 	if n := utf8.RuneCountInString(desc); n > maxDescChars {
-		return invalidArg("description must be at most %d characters", maxDescChars)
+		return fmt.Sprintf("description must be at most %d characters", maxDescChars)
 	}
 	for _, r := range desc {
 		if (r < ' ' && r != '\n' && r != '\t') || r == 0x7f {
-			return invalidArg("description must be plain text (no control characters)")
+			return "description must be plain text (no control characters)"
 		}
 	}
-	return nil
+	return ""
 }
 
 // loadProduct creates the Redis stock hash of every shard of p and registers

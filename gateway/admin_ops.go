@@ -148,7 +148,7 @@ type adjustJSON struct {
 // fails after the MySQL commit the answer is 503: sending the same request
 // again is safe and completes the Redis half (the MySQL half is then a no-op);
 // otherwise the sweeper applies it (pipeline.RepairAdjustments).
-func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, err := strconv.ParseInt(ctx.UserValue("id").(string), 10, 64)
 	if err != nil || pid <= 0 {
 		s.fail(ctx, errProductNotFound)
@@ -180,7 +180,7 @@ func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	res, err := s.store.AdjustStock(sctx, pid, repairNo, delta, reason)
+	res, err := s.store.AdjustStockBy(sctx, c.UserID, pid, repairNo, delta, reason)
 	cancel()
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):

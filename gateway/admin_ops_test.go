@@ -14,26 +14,42 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
 )
 
-// fakeOps records the admin operations it was asked for.
+// fakeOps records the admin operations it was asked for. It answers with
+// the pipeline's own report types (what pipeline.Ops answers), so the
+// contract check of doHTTP holds them to api/openapi.yaml.
 type fakeOps struct {
 	replayed []string
 	all      bool
+	limit    int
 }
 
 func (f *fakeOps) Reconcile(context.Context) (any, bool, error) {
-	return map[string]any{"ok": true, "products": []any{}}, true, nil
+	check := pipeline.Check{Name: "1 stock never negative", OK: true, Detail: "redis 3, mysql 3"}
+	return pipeline.Report{
+		At: time.Now().UTC(), Outbox: map[string]int64{"SENT": 4}, OutboxOldest: 0, OutboxPending: 0,
+		Products: []pipeline.ProductAudit{{ProductID: 1, Name: "Flash widget", Total: 5, RedisAvailable: 3,
+			RedisShards: []int64{3}, MySQL: persistence.Stock{ProductID: 1, Available: 3, Locked: 1, Sold: 1, Version: 3},
+			Orders: map[order.Status][2]int64{order.WaitingPay: {1, 1}, order.Paid: {1, 1}},
+			Checks: []pipeline.Check{check}}},
+		Checks: []pipeline.Check{check}, OK: true,
+	}, true, nil
 }
 
 func (f *fakeOps) DLQ(_ context.Context, limit int) (any, error) {
-	return map[string]any{"depth": 1, "limit": limit}, nil
+	f.limit = limit
+	return pipeline.DLQReport{Depth: 1, Messages: []pipeline.DLQMessage{{EventID: "e-1", Type: "ORDER_CREATED",
+		Queue: "order.created", Reason: "rejected", Attempts: 3, Body: "{}", Published: time.Now().UTC(), OutboxStatus: "SENT"}},
+		DeadOutbox: []persistence.DeadOutboxRow{}}, nil
 }
 
 func (f *fakeOps) ReplayDLQ(_ context.Context, ids []string, all, _ bool) (any, error) {
 	f.replayed, f.all = ids, all
-	return map[string]any{"replayed": ids}, nil
+	return pipeline.ReplayResult{Replayed: ids, Acked: len(ids), Dropped: []string{}, Kept: []string{}, NotFound: []string{}}, nil
 }
 
 func TestAdminOpsEndpoints(t *testing.T) {
@@ -44,16 +60,16 @@ func TestAdminOpsEndpoints(t *testing.T) {
 		{"GET", "/api/admin/reconcile"}, {"GET", "/api/admin/dlq"}, {"POST", "/api/admin/dlq/replay"},
 		{"POST", "/api/admin/products/1/stock"},
 	} {
-		e.do(tc.method, tc.path, "", `{}`).wantError(t, 401, CodeUnauthenticated)
-		e.do(tc.method, tc.path, user, `{}`).wantError(t, 403, CodeForbidden)
+		e.do(tc.method, tc.path, "", malformed(`{}`)).wantError(t, 401, CodeUnauthenticated)
+		e.do(tc.method, tc.path, user, malformed(`{}`)).wantError(t, 403, CodeForbidden)
 	}
 	if r := e.do("GET", "/api/admin/reconcile", admin, nil); r.status != 200 || r.json(t)["ok"] != true {
 		t.Errorf("reconcile: %s", r)
 	}
-	if r := e.do("GET", "/api/admin/dlq?limit=7", admin, nil); r.status != 200 || !strings.Contains(string(r.body), `"limit":7`) {
-		t.Errorf("dlq: %s", r)
+	if r := e.do("GET", "/api/admin/dlq?limit=7", admin, nil); r.status != 200 || ops.limit != 7 || !strings.Contains(string(r.body), `"depth":1`) {
+		t.Errorf("dlq: %s (limit %d)", r, ops.limit)
 	}
-	e.do("GET", "/api/admin/dlq?limit=0", admin, nil).wantError(t, 400, CodeInvalidArgument)
+	e.do("GET", "/api/admin/dlq?limit=0", admin, malformed(nil)).wantError(t, 400, CodeInvalidArgument)
 	if r := e.do("POST", "/api/admin/dlq/replay", admin, `{"eventIds":["a","b"]}`); r.status != 200 || len(ops.replayed) != 2 {
 		t.Errorf("replay: %s %v", r, ops.replayed)
 	}
@@ -61,7 +77,7 @@ func TestAdminOpsEndpoints(t *testing.T) {
 		t.Errorf("replay all: %s", r)
 	}
 	for _, body := range []string{`{}`, `{"all":true,"eventIds":["a"]}`, `{"all":false}`, `{"eventIds":[]}`, `{"x":1}`, `[`} {
-		e.do("POST", "/api/admin/dlq/replay", admin, body).wantError(t, 400, CodeInvalidArgument)
+		e.do("POST", "/api/admin/dlq/replay", admin, malformed(body)).wantError(t, 400, CodeInvalidArgument)
 	}
 }
 
@@ -86,8 +102,8 @@ func TestAdminAdjustStockOncePerRepairNo(t *testing.T) {
 	}
 	e.do("POST", path, admin, `{"delta":6,"repairNo":"R-1"}`).wantError(t, 409, CodeConflict)
 	e.do("POST", path, admin, `{"delta":-100,"repairNo":"R-2"}`).wantError(t, 409, CodeInsufficientStock)
-	e.do("POST", path, admin, `{"delta":0,"repairNo":"R-3"}`).wantError(t, 400, CodeInvalidArgument)
-	e.do("POST", path, admin, `{"delta":1,"repairNo":"bad repair no"}`).wantError(t, 400, CodeInvalidArgument)
+	e.do("POST", path, admin, malformed(`{"delta":0,"repairNo":"R-3"}`)).wantError(t, 400, CodeInvalidArgument)
+	e.do("POST", path, admin, malformed(`{"delta":1,"repairNo":"bad repair no"}`)).wantError(t, 400, CodeInvalidArgument)
 	e.do("POST", "/api/admin/products/999999/stock", admin, `{"delta":1,"repairNo":"R-4"}`).wantError(t, 404, CodeProductNotFound)
 	if r := e.do("POST", path, admin, `{"delta":-3,"repairNo":"R-5"}`); r.status != 200 {
 		t.Fatalf("negative adjust: %s", r)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
 )
@@ -22,7 +23,13 @@ type pulseOps struct {
 
 func (p *pulseOps) Pulse(_ context.Context, ids []int64, window time.Duration) (any, error) {
 	p.ids, p.window = ids, window
-	return map[string]any{"sales": ids}, nil
+	sales := make([]pipeline.SalePulse, len(ids))
+	for i, id := range ids {
+		sales[i] = pipeline.SalePulse{ProductID: id, Accepted: 2, Orders: map[order.Status]int64{order.WaitingPay: 2},
+			LockedOrders: 2, Locked: 2, Available: 8, Units: 10}
+	}
+	return pipeline.Pulse{At: time.Now().UTC(), Sales: sales,
+		Latency: pipeline.LatencySummary{WindowSeconds: window.Seconds(), Samples: 2, P50Ms: 3, P95Ms: 4, MaxMs: 4}}, nil
 }
 
 // GET /api/admin/pulse is admin only, validates its query, and by default
@@ -61,7 +68,7 @@ func TestAdminPulse(t *testing.T) {
 		t.Fatalf("explicit read: %s %v %v", r, ops.ids, ops.window)
 	}
 	for _, q := range []string{"window=0", "window=301", "window=x", "products=", "products=1,,2", "products=-1", "products=a"} {
-		e.do("GET", "/api/admin/pulse?"+q, admin, nil).wantError(t, 400, CodeInvalidArgument)
+		e.do("GET", "/api/admin/pulse?"+q, admin, malformed(nil)).wantError(t, 400, CodeInvalidArgument)
 	}
 	many := "1"
 	for i := 2; i <= 51; i++ {

@@ -26,7 +26,7 @@ func TestAdminCreateProduct(t *testing.T) {
 	}
 	m := r.json(t)
 	id, _ := m["id"].(json.Number).Int64()
-	if id <= 0 || m["available"] != json.Number("100") || m["soldOut"] != false || len(m) != 11 {
+	if id <= 0 || m["available"] != json.Number("100") || m["soldOut"] != false || len(m) != 14 || m["shards"] != json.Number("3") || m["state"] != "live" {
 		t.Fatalf("201 body %s", r.body)
 	}
 	p, err := e.store.GetProduct(ctx, id)
@@ -65,6 +65,8 @@ func TestAdminCreateProductValidation(t *testing.T) {
 	start := time.Now().UTC().Format(time.RFC3339)
 	end := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	good := `"name":"x","price":1,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":0`
+	past2 := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)
+	past1 := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	for _, tc := range []struct{ body, field string }{
 		{`{` + good + `,"shards":0}`, "shards"},
 		{`{` + good + `,"shards":17}`, "shards"},
@@ -79,12 +81,18 @@ func TestAdminCreateProductValidation(t *testing.T) {
 		{`{"name":"x","price":1,"stock":1,"saleStart":"` + end + `","saleEnd":"` + start + `","perUserLimit":0}`, "saleEnd"},
 		{`{"name":"x","price":1,"stock":1,"saleStart":"` + start + `","saleEnd":"` + start + `","perUserLimit":0}`, "saleEnd"},
 		{`{"name":"x","price":1,"stock":1,"saleStart":"tomorrow","saleEnd":"` + end + `","perUserLimit":0}`, "saleStart"},
-		{`{"name":"x","price":1,"stock":1,"saleStart":"` + start + `","perUserLimit":0}`, "saleEnd"},
+		{`{"name":"x","price":1,"stock":1,"saleStart":"` + past2 + `","saleEnd":"` + past1 + `"}`, "saleEnd"}, // wholly in the past
+		{`{"name":"x","price":1,"stock":1,"saleEnd":"` + past1 + `"}`, "saleEnd"},                             // ends before the default start (now)
+		{`{"price":1,"stock":1}`, "name"},
 		{`{"name":"x","price":1.5,"stock":1,"saleStart":"` + start + `","saleEnd":"` + end + `","perUserLimit":0}`, "price"},
 	} {
-		msg := e.do("POST", "/api/admin/products", tok, tc.body).wantError(t, 400, CodeInvalidArgument)
+		r := e.do("POST", "/api/admin/products", tok, malformed(tc.body))
+		msg := r.wantError(t, 400, CodeInvalidArgument)
 		if !strings.Contains(msg, tc.field) {
 			t.Errorf("%s: message %q does not name %s", tc.body, msg, tc.field)
+		}
+		if d := details(t, r); len(d) != 1 || d[0].Field != tc.field || d[0].Message == "" {
+			t.Errorf("%s: details %+v, want one of field %s", tc.body, d, tc.field)
 		}
 	}
 	if ps, _ := e.store.ListProducts(context.Background()); len(ps) != 0 {

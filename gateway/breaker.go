@@ -61,6 +61,7 @@ var scriptOutcomes = []error{
 	lua.ErrDuplicate, lua.ErrKeyReused, lua.ErrNotFound, lua.ErrNotActive, lua.ErrSoldOut,
 	lua.ErrInsufficient, lua.ErrLimitExceeded, lua.ErrBadQuantity, lua.ErrNegativeAdjust, lua.ErrStockCorrupt, redis.Nil,
 	lua.ErrNotReplicated, // WAIT answered: too few replicas in time is not a Redis failure
+	lua.ErrPaused, lua.ErrNotAdmitted, lua.ErrRoomOn,
 }
 
 func isRedisFailure(err error) bool {

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Every request body goes through decodeBody: a strict decoder for the flat
@@ -45,6 +47,7 @@ type field struct {
 	t        *time.Time
 	b        *bool
 	set      *bool // optional fields: true when present and not null
+	null     *bool // nullable fields: true when present as null
 }
 
 // maxFields is the most fields one body may declare (the seen set is a uint32).
@@ -60,6 +63,14 @@ func boolField(name string, p *bool) field      { return field{name: name, kind:
 // they are; a value sets *set to true.
 func optional(f field, set *bool) field {
 	f.optional, f.set = true, set
+	return f
+}
+
+// nullable makes f optional and records an explicit null in *isNull (absent
+// leaves it false): for fields where null means something (saleEnd: none).
+func nullable(f field, set, isNull *bool) field {
+	f = optional(f, set)
+	f.null = isNull
 	return f
 }
 
@@ -82,13 +93,28 @@ func fieldNames(fields []field) string {
 }
 
 // decodeBody decodes body, which must be one JSON object, into fields. It
-// returns a 400 INVALID_ARGUMENT *apiError or nil.
+// returns a 400 INVALID_ARGUMENT *apiError (413 PAYLOAD_TOO_LARGE for a body
+// over maxBytes) or nil: the first problem found.
 func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
+	return decodeFields(body, maxBytes, fields, nil)
+}
+
+// decodeBodyAll is decodeBody reporting every problem of the fields at once:
+// an unknown, duplicate, missing or mistyped field is added to *errs (its
+// value skipped) and decoding goes on. Only a body that is not a readable
+// JSON object (or is over maxBytes) returns an error at once.
+func decodeBodyAll(body []byte, maxBytes int, fields []field, errs *[]fieldError) *apiError {
+	return decodeFields(body, maxBytes, fields, errs)
+}
+
+// decodeFields is decodeBody (all nil: stop at the first problem) and
+// decodeBodyAll (all non-nil: collect the problems of fields into *all).
+func decodeFields(body []byte, maxBytes int, fields []field, all *[]fieldError) *apiError {
 	if len(fields) > maxFields { // a programming error, caught by the tests
 		return &apiError{status: 500, code: CodeInternal, message: "internal error"}
 	}
 	if len(body) > maxBytes {
-		return invalidArg("request body exceeds %d bytes", maxBytes)
+		return tooLarge(maxBytes)
 	}
 	d := decoder{b: body}
 	d.skipSpace()
@@ -112,25 +138,49 @@ func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
 				return d.syntaxAt(keyAt, "malformed field name")
 			}
 			idx := lookup(fields, key)
-			if idx < 0 {
-				return invalidArg("unknown field %s", quoteField(key))
+			var bad *apiError // a problem of this member: its value is skipped
+			var f *field
+			switch {
+			case idx < 0:
+				bad = invalidArg("unknown field %s", quoteField(key))
+			case seen&(1<<idx) != 0:
+				bad = invalidArg("duplicate field %s (field %q is already set)", quoteField(key), fields[idx].label())
+			case string(key) != fields[idx].name:
+				bad = invalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), fields[idx].label())
+			default:
+				f = &fields[idx]
+				seen |= 1 << idx
 			}
-			f := &fields[idx]
-			if seen&(1<<idx) != 0 {
-				return invalidArg("duplicate field %s (field %q is already set)", quoteField(key), f.label())
+			unknown := "" // the member's name when it is not one of fields (an error path)
+			if f == nil {
+				unknown = string(key)
+				if err := report(all, unknown, bad); err != nil {
+					return err
+				}
 			}
-			if string(key) != f.name {
-				return invalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), f.label())
-			}
-			seen |= 1 << idx
 			d.skipSpace()
 			if d.peek() != ':' {
-				return d.syntax("expected ':' after field " + strconv.Quote(f.name))
+				return d.syntax("expected ':' after field " + strconv.Quote(memberName(f, unknown)))
 			}
 			d.pos++
 			d.skipSpace()
-			if err := d.value(f); err != nil {
-				return err
+			valueAt := d.pos
+			if f == nil {
+				if !d.skipValue() {
+					return d.syntaxAt(valueAt, "malformed value of field "+strconv.Quote(unknown))
+				}
+			} else if err := d.value(f); err != nil {
+				if err.status != fasthttp.StatusBadRequest || all == nil {
+					return err
+				}
+				// A value of the wrong kind: note it, skip the value.
+				d.pos = valueAt
+				if !d.skipValue() {
+					return d.syntaxAt(valueAt, "malformed value of field "+strconv.Quote(f.label()))
+				}
+				if err := report(all, f.label(), err); err != nil {
+					return err
+				}
 			}
 			d.skipSpace()
 			if c := d.peek(); c == ',' {
@@ -140,7 +190,7 @@ func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
 				d.pos++
 				break
 			}
-			return d.syntax("expected ',' or '}' after field " + strconv.Quote(f.name))
+			return d.syntax("expected ',' or '}' after field " + strconv.Quote(memberName(f, unknown)))
 		}
 	}
 	d.skipSpace()
@@ -149,10 +199,75 @@ func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
 	}
 	for i := range fields {
 		if !fields[i].optional && seen&(1<<i) == 0 {
-			return invalidArg("missing required field %q", fields[i].label())
+			if err := report(all, fields[i].label(), invalidArg("missing required field %q", fields[i].label())); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// memberName is f's name for a message (a copy: see label), or unknown's
+// when f is nil.
+func memberName(f *field, unknown string) string {
+	if f != nil {
+		return f.label()
+	}
+	return unknown
+}
+
+// report handles a problem e of field name: with all nil the answer (stop
+// at the first problem), else noted in *all (nil: go on).
+func report(all *[]fieldError, name string, e *apiError) *apiError {
+	if all == nil {
+		return e
+	}
+	*all = append(*all, fieldError{Field: name, Message: e.message})
+	return nil
+}
+
+// skipValue moves the cursor past one JSON value (a string, a number, a
+// literal, or a nested array or object, balanced); false if it is not
+// readable. Numbers and literals are taken up to the next delimiter
+// without checking their spelling: the value is being discarded.
+func (d *decoder) skipValue() bool {
+	switch d.peek() {
+	case 0:
+		return false
+	case '"':
+		_, ok := d.str()
+		return ok
+	case '{', '[':
+		depth := 0
+		for d.pos < len(d.b) {
+			switch d.b[d.pos] {
+			case '"':
+				if _, ok := d.str(); !ok {
+					return false
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					d.pos++
+					return true
+				}
+			}
+			d.pos++
+		}
+		return false
+	}
+	start := d.pos
+	for d.pos < len(d.b) {
+		switch d.b[d.pos] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return d.pos > start
+		}
+		d.pos++
+	}
+	return d.pos > start
 }
 
 // lookup finds the field whose name equals key ignoring case, or -1.
@@ -220,6 +335,9 @@ func (d *decoder) value(f *field) *apiError {
 			return invalidArg("%s must be %s, not null", f.label(), f.kind.describe())
 		}
 		d.pos += 4
+		if f.null != nil {
+			*f.null = true
+		}
 		return nil
 	}
 	switch f.kind {

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
@@ -36,8 +38,11 @@ const (
 	CodeRateLimited           = "RATE_LIMITED"
 	CodeInternal              = "INTERNAL"
 	CodeStockCorrupt          = "STOCK_CORRUPT"
-	CodeNotAdmitted           = "NOT_ADMITTED"     // waiting room: no live admission (waitingroom.go)
-	CodeWaitingRoomOff        = "WAITING_ROOM_OFF" // waiting room: the product has none on
+	CodeNotAdmitted           = "NOT_ADMITTED"      // waiting room: no live admission (waitingroom.go)
+	CodeWaitingRoomOff        = "WAITING_ROOM_OFF"  // waiting room: the product has none on
+	CodePayloadTooLarge       = "PAYLOAD_TOO_LARGE" // 413: the request body exceeds the route's limit
+	CodeSalePaused            = "SALE_PAUSED"       // 409: an admin paused the sale (sale_admin.go)
+	CodeSaleStarted           = "SALE_STARTED"      // 409: PATCH of a field that may not change once the sale opened
 )
 
 // apiError is an answer other than success. Handlers return one directly when
@@ -46,7 +51,35 @@ type apiError struct {
 	status     int
 	code       string
 	message    string
-	retryAfter bool // send Retry-After (503s)
+	retryAfter bool         // send Retry-After (503s)
+	details    []fieldError // INVALID_ARGUMENT of several fields: one entry per problem
+}
+
+// fieldError is one entry of an error's details: the body field at fault
+// (its JSON name; "body" for the body as a whole) and what is wrong with it.
+type fieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// invalidFields is the one 400 INVALID_ARGUMENT answering every problem of
+// a body: details lists them, the message joins them. errs must not be empty.
+func invalidFields(errs []fieldError) *apiError {
+	parts := make([]string, len(errs))
+	for i, e := range errs {
+		parts[i] = e.Message
+	}
+	msg := parts[0]
+	if len(parts) > 1 {
+		msg = fmt.Sprintf("%d problems: %s", len(parts), strings.Join(parts, "; "))
+	}
+	return &apiError{status: fasthttp.StatusBadRequest, code: CodeInvalidArgument, message: msg, details: errs}
+}
+
+// tooLarge is the 413 PAYLOAD_TOO_LARGE of a body over limit bytes.
+func tooLarge(limit int) *apiError {
+	return &apiError{status: fasthttp.StatusRequestEntityTooLarge, code: CodePayloadTooLarge,
+		message: fmt.Sprintf("request body exceeds %d bytes", limit)}
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -83,6 +116,7 @@ var errorTable = []struct {
 	{lua.ErrNotFound, 404, CodeProductNotFound, "product not found"},
 	{errProductNotFound, 404, CodeProductNotFound, "product not found"},
 	{lua.ErrNotActive, 409, CodeSaleNotActive, "the sale is not open"},
+	{lua.ErrPaused, 409, CodeSalePaused, "the sale is paused; try again later"},
 	{lua.ErrSoldOut, 409, CodeSoldOut, "sold out"},
 	{lua.ErrInsufficient, 409, CodeInsufficientStock, "not enough stock left for this quantity"},
 	{lua.ErrLimitExceeded, 409, CodePurchaseLimitExceeded, "this purchase would exceed the per-user limit"},
@@ -160,7 +194,28 @@ func (s *Server) failWith(ctx *fasthttp.RequestCtx, err error, orderNo, requestI
 	if e.status == fasthttp.StatusUnauthorized && e.code == CodeUnauthenticated {
 		ctx.Response.Header.Set("WWW-Authenticate", "Bearer")
 	}
+	if len(e.details) > 0 {
+		writeErrorDetails(ctx, e)
+		return
+	}
 	writeError(ctx, e.status, e.code, e.message)
+}
+
+// writeErrorDetails writes an error body with its details (off the hot path).
+func writeErrorDetails(ctx *fasthttp.RequestCtx, e *apiError) {
+	type body struct {
+		Code    string       `json:"code"`
+		Message string       `json:"message"`
+		Details []fieldError `json:"details"`
+	}
+	b, err := json.Marshal(struct {
+		Error body `json:"error"`
+	}{body{e.code, e.message, e.details}})
+	if err != nil { // strings only: cannot happen
+		writeError(ctx, e.status, e.code, e.message)
+		return
+	}
+	writeBody(ctx, e.status, b)
 }
 
 // logFailure logs an unexpected error: warn for 503s, error for 500s.

@@ -42,7 +42,7 @@ func TestLogin(t *testing.T) {
 		`{"userId":0}`, `{"userId":-1}`, `{"userId":1.0}`, `{"userId":"42"}`, `{"userId":9223372036854775808}`,
 		`{"userId":1,"role":"admin"}`, `{}`, `{"userid":1}`,
 	} {
-		r := e.do("POST", "/api/auth/login", "", body)
+		r := e.do("POST", "/api/auth/login", "", malformed(body))
 		msg := r.wantError(t, 400, CodeInvalidArgument)
 		if !strings.Contains(msg, "userId") && !strings.Contains(msg, "role") && !strings.Contains(msg, "userid") {
 			t.Errorf("%s: message %q names no field", body, msg)

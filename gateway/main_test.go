@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -165,21 +164,37 @@ func (e *env) do(method, path, token string, body any, header ...string) resp {
 	return doHTTP(e.t, e.hc, method, path, token, body, header...)
 }
 
+// doHTTP sends one request and checks the exchange against the API contract
+// (openapi_test.go): a request or response that does not match
+// api/openapi.yaml fails the test. Wrap a deliberately bad body in
+// malformed(...) to skip the request's check.
 func doHTTP(t testing.TB, hc *http.Client, method, path, token string, body any, header ...string) resp {
 	t.Helper()
-	var rd io.Reader
+	m, skipRequest := body.(malformedBody)
+	if skipRequest {
+		body = m.body
+	}
+	n, notAPI := body.(notAPIBody)
+	if notAPI {
+		body = n.body
+	}
+	var raw []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		raw = []byte(b)
 	case []byte:
-		rd = bytes.NewReader(b)
+		raw = b
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(j)
+		raw = j
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequest(method, "http://gateway"+path, rd)
 	if err != nil {
@@ -201,7 +216,12 @@ func doHTTP(t testing.TB, hc *http.Client, method, path, token string, body any,
 	if err != nil {
 		t.Errorf("%s %s: read body: %v", method, path, err)
 	}
-	return resp{status: res.StatusCode, header: res.Header, body: b}
+	r := resp{status: res.StatusCode, header: res.Header, body: b}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json") // what a client sends; the gateway does not require it
+	}
+	checkContract(t, method, path, req.Header, raw, skipRequest, notAPI, r)
+	return r
 }
 
 func token(t testing.TB, userID int64) string {

@@ -64,7 +64,7 @@ func TestProductMedia(t *testing.T) {
 		{`,"description":"bell\u0007"`, "description"},
 		{`,"description":5`, "description"},
 	} {
-		msg := e.do("POST", "/api/admin/products", tok, body(tc.extra)).wantError(t, 400, CodeInvalidArgument)
+		msg := e.do("POST", "/api/admin/products", tok, malformed(body(tc.extra))).wantError(t, 400, CodeInvalidArgument)
 		if !strings.Contains(msg, tc.field) {
 			t.Errorf("%.80s: message %q does not name %s", tc.extra, msg, tc.field)
 		}

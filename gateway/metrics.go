@@ -67,6 +67,7 @@ const (
 	ReserveUnavailable  = "unavailable"   // 503: Redis failed or the breaker is open
 	ReserveCorrupt      = "stock_corrupt" // 500 STOCK_CORRUPT: the product's stock data is unusable
 	ReserveNotAdmitted  = "not_admitted"  // 409 NOT_ADMITTED: the waiting room is on and the buyer holds no admission
+	ReservePaused       = "paused"        // 409 SALE_PAUSED: an admin paused the sale
 )
 
 type reserveResult int
@@ -85,13 +86,14 @@ const (
 	resUnavailable
 	resCorrupt
 	resNotAdmitted
+	resPaused
 	numReserveResults
 )
 
 var reserveResultNames = [numReserveResults]string{
 	ReserveAccepted, ReserveDuplicate, ReserveSoldOut, ReserveInsufficient, ReserveLimited, ReserveNotActive,
 	ReserveKeyReused, ReserveNotFound, ReserveInvalid, ReserveRateLimited, ReserveUnavailable, ReserveCorrupt,
-	ReserveNotAdmitted,
+	ReserveNotAdmitted, ReservePaused,
 }
 
 // HTTPBuckets are the bucket bounds of stampede_http_request_duration_seconds:
@@ -192,6 +194,8 @@ func (m *Metrics) reserveOutcome(err error) {
 		r = resCorrupt
 	case errors.Is(err, lua.ErrNotAdmitted):
 		r = resNotAdmitted
+	case errors.Is(err, lua.ErrPaused):
+		r = resPaused
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		r = resUnavailable
 	}

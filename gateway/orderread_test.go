@@ -98,6 +98,6 @@ func TestListOrders(t *testing.T) {
 		t.Fatalf("no orders: %s", r)
 	}
 	for _, q := range []string{"limit=0", "limit=101", "limit=abc", "limit=", "limit=1.5", "cursor=abc", "cursor=-5"} {
-		e.do("GET", "/api/orders?"+q, tok, nil).wantError(t, 400, CodeInvalidArgument)
+		e.do("GET", "/api/orders?"+q, tok, malformed(nil)).wantError(t, 400, CodeInvalidArgument)
 	}
 }

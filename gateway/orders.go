@@ -26,8 +26,9 @@ import (
 // products is two intents, two orders (MySQL's unique key is (user_id,
 // product_id, request_id) too), so neither is ever failed for reuse.
 //
-//	202 {"orderNo", "requestId", "status": "PROCESSING"}  first acceptance
+//	202 {"orderNo", "requestId", "status": "PROCESSING"}  first acceptance, Location: /api/orders/{orderNo}
 //	200 {"orderNo", "requestId", "status"}                replay of the same intent
+//	409 SALE_PAUSED                                       an admin paused the sale
 //	500 STOCK_CORRUPT                                     the product's stock data is unusable
 func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.limiter != nil {
@@ -116,6 +117,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	switch {
 	case err == nil:
 		s.acceptedBuyer(productID, home) // buyers.go
+		ctx.Response.Header.Set("Location", "/api/orders/"+res.OrderNo)
 		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, requestID, order.Processing)
 	case errors.Is(err, lua.ErrDuplicate):
 		s.replay(ctx, res.OrderNo, requestID, res.Status)

@@ -85,12 +85,25 @@ func TestDemoPay(t *testing.T) {
 // callback posts a signed payment callback.
 func (e *env) callback(no, paymentNo string, amount int64, sign func([]byte) string) resp {
 	e.t.Helper()
-	body := []byte(fmt.Sprintf(`{"orderNo":%q,"paymentNo":%q,"amount":%d,"paidAt":%q}`,
+	body, sig := callbackBody(no, paymentNo, amount, sign)
+	return e.do("POST", "/api/payments/callback", "", body, HeaderSignature, sig)
+}
+
+// badCallback is callback for a request outside the contract (a malformed
+// signature or field): the contract check skips the request.
+func (e *env) badCallback(no, paymentNo string, amount int64, sign func([]byte) string) resp {
+	e.t.Helper()
+	body, sig := callbackBody(no, paymentNo, amount, sign)
+	return e.do("POST", "/api/payments/callback", "", malformed(body), HeaderSignature, sig)
+}
+
+func callbackBody(no, paymentNo string, amount int64, sign func([]byte) string) (body []byte, signature string) {
+	body = []byte(fmt.Sprintf(`{"orderNo":%q,"paymentNo":%q,"amount":%d,"paidAt":%q}`,
 		no, paymentNo, amount, time.Now().UTC().Format(time.RFC3339Nano)))
 	if sign == nil {
 		sign = func(b []byte) string { return Sign(testPaySecret, b) }
 	}
-	return e.do("POST", "/api/payments/callback", "", body, HeaderSignature, sign(body))
+	return body, sign(body)
 }
 
 func TestPaymentCallback(t *testing.T) {
@@ -99,10 +112,10 @@ func TestPaymentCallback(t *testing.T) {
 	no := e.waitingPay(1, pid, 2, "cb") // amount 3998
 
 	// Signature: missing, wrong secret, malformed, for another body.
-	e.do("POST", "/api/payments/callback", "", fmt.Sprintf(`{"orderNo":%q,"paymentNo":"p1","amount":3998,"paidAt":"2026-01-01T00:00:00Z"}`, no)).
+	e.do("POST", "/api/payments/callback", "", malformed(fmt.Sprintf(`{"orderNo":%q,"paymentNo":"p1","amount":3998,"paidAt":"2026-01-01T00:00:00Z"}`, no))).
 		wantError(t, 401, CodeBadSignature)
 	e.callback(no, "p1", 3998, func(b []byte) string { return Sign([]byte("wrong"), b) }).wantError(t, 401, CodeBadSignature)
-	e.callback(no, "p1", 3998, func([]byte) string { return "zz" + strings.Repeat("0", 62) }).wantError(t, 401, CodeBadSignature)
+	e.badCallback(no, "p1", 3998, func([]byte) string { return "zz" + strings.Repeat("0", 62) }).wantError(t, 401, CodeBadSignature)
 	e.callback(no, "p1", 3998, func([]byte) string { return Sign(testPaySecret, []byte("{}")) }).wantError(t, 401, CodeBadSignature)
 	// Upper-case hex is the same signature.
 	if r := e.callback(no, "p0", 1, func(b []byte) string { return strings.ToUpper(Sign(testPaySecret, b)) }); r.status != 409 {
@@ -111,11 +124,11 @@ func TestPaymentCallback(t *testing.T) {
 
 	e.callback(no, "p1", 3997, nil).wantError(t, 409, CodeAmountMismatch)
 	e.callback(no[:len(no)-1]+"8", "p1", 3998, nil).wantError(t, 404, CodeNotFound)
-	e.callback("12345", "p1", 3998, nil).wantError(t, 400, CodeInvalidArgument)
-	e.callback(no, "bad payment no", 3998, nil).wantError(t, 400, CodeInvalidArgument)
-	e.callback(no, "p1", -1, nil).wantError(t, 400, CodeInvalidArgument)
+	e.badCallback("12345", "p1", 3998, nil).wantError(t, 400, CodeInvalidArgument)
+	e.badCallback(no, "bad payment no", 3998, nil).wantError(t, 400, CodeInvalidArgument)
+	e.badCallback(no, "p1", -1, nil).wantError(t, 400, CodeInvalidArgument)
 	unsigned := []byte(`{"orderNo":"` + no + `","paymentNo":"p1","amount":3998,"paidAt":"2026-01-01"}`)
-	msg := e.do("POST", "/api/payments/callback", "", unsigned, HeaderSignature, Sign(testPaySecret, unsigned)).wantError(t, 400, CodeInvalidArgument)
+	msg := e.do("POST", "/api/payments/callback", "", malformed(unsigned), HeaderSignature, Sign(testPaySecret, unsigned)).wantError(t, 400, CodeInvalidArgument)
 	if !strings.Contains(msg, "paidAt") {
 		t.Fatalf("message %q", msg)
 	}

@@ -17,30 +17,66 @@ import (
 )
 
 // productJSON is the API shape of a product (SPEC §3). available is the sum
-// of the Redis counts of the product's stock shards.
+// of the Redis counts of the product's stock shards; total is the units the
+// sale started with plus every stock adjustment since (so available ≤ total);
+// saleEnd is null for a sale open until sold out.
 type productJSON struct {
-	ID           int64     `json:"id"`
-	Name         string    `json:"name"`
-	Price        int64     `json:"price"`
-	Total        int64     `json:"total"`
-	Available    int64     `json:"available"`
-	SaleStart    time.Time `json:"saleStart"`
-	SaleEnd      time.Time `json:"saleEnd"`
-	PerUserLimit int64     `json:"perUserLimit"`
-	MaxPerOrder  int64     `json:"maxPerOrder"` // largest quantity of one order
-	SoldOut      bool      `json:"soldOut"`
-	ImageURL     string    `json:"imageUrl,omitempty"`    // absolute http(s) URL; absent = none
-	Description  string    `json:"description,omitempty"` // plain text; absent = none
+	ID           int64      `json:"id"`
+	Name         string     `json:"name"`
+	Price        int64      `json:"price"`
+	Total        int64      `json:"total"`
+	Available    int64      `json:"available"`
+	SaleStart    time.Time  `json:"saleStart"`
+	SaleEnd      *time.Time `json:"saleEnd"`
+	PerUserLimit int64      `json:"perUserLimit"` // 0 = no limit
+	MaxPerOrder  int64      `json:"maxPerOrder"`  // largest quantity of one order
+	Shards       int        `json:"shards"`       // Redis stock shards (lua/shards.go)
+	State        string     `json:"state"`        // saleState
+	Paused       bool       `json:"paused"`       // an admin paused the sale (sale_admin.go)
+	SoldOut      bool       `json:"soldOut"`
+	ImageURL     string     `json:"imageUrl,omitempty"`    // absolute http(s) URL; absent = none
+	Description  string     `json:"description,omitempty"` // plain text; absent = none
 	// WaitingRoom: buyers take a place in line first (waitingroom.go).
 	WaitingRoom bool `json:"waitingRoom"`
 }
 
+// Sale states of the product JSON's state.
+const (
+	StateUpcoming = "upcoming" // before saleStart
+	StateLive     = "live"     // in the window, not paused, stock left
+	StatePaused   = "paused"   // in (or before) the window, paused by an admin
+	StateEnded    = "ended"    // at or after saleEnd (ended by an admin: saleEnd = that time)
+	StateSoldOut  = "soldOut"  // in the window, nothing available
+)
+
+// saleState is p's state at now with available units left: ended first,
+// then paused, upcoming, soldOut, live.
+func saleState(p persistence.Product, available int64, now time.Time) string {
+	switch {
+	case !now.Before(p.SaleEnd):
+		return StateEnded
+	case p.Paused:
+		return StatePaused
+	case now.Before(p.SaleStart):
+		return StateUpcoming
+	case available <= 0:
+		return StateSoldOut
+	}
+	return StateLive
+}
+
 func toProductJSON(p persistence.Product, available int64) productJSON {
-	return productJSON{
-		ID: p.ID, Name: p.Name, Price: p.Price, Total: p.Total, Available: available,
-		SaleStart: p.SaleStart.UTC(), SaleEnd: p.SaleEnd.UTC(), PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder,
+	pj := productJSON{
+		ID: p.ID, Name: p.Name, Price: p.Price, Total: p.Units(), Available: available,
+		SaleStart: p.SaleStart.UTC(), PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder,
+		Shards: max(p.Shards, 1), State: saleState(p, available, time.Now()), Paused: p.Paused,
 		SoldOut: available <= 0, ImageURL: p.ImageURL, Description: p.Description,
 	}
+	if !p.OpenEnded() {
+		end := p.SaleEnd.UTC()
+		pj.SaleEnd = &end
+	}
+	return pj
 }
 
 // listProducts is GET /api/products: every product, oldest first.

@@ -48,7 +48,7 @@ func TestProducts(t *testing.T) {
 	}
 	var fields []map[string]any
 	json.Unmarshal(r.body, &fields)
-	if len(fields[0]) != 11 || !strings.HasSuffix(fields[0]["saleStart"].(string), "Z") {
+	if len(fields[0]) != 14 || fields[0]["state"] != "live" || fields[0]["shards"] != 1.0 || fields[0]["paused"] != false || !strings.HasSuffix(fields[0]["saleStart"].(string), "Z") {
 		t.Fatalf("shape %s", r.body)
 	}
 
@@ -67,8 +67,9 @@ func TestProducts(t *testing.T) {
 	if err := json.Unmarshal(r.body, &one); err != nil || one.Available != 67 {
 		t.Fatalf("get b: %s", r)
 	}
-	for _, id := range []string{"999999", "0", "-1", "abc", "99999999999999999999"} {
-		e.do("GET", "/api/products/"+id, "", nil).wantError(t, 404, CodeProductNotFound)
+	e.do("GET", "/api/products/999999", "", nil).wantError(t, 404, CodeProductNotFound)
+	for _, id := range []string{"0", "-1", "abc", "99999999999999999999"} { // not productIds
+		e.do("GET", "/api/products/"+id, "", malformed(nil)).wantError(t, 404, CodeProductNotFound)
 	}
 }
 

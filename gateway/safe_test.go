@@ -147,7 +147,7 @@ func TestStaticSecurityHeaders(t *testing.T) {
 			t.Fatalf("Host injected into the CSP: %q", csp)
 		}
 		// Still no way out of the client folder.
-		if r := e.do("GET", "/../../etc/passwd", "", nil); strings.Contains(string(r.body), "root:") {
+		if r := e.do("GET", "/../../etc/passwd", "", notAPI(nil)); strings.Contains(string(r.body), "root:") {
 			t.Fatal("path traversal")
 		}
 		// API answers are not sniffed either.
@@ -191,7 +191,7 @@ func TestCSPFitsBuiltClient(t *testing.T) {
 		}
 	}
 	e := newEnv(t, func(c *Config) { c.StaticDir = "../client/dist" })
-	r := e.do("GET", "/", "", nil)
+	r := e.do("GET", "/", "", notAPI(nil))
 	if r.status != 200 || !strings.Contains(r.header.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Fatalf("GET / of the built client: %d %v", r.status, r.header)
 	}

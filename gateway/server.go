@@ -17,6 +17,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
@@ -167,6 +168,7 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/healthz", s.healthz)
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/api/config", s.clientConfig)
+	handle("GET", "/api/openapi.yaml", openAPIDocument)
 	if !s.cfg.DisableDemoLogin { // otherwise the path is unknown: 404
 		handle("POST", "/api/auth/login", s.login)
 	}
@@ -185,11 +187,21 @@ func (s *Server) routes() *router.Router {
 	handle("POST", "/api/products/{id}/queue", s.authed(s.takePlace))
 	handle("POST", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminWaitingRoom))
 	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
+	handle("GET", "/api/admin/products", s.adminOnly(s.adminListProducts))
+	handle("PATCH", "/api/admin/products/{id}", s.adminOnly(s.adminPatchProduct))
+	handle("POST", "/api/admin/products/{id}/pause", s.adminOnly(s.adminPauseProduct))
+	handle("POST", "/api/admin/products/{id}/resume", s.adminOnly(s.adminResumeProduct))
+	handle("POST", "/api/admin/products/{id}/end", s.adminOnly(s.adminEndProduct))
+	handle("GET", "/api/admin/audit", s.adminOnly(s.adminAudit))
 	handle("POST", "/api/admin/products/{id}/stock", s.adminOnly(s.adminAdjustStock))
 	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))
 	handle("GET", "/api/admin/dlq", s.adminOnly(s.adminDLQ))
 	handle("POST", "/api/admin/dlq/replay", s.adminOnly(s.adminReplay))
 	handle("GET", "/api/admin/pulse", s.adminOnly(s.adminPulse))
+	handle("GET", "/api/admin/orders", s.adminOnly(s.adminSearchOrders)) // admin_support.go
+	handle("GET", "/api/admin/orders/{orderNo}", s.adminOnly(s.adminGetOrder))
+	handle("GET", "/api/admin/refunds", s.adminOnly(s.adminRefunds))
+	handle("POST", "/api/admin/payments/{paymentNo}/refund", s.adminOnly(s.adminRefund))
 	return r
 }
 
@@ -278,8 +290,8 @@ func (s *Server) httpServer() *fasthttp.Server {
 		WriteTimeout: s.cfg.WriteTimeout,
 		IdleTimeout:  s.cfg.IdleTimeout,
 		// Bodies up to this size are read and then refused by decodeBody
-		// with a JSON 400 on an intact connection; larger ones are refused
-		// while reading (requestError).
+		// with a JSON 413 on an intact connection; larger ones are refused
+		// while reading (requestError, 413 too).
 		MaxRequestBodySize: max(16*s.cfg.MaxBodyBytes, 64<<10),
 		CloseOnShutdown:    true,
 		Logger:             fasthttpLogger{s.log},
@@ -292,7 +304,7 @@ func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusBadRequest, CodeInvalidArgument,
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
 	case errors.As(err, &small):
 		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidArgument, "request headers are too large")
@@ -333,6 +345,15 @@ func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute
 // healthz answers 200 while the process serves HTTP.
 func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
 	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// openAPIDocument answers GET /api/openapi.yaml: the API's OpenAPI 3.1
+// document (api/openapi.yaml, embedded), 200 application/yaml.
+func openAPIDocument(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("application/yaml")
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
+	ctx.Response.SetBodyRaw(api.OpenAPI())
 }
 
 // fasthttpLogger sends fasthttp's own messages (mostly broken connections)

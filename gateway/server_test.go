@@ -20,19 +20,19 @@ func TestRoutes(t *testing.T) {
 	e := newEnv(t)
 	e.srv.Handle("GET", "/boom", func(*fasthttp.RequestCtx) { panic("test panic") })
 
-	e.do("GET", "/api/nope", "", nil).wantError(t, 404, CodeNotFound)
-	e.do("GET", "/", "", nil).wantError(t, 404, CodeNotFound) // no StaticDir
-	r := e.do("DELETE", "/api/orders", token(t, 1), nil)
+	e.do("GET", "/api/nope", "", malformed(nil)).wantError(t, 404, CodeNotFound)
+	e.do("GET", "/", "", malformed(nil)).wantError(t, 404, CodeNotFound) // no StaticDir
+	r := e.do("DELETE", "/api/orders", token(t, 1), malformed(nil))
 	r.wantError(t, 405, CodeMethodNotAllowed)
 	if allow := r.header.Get("Allow"); !strings.Contains(allow, "GET") || !strings.Contains(allow, "POST") {
 		t.Fatalf("Allow %q", allow)
 	}
-	e.do("GET", "/api/payments/callback", "", nil).wantError(t, 405, CodeMethodNotAllowed)
-	e.do("GET", "/boom", "", nil).wantError(t, 500, CodeInternal)
+	e.do("GET", "/api/payments/callback", "", malformed(nil)).wantError(t, 405, CodeMethodNotAllowed)
+	e.do("GET", "/boom", "", notAPI(nil)).wantError(t, 500, CodeInternal)
 	if r := e.do("GET", "/healthz", "", nil); r.status != 200 || r.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("server still serves after a panic: %s %v", r, r.header)
 	}
-	// fasthttp refuses a body far over the limit while reading; the
+	// fasthttp refuses a body far over the limit while reading (413); the
 	// answer is JSON too.
 	c, err := e.ln.Dial()
 	if err != nil {
@@ -45,7 +45,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 400 || !strings.Contains(string(b), `"INVALID_ARGUMENT"`) || !strings.Contains(string(b), "4096 bytes") {
+	if res.StatusCode != 413 || !strings.Contains(string(b), `"PAYLOAD_TOO_LARGE"`) || !strings.Contains(string(b), "4096 bytes") {
 		t.Fatalf("1 MiB body: %d %s", res.StatusCode, b)
 	}
 }
@@ -58,17 +58,17 @@ func TestStaticClient(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.StaticDir = dir })
 
 	for _, path := range []string{"/", "/orders/123", "/products"} {
-		if r := e.do("GET", path, "", nil); r.status != 200 || !strings.Contains(string(r.body), "id=app") {
+		if r := e.do("GET", path, "", notAPI(nil)); r.status != 200 || !strings.Contains(string(r.body), "id=app") {
 			t.Fatalf("GET %s: %s", path, r)
 		}
 	}
-	if r := e.do("GET", "/assets/app.js", "", nil); r.status != 200 || string(r.body) != "console.log(1)" {
+	if r := e.do("GET", "/assets/app.js", "", notAPI(nil)); r.status != 200 || string(r.body) != "console.log(1)" {
 		t.Fatalf("asset: %s", r)
 	}
-	e.do("GET", "/assets/missing.js", "", nil).wantError(t, 404, CodeNotFound)
-	e.do("GET", "/api/unknown", "", nil).wantError(t, 404, CodeNotFound)
-	e.do("POST", "/somewhere", "", nil).wantError(t, 404, CodeNotFound)
-	if r := e.do("GET", "/../../etc/passwd", "", nil); strings.Contains(string(r.body), "root:") {
+	e.do("GET", "/assets/missing.js", "", malformed(nil)).wantError(t, 404, CodeNotFound)
+	e.do("GET", "/api/unknown", "", malformed(nil)).wantError(t, 404, CodeNotFound)
+	e.do("POST", "/somewhere", "", malformed(nil)).wantError(t, 404, CodeNotFound)
+	if r := e.do("GET", "/../../etc/passwd", "", notAPI(nil)); strings.Contains(string(r.body), "root:") {
 		t.Fatal("path traversal")
 	}
 	if r := e.do("GET", "/healthz", "", nil); r.status != 200 {

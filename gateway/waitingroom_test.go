@@ -130,7 +130,7 @@ func TestWaitingRoomInputsAndToggle(t *testing.T) {
 	e := newEnv(t)
 	bad := roomSale(5)
 	bad["waitingRoom"] = "yes"
-	e.do("POST", "/api/admin/products", token(t, adminID), bad).wantError(t, 400, CodeInvalidArgument)
+	e.do("POST", "/api/admin/products", token(t, adminID), malformed(bad)).wantError(t, 400, CodeInvalidArgument)
 	sharded := roomSale(5)
 	sharded["shards"] = 2
 	e.do("POST", "/api/admin/products", token(t, adminID), sharded).wantError(t, 400, CodeInvalidArgument)
@@ -138,13 +138,13 @@ func TestWaitingRoomInputsAndToggle(t *testing.T) {
 	plain := e.product(openSale(5))
 	e.queue(1, plain).wantError(t, 409, CodeWaitingRoomOff)
 	e.queue(1, 999999).wantError(t, 404, CodeProductNotFound)
-	e.do("POST", "/api/products/x/queue", token(t, 1), nil).wantError(t, 404, CodeProductNotFound)
+	e.do("POST", "/api/products/x/queue", token(t, 1), malformed(nil)).wantError(t, 404, CodeProductNotFound)
 
 	path := fmt.Sprintf("/api/admin/products/%d/waiting-room", plain)
 	e.do("POST", path, token(t, 1), map[string]any{"on": true}).wantError(t, 403, CodeForbidden)
-	e.do("POST", path, token(t, adminID), map[string]any{"on": 1}).wantError(t, 400, CodeInvalidArgument)
-	e.do("POST", path, token(t, adminID), map[string]any{"on": true, "windowSeconds": 0}).wantError(t, 400, CodeInvalidArgument)
-	e.do("POST", path, token(t, adminID), map[string]any{"on": true, "ceiling": -1}).wantError(t, 400, CodeInvalidArgument)
+	e.do("POST", path, token(t, adminID), malformed(map[string]any{"on": 1})).wantError(t, 400, CodeInvalidArgument)
+	e.do("POST", path, token(t, adminID), malformed(map[string]any{"on": true, "windowSeconds": 0})).wantError(t, 400, CodeInvalidArgument)
+	e.do("POST", path, token(t, adminID), malformed(map[string]any{"on": true, "ceiling": -1})).wantError(t, 400, CodeInvalidArgument)
 	if r := e.do("POST", path, token(t, adminID), map[string]any{"on": true, "ceiling": 50, "windowSeconds": 30}); r.status != 200 {
 		t.Fatalf("turn on: %s", r)
 	}

@@ -2,7 +2,8 @@
 --
 -- KEYS[1] stock    hash   stampede:{p:<pid>:<shard>}:stock
 --                         fields available, total, price, limit (per user, 0 = none),
---                         maxq (per order), start, end (unix ms)
+--                         maxq (per order), start, end (unix ms), paused ("1" while an admin
+--                         paused the sale: sale.lua writes it to every shard)
 -- KEYS[2] request  string stampede:{p:<pid>:<shard>}:req:<uid>:<requestId> =
 --                         "<orderNo> <quantity>" or "<orderNo> <quantity> <status>": the
 --                         idempotency record of (user, product, requestId); status is the
@@ -53,6 +54,8 @@
 --                   checked after the stock, before the limit; call again with KEYS[7]
 --  11 NOT_ADMITTED  the waiting room is on and the user holds no admission whose deadline
 --                   (KEYS[7]) is in the future
+--  12 PAUSED        inside the sale window, but the stock hash says paused = "1": checked
+--                   after the window, before the stock
 -- Nothing is written unless the code is 0.
 
 local q = tonumber(ARGV[4])
@@ -80,7 +83,7 @@ if seen then
   return {2, no, 0}
 end
 
-local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end', 'room')
+local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end', 'room', 'paused')
 if not s[1] then
   return {3, '', 0}
 end
@@ -99,6 +102,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now < tonumber(s[5]) or now >= tonumber(s[6]) then
   return {4, '', available}
+end
+if s[8] == '1' then
+  return {12, '', available}
 end
 if available <= 0 then
   return {5, '', 0}

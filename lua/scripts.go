@@ -32,6 +32,8 @@ var (
 	nodeReleaseSrc string
 	//go:embed prune.lua
 	pruneSrc string
+	//go:embed sale.lua
+	saleSrc string
 )
 
 // Sentinel errors returned by the script wrappers.
@@ -44,6 +46,7 @@ var (
 	ErrInsufficient   = errors.New("lua: insufficient stock")      // 0 < available < quantity
 	ErrLimitExceeded  = errors.New("lua: purchase limit exceeded") // per-user limit
 	ErrBadQuantity    = errors.New("lua: bad quantity")            // < 1 or > max per order
+	ErrPaused         = errors.New("lua: sale paused")             // an admin paused the sale (sale.lua)
 	ErrNegativeAdjust = errors.New("lua: adjustment below zero")   // adjust would make available < 0
 	// ErrStockCorrupt: the data of one product shard cannot be used — a
 	// numeric field of its stock hash (or a user's counter, or an
@@ -97,6 +100,7 @@ var (
 	xferOutScript = redis.NewScript(transferOutSrc)
 	xferInScript  = redis.NewScript(transferInSrc)
 	statusScript  = redis.NewScript(statusSrc)
+	saleScript    = redis.NewScript(saleSrc)
 	all           = []*redis.Script{reserveScript, releaseScript, loadScript, adjustScript, xferOutScript, xferInScript, statusScript}
 )
 
@@ -144,7 +148,7 @@ type ReserveResult struct {
 
 // Reserve runs reserve.lua for one shard. It returns a nil error when stock
 // was taken; ErrDuplicate or ErrKeyReused with the stored orderNo; ErrNotFound,
-// ErrNotActive, ErrSoldOut, ErrInsufficient, ErrLimitExceeded or ErrBadQuantity
+// ErrNotActive, ErrPaused, ErrSoldOut, ErrInsufficient, ErrLimitExceeded or ErrBadQuantity
 // when nothing was reserved; any other error is Redis's (nothing is known to
 // have been reserved: the caller must not retry with a different orderNo
 // without replaying the same requestId).
@@ -220,6 +224,8 @@ func reserveResult(k Keys, res []any, err error) (ReserveResult, error) {
 		return r, ErrRoomOn
 	case 11:
 		return r, ErrNotAdmitted
+	case 12:
+		return r, ErrPaused
 	case 9:
 		return ReserveResult{}, &CorruptError{Key: k.Tag(), Detail: "field " + no + " is not an integer"}
 	}

@@ -36,6 +36,13 @@ type AdjustResult struct {
 // ErrConflict. ErrNotFound: no such product; ErrNegativeStock: available would
 // go below 0 (nothing written).
 func (s *Store) AdjustStock(ctx context.Context, productID int64, repairNo string, delta int64, reason string) (AdjustResult, error) {
+	return s.AdjustStockBy(ctx, 0, productID, repairNo, delta, reason)
+}
+
+// AdjustStockBy is AdjustStock by admin adminID: with adminID > 0 an applied
+// repair also writes its admin_audit entry (ActionAdjust) in the same
+// transaction; a repeat that changes nothing writes none.
+func (s *Store) AdjustStockBy(ctx context.Context, adminID, productID int64, repairNo string, delta int64, reason string) (AdjustResult, error) {
 	var res AdjustResult
 	if len(reason) > 200 {
 		reason = reason[:200]
@@ -76,6 +83,12 @@ func (s *Store) AdjustStock(ctx context.Context, productID int64, repairNo strin
 		if _, err := tx.ExecContext(ctx, `UPDATE stock SET available = available + ?, version = version + 1, updated_at = NOW(3)
 			WHERE product_id = ?`, delta, productID); err != nil {
 			return err
+		}
+		if adminID > 0 {
+			if err := insertAudit(ctx, tx, adminID, ActionAdjust, productID,
+				map[string]any{"repairNo": repairNo, "delta": delta, "reason": reason}); err != nil {
+				return err
+			}
 		}
 		res.Applied, res.Available = true, avail+delta
 		return nil

@@ -273,10 +273,12 @@ func (s *Store) CloseOrder(ctx context.Context, req CloseRequest) (Order, error)
 	return o, nil
 }
 
-// Payment statuses.
+// Payment statuses (payment.status; the CHECK chk_payment_status of
+// 0008_refunds.sql enumerates them too).
 const (
 	PaymentPaid          = "PAID"
 	PaymentRefundPending = "REFUND_PENDING" // money taken for an order that is not (or no longer) payable
+	PaymentRefunded      = "REFUNDED"       // a REFUND_PENDING payment an operator refunded (Store.Refund)
 )
 
 // Payment is a payment callback.

@@ -3,11 +3,13 @@ package pipeline
 import (
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/metric"
+	"github.com/stampede-sh/stampede/order"
 )
 
 // Metrics are the Prometheus collectors of the writer, relay, consumer and
@@ -42,6 +44,24 @@ import (
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
 //	reconcile_runs_total{result}              ok, failed (some invariant did not hold), error
 //	reconcile_last_run_timestamp_seconds      end of the last reconciliation
+//	refunds_pending                           REFUND_PENDING payments, at the last reconciliation round
+//	refund_oldest_pending_seconds             age of the oldest REFUND_PENDING payment (0: none), same round
+//	sale_units{product,state}                 per active sale, units: available (Σ Redis shards), locked and sold (MySQL stock)
+//	sale_orders{product,status}               per active sale, orders per status (PROCESSING … FAILED, 0 included)
+//
+// The refund and sale series are set by the sweeper that ran the last
+// reconciliation round, from what that round read (Reconcile's report, one
+// more COUNT over payment's (status, created_at) index): no read of their own.
+// A sweeper that skips a round deletes its copies, like the drift's, so a
+// stale value never lingers on an instance that stopped reconciling.
+//
+// Cardinality of sale_*: only active sales carry series — products whose sale
+// has started and had not ended an hour ago (SaleActiveAfterEnd), paused ones
+// included, at most MaxSaleSeries of them (the newest by id). When a product
+// leaves that set (its sale ended over an hour ago, or 50 newer sales
+// started), the next round deletes its series (GaugeVec.DeletePartialMatch on
+// its product label), so at most 50 × 3 sale_units and 50 × 5 sale_orders
+// series exist at any time.
 //
 // RabbitMQ does not report a queue's unacknowledged count over AMQP 0-9-1
 // (only the management API does): consumer_in_flight_messages counts the
@@ -83,7 +103,21 @@ type Metrics struct {
 	reconBacklog   *prometheus.GaugeVec
 	reconRuns      *prometheus.CounterVec
 	reconLastRunAt prometheus.Gauge
+
+	// Label-less vectors: a sweeper that skips a round Resets them away.
+	refundsPending *prometheus.GaugeVec
+	refundOldest   *prometheus.GaugeVec
+	saleUnits      *prometheus.GaugeVec // product, state
+	saleOrders     *prometheus.GaugeVec // product, status
 }
+
+// Bounds of the sale series (see Metrics).
+const (
+	// MaxSaleSeries is the most products that carry sale_* series.
+	MaxSaleSeries = 50
+	// SaleActiveAfterEnd is how long after its end a sale keeps its series.
+	SaleActiveAfterEnd = time.Hour
+)
 
 // Consumer outcomes, the values of stampede_consumer_messages_total{outcome}.
 const (
@@ -251,6 +285,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_reconcile_last_run_timestamp_seconds",
 		Help: "Unix time at which the last reconciliation finished (0: none yet).",
 	}))
+	m.refundsPending = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_refunds_pending",
+		Help: "REFUND_PENDING payments (money taken for orders no longer payable) waiting for an operator's refund (POST /api/admin/payments/{paymentNo}/refund), at the last reconciliation round. Only the sweeper that ran the round reports it.",
+	}, nil))
+	m.refundOldest = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_refund_oldest_pending_seconds",
+		Help: "Seconds since the oldest REFUND_PENDING payment was recorded (0: none), at the last reconciliation round. Only the sweeper that ran the round reports it.",
+	}, nil))
+	m.saleUnits = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_sale_units",
+		Help: "Units of an active sale (started, not ended more than an hour ago; at most 50, the newest) by state: available (Redis, all shards), locked and sold (MySQL stock), at the last reconciliation round. Series of sales that leave the set are deleted.",
+	}, []string{"product", "state"}))
+	m.saleOrders = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_sale_orders",
+		Help: "Orders of an active sale (see stampede_sale_units) by status, at the last reconciliation round. Series of sales that leave the set are deleted.",
+	}, []string{"product", "status"}))
 	return m
 }
 
@@ -277,4 +327,39 @@ func (m *Metrics) setDrift(productID, drift, backlog int64) {
 	p := strconv.FormatInt(productID, 10)
 	m.drift.WithLabelValues(p).Set(float64(drift))
 	m.reconBacklog.WithLabelValues(p).Set(float64(backlog))
+}
+
+// setRefunds exports the refund queue's size and the age of its oldest entry.
+func (m *Metrics) setRefunds(pending int64, oldest time.Duration) {
+	m.refundsPending.WithLabelValues().Set(float64(pending))
+	m.refundOldest.WithLabelValues().Set(oldest.Seconds())
+}
+
+// setSale exports one active sale's units and orders per status.
+func (m *Metrics) setSale(productID, available, locked, sold int64, orders map[order.Status]int64) {
+	p := strconv.FormatInt(productID, 10)
+	m.saleUnits.WithLabelValues(p, "available").Set(float64(available))
+	m.saleUnits.WithLabelValues(p, "locked").Set(float64(locked))
+	m.saleUnits.WithLabelValues(p, "sold").Set(float64(sold))
+	for _, st := range order.Statuses {
+		m.saleOrders.WithLabelValues(p, string(st)).Set(float64(orders[st]))
+	}
+}
+
+// dropSale deletes every sale series of productID.
+func (m *Metrics) dropSale(productID int64) {
+	l := prometheus.Labels{"product": strconv.FormatInt(productID, 10)}
+	m.saleUnits.DeletePartialMatch(l)
+	m.saleOrders.DeletePartialMatch(l)
+}
+
+// resetRound deletes the series only the sweeper that runs the reconciliation
+// rounds exports.
+func (m *Metrics) resetRound() {
+	m.drift.Reset()
+	m.reconBacklog.Reset()
+	m.refundsPending.Reset()
+	m.refundOldest.Reset()
+	m.saleUnits.Reset()
+	m.saleOrders.Reset()
 }

@@ -43,6 +43,8 @@ type ProductAudit struct {
 	// other products are audited as usual.
 	Error    string `json:"error,omitempty"`
 	byStatus map[order.Status]persistence.StatusCount
+	// The product's sale window (the sweeper's sale series: activeSales).
+	saleStart, saleEnd time.Time
 }
 
 // Report is the reconciliation of every product plus the outbox.
@@ -110,6 +112,7 @@ func Reconcile(ctx context.Context, rdb redis.UniversalClient, store *persistenc
 			pa = ProductAudit{ProductID: p.ID, Name: p.Name, Total: p.Total, Orders: pa.Orders, Error: err.Error(),
 				Checks: []Check{{Name: "0 product data readable", OK: false, Detail: err.Error()}}}
 		}
+		pa.saleStart, pa.saleEnd = p.SaleStart, p.SaleEnd
 		for _, c := range pa.Checks {
 			rep.OK = rep.OK && c.OK
 		}

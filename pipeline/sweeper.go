@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -142,6 +143,9 @@ type Sweeper struct {
 	// repair in; the product is not scanned again until its drift changes
 	// (reconcile rounds only, one goroutine).
 	unrepaired map[int64]int64
+	// saleShown: the products whose sale series the last round exported
+	// (reconcile rounds only, one goroutine).
+	saleShown map[int64]bool
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -314,10 +318,10 @@ func (s *Sweeper) reconcileLoop(ctx context.Context) {
 func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	skip := func() bool {
 		s.m.sweeperPasses.WithLabelValues("reconcile", "skipped").Inc()
-		// The sweeper that runs the rounds exports the drift; a stale
-		// value here would outlive it.
-		s.m.drift.Reset()
-		s.m.reconBacklog.Reset()
+		// The sweeper that runs the rounds exports the drift, the refund
+		// queue and the sale series; a stale value here would outlive it.
+		s.m.resetRound()
+		s.saleShown = nil
 		return false
 	}
 	fail := func(err error) bool {
@@ -431,8 +435,9 @@ func (s *Sweeper) repairLostWrites(ctx context.Context, rep Report) {
 	}
 }
 
-// ReconcileOnce runs one reconciliation, exports its drift and returns its
-// report.
+// ReconcileOnce runs one reconciliation, exports its drift, the sale series
+// of the active sales (exportSales) and the refund queue's gauges, and
+// returns its report.
 func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
 	defer cancel()
@@ -462,5 +467,56 @@ func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 				"redisAvailable", p.RedisAvailable, "total", p.Total, "adjust", p.Adjust)
 		}
 	}
+	s.exportSales(rep, time.Now())
+	if pending, oldest, err := s.store.RefundBacklog(rctx); err != nil {
+		// The last exported values stay: the queue changes only by refunds.
+		if ctx.Err() == nil {
+			s.log.Warn("sweeper: refund backlog not read", "err", err)
+		}
+	} else {
+		s.m.setRefunds(pending, oldest)
+	}
 	return rep, nil
+}
+
+// activeSales picks the products of rep whose sale series are exported: sale
+// started at now and not ended more than SaleActiveAfterEnd before it,
+// readable (no audit error), the newest MaxSaleSeries by id.
+func activeSales(rep Report, now time.Time) []ProductAudit {
+	var out []ProductAudit
+	for _, p := range rep.Products {
+		if p.Error == "" && !p.saleStart.After(now) && p.saleEnd.After(now.Add(-SaleActiveAfterEnd)) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b ProductAudit) int { return cmp.Compare(b.ProductID, a.ProductID) })
+	return out[:min(len(out), MaxSaleSeries)]
+}
+
+// exportSales sets the sale series of the active sales of rep (units:
+// Redis available, MySQL locked and sold; orders per status), all read by
+// the reconciliation already, and deletes the series of the products that
+// left the set since the last round. A product the round could not read
+// keeps its last values, like its drift.
+func (s *Sweeper) exportSales(rep Report, now time.Time) {
+	shown := map[int64]bool{}
+	for _, p := range rep.Products {
+		if p.Error != "" && s.saleShown[p.ProductID] {
+			shown[p.ProductID] = true
+		}
+	}
+	for _, p := range activeSales(rep, now) {
+		orders := make(map[order.Status]int64, len(p.byStatus))
+		for st, c := range p.byStatus {
+			orders[st] = c.Orders
+		}
+		s.m.setSale(p.ProductID, p.RedisAvailable, p.MySQL.Locked, p.MySQL.Sold, orders)
+		shown[p.ProductID] = true
+	}
+	for id := range s.saleShown {
+		if !shown[id] {
+			s.m.dropSale(id)
+		}
+	}
+	s.saleShown = shown
 }

@@ -5,7 +5,10 @@
 //      back to the shop;
 //   2. a sale run from the operator console: created with a picture, opened,
 //      its progress (sold / locked / available) moving while a scripted burst
-//      of buyers orders, then paused, resumed and ended;
+//      of buyers orders, then paused (a buyer's Buy meanwhile is refused with
+//      the pause message), resumed, edited and ended; a payment arriving for a
+//      cancelled order waits in the refund queue, opens in the support order
+//      lookup with its history, and is recorded as refunded once;
 //   3. the storefront: live sales first, upcoming with a countdown, ended ones
 //      apart; the quantity picker bounded by maxPerOrder and by what the buyer
 //      may still buy; sold out shown without a reload;
@@ -22,11 +25,13 @@
 //   STAMPEDE_URL           gateway serving client/dist (default http://127.0.0.1:8080)
 //   STAMPEDE_ADMIN_TOKEN   admin bearer token (`stampede token --user 1 --admin`), required
 //   STAMPEDE_PUSH_URL      WebSocket URL of push, if GET /api/config does not give it
+//   STAMPEDE_PAYMENT_SECRET the gateway's payment callback key (default: development mode's)
 //   CHROMIUM               browser binary (default /usr/bin/chromium)
 //   E2E_TIMEOUT_MS         bound on the whole run (default 180000)
 //
 // Screenshots go to client/e2e/artifacts/ (desktop-*.png at 1280×800,
 // phone-*.png at 390×844). Exit status 0 only if every check passed.
+import { createHmac } from 'node:crypto'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -36,6 +41,8 @@ import { chromium } from 'playwright-core'
 const BASE = (process.env.STAMPEDE_URL || 'http://127.0.0.1:8080').replace(/\/$/, '')
 const ADMIN_TOKEN = process.env.STAMPEDE_ADMIN_TOKEN || ''
 const PUSH_URL = process.env.STAMPEDE_PUSH_URL || ''
+// The gateway's payment callback key (development mode's built-in one unless set).
+const PAYMENT_SECRET = process.env.STAMPEDE_PAYMENT_SECRET || 'stampede-dev-payment-secret-change-me'
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium'
 const TIMEOUT_MS = Number(process.env.E2E_TIMEOUT_MS || 180_000)
 const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artifacts')
@@ -82,6 +89,20 @@ async function api(method, p, body, token) {
 }
 
 const login = async (userId) => (await api('POST', '/api/auth/login', { userId })).token
+
+// payCallback sends a payment provider's signed callback (POST
+// /api/payments/callback, HMAC-SHA256 of the body in X-Signature).
+async function payCallback(payment) {
+  const body = JSON.stringify(payment)
+  const res = await fetch(`${BASE}/api/payments/callback`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'X-Signature': createHmac('sha256', PAYMENT_SECRET).update(body).digest('hex') },
+    body,
+    signal: AbortSignal.timeout(10_000),
+  })
+  const text = await res.text()
+  return { status: res.status, data: text ? JSON.parse(text) : null }
+}
 const iso = (ms) => new Date(ms).toISOString()
 
 async function waitReady() {
@@ -127,7 +148,11 @@ async function main() {
   page.on('dialog', (d) => d.accept())
   page.setDefaultTimeout(20_000)
   if (PUSH_URL) await page.addInitScript((u) => localStorage.setItem('stampede.pushUrl', u), PUSH_URL)
-  const shot = (name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true })
+  // From the top: the sticky header then sits where it belongs in a full-page shot.
+  const shot = async (name) => {
+    await page.evaluate(() => window.scrollTo(0, 0))
+    await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true })
+  }
   // shots takes the page at desktop and at phone width and checks that the
   // phone layout does not scroll sideways.
   const shots = async (name, ready = async () => {}) => {
@@ -219,7 +244,7 @@ async function main() {
         ids.map(async (u) => {
           const token = await login(u)
           const r = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `burst-${u}` }, token)
-          return { ...r, token }
+          return { ...r, token, userId: u }
         }),
       )
       burst.push(...res)
@@ -254,8 +279,11 @@ async function main() {
       'the console showed the progress move without a reload (sold 5, locked 35, available 20)',
       totals.join(' → '),
     )
-    // The charts: accepted orders per second rose above zero during the
-    // burst, and the accepted → WAITING_PAY latency was measured.
+    await shots('console-sales')
+    // The charts (Pipeline tab): accepted orders per second rose above zero
+    // during the burst, and the accepted → WAITING_PAY latency was measured.
+    await page.click('[data-testid=tab-pipeline]')
+    await page.locator('[data-testid=panel-orders] svg').waitFor()
     const rose = await page.evaluate(() => {
       const d = document.querySelector('[data-testid=panel-orders] path[data-series="orders:PROCESSING"]')?.getAttribute('d') ?? ''
       return [...d.matchAll(/[ML][\d.]+ ([\d.]+)/g)].some((m) => Number(m[1]) < 179)
@@ -263,25 +291,175 @@ async function main() {
     check(rose, 'the orders-per-second chart shows the burst')
     const p95 = await text('[data-testid=panel-latency] [data-series="latency:p95"] strong')
     check(/^[\d.]+ ms$/.test(p95), 'the console shows the accepted → WAITING_PAY latency', `p95 ${p95}`)
-    await shots('console', () => page.locator('[data-testid=panel-backlog] svg').waitFor())
+    await shots('console-pipeline', () => page.locator('[data-testid=panel-backlog] svg').waitFor())
+    await page.click('[data-testid=tab-sales]')
+    await row.waitFor()
 
-    // Pause, resume, end.
-    const hasControls = (await row.locator('[data-testid=pause]').count()) > 0
-    // TODO(issue 14): required once the operator API is on main.
-    if (!hasControls) console.log('  - SKIPPED pause/resume/end: no operator API on this gateway')
-    if (hasControls) {
-    await row.locator('[data-testid=pause]').click()
-    await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'paused', sale.id)
-    const refused = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `paused-${RUN}` }, buyerToken)
-    check(refused.status === 409, 'paused: the gateway refuses orders', `${refused.status} ${refused.data?.error?.code}`)
-    await row.locator('[data-testid=resume]').click()
-    await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'live', sale.id)
-    check(true, 'resumed: live again')
-    await row.locator('[data-testid=end]').click()
-    await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'ended', sale.id)
-    const afterEnd = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `ended-${RUN}` }, buyerToken)
-    check(afterEnd.status === 409, 'ended: the gateway refuses orders', `${afterEnd.status} ${afterEnd.data?.error?.code}`)
+    // A payment that arrives after its order closed: the buyer cancels a
+    // WAITING_PAY order, then the provider's callback comes (REFUND_PENDING).
+    const late = accepted[5]
+    for (let i = 0; ; i++) {
+      const o = await call('GET', `/api/orders/${late.data.orderNo}`, undefined, late.token)
+      if (o.data?.status === 'WAITING_PAY') break
+      if (i > 40) throw new Error(`order ${late.data.orderNo} not WAITING_PAY: ${JSON.stringify(o.data)}`)
+      await sleep(250)
     }
+    const lateOrder = await api('POST', `/api/orders/${late.data.orderNo}/cancel`, undefined, late.token)
+    const latePaymentNo = `late-${RUN.replace(/:/g, '')}-${late.data.orderNo.slice(-6)}`
+    const cb = await payCallback({ orderNo: late.data.orderNo, paymentNo: latePaymentNo, amount: lateOrder.amount, paidAt: new Date().toISOString() })
+    check(cb.status === 200 && lateOrder.status === 'CANCELLED', 'a payment for a cancelled order is accepted for refund', `${cb.status} ${JSON.stringify(cb.data)}`)
+
+    // Pause, resume, end, edit: the operator API of issue 14.
+    const hasControls = (await row.locator('[data-testid=pause]').count()) > 0
+    if (!hasControls) console.log('  - SKIPPED pause/resume/end/edit: no operator API on this gateway (GET /api/admin/products answered 404/405)')
+    if (hasControls) {
+      // A buyer in a browser of its own, on the product page while it is live.
+      const buyerB = 4_000_000_000 + Math.floor(Math.random() * 1e6)
+      const tokenB = await login(buyerB)
+      const dirB = await mkdtemp(path.join(tmpdir(), 'stampede-e2e-p-'))
+      const ctxB = await chromium.launchPersistentContext(dirB, { executablePath: CHROMIUM, headless: true, viewport: DESKTOP, args: ['--headless', '--no-sandbox', '--disable-gpu'] })
+      try {
+        const pageB = ctxB.pages()[0] ?? (await ctxB.newPage())
+        pageB.setDefaultTimeout(20_000)
+        await pageB.addInitScript(
+          ([t, u, pu]) => {
+            localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u }))
+            if (pu) localStorage.setItem('stampede.pushUrl', pu)
+          },
+          [tokenB, buyerB, PUSH_URL],
+        )
+        await pageB.goto(`${BASE}/products/${sale.id}`)
+        await pageB.waitForFunction(() => !document.querySelector('[data-testid=buy]')?.disabled)
+
+        await row.locator('[data-testid=pause]').click()
+        await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'paused', sale.id)
+        check(true, 'paused from the console')
+        // The state filter (GET /api/admin/products?state=paused): only paused sales, this one among them.
+        const [filtered] = await Promise.all([
+          page.waitForResponse((r) => r.url().includes('/api/admin/products?state=paused')),
+          page.selectOption('[data-testid=sale-filter]', 'paused'),
+        ])
+        const pausedList = (await filtered.json()).products ?? []
+        await page.waitForFunction(() => [...document.querySelectorAll('.sale-row')].every((r) => r.dataset.state === 'paused'))
+        check(
+          filtered.status() === 200 && pausedList.some((p) => p.id === sale.id) && pausedList.every((p) => p.state === 'paused'),
+          'the console filters the sales by state',
+          `${pausedList.length} paused`,
+        )
+        await page.selectOption('[data-testid=sale-filter]', '')
+        // The reserve script refuses within a bounded delay on every gateway.
+        let refused
+        for (let i = 0; i < 20; i++) {
+          // a new buyer each try: an order taken before the pause reached every gateway counts against no one's limit
+          const t = await login(5_000_000_000 + Math.floor(Math.random() * 1e6))
+          refused = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `paused-${RUN}-${i}` }, t)
+          if (refused.status !== 202) break
+          await sleep(250)
+        }
+        check(refused.status === 409 && refused.data?.error?.code === 'SALE_PAUSED', 'paused: the gateway refuses orders', `${refused.status} ${refused.data?.error?.code}`)
+        // The buyer's Buy (the page still thought it live, or push told it
+        // already): the page says the sale is paused, calmly.
+        // Push may have told the page already (Buy off, the paused notice);
+        // else the Buy goes out and the gateway's SALE_PAUSED is shown.
+        const clicked = !(await pageB.locator('[data-testid=buy]').isDisabled())
+        if (clicked) await pageB.click('[data-testid=buy]')
+        const msgSel = clicked ? '[data-testid=buy-message]' : '.buy ~ p.warn, p.warn'
+        await pageB.waitForFunction((sel) => /paused/i.test(document.querySelector(sel)?.textContent ?? ''), msgSel, { timeout: 10_000 })
+        const pauseMsg = (await pageB.locator(msgSel).first().textContent()).trim()
+        check(
+          /paused/i.test(pauseMsg) && pageB.url().endsWith(`/products/${sale.id}`),
+          'a buy during the pause is refused with the pause message',
+          `${clicked ? 'Buy sent, refused' : 'Buy off, the page knew'}: ${pauseMsg.slice(0, 70)}`,
+        )
+        await pageB.screenshot({ path: path.join(ARTIFACTS, 'desktop-product-paused.png'), fullPage: true })
+        await pageB.setViewportSize(PHONE)
+        await pageB.screenshot({ path: path.join(ARTIFACTS, 'phone-product-paused.png'), fullPage: true })
+        await shots('console-paused')
+
+        await row.locator('[data-testid=resume]').click()
+        await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'live', sale.id)
+        let again
+        for (let i = 0; i < 20; i++) {
+          again = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `resumed-${RUN}-${i}` }, buyerToken)
+          if (again.status === 202) break
+          await sleep(250)
+        }
+        check(again.status === 202, 'resumed: live again, orders accepted', `${again.status}`)
+
+        // Edit while live: the name and description may change, the price may not.
+        await row.locator('[data-testid=edit]').click()
+        const editor = row.locator('[data-testid=sale-form]')
+        check(await editor.locator('[data-testid=f-price]').isDisabled(), 'an opened sale: the editor locks the price')
+        await editor.locator('[data-testid=f-name]').fill(`${saleName} (numbered)`)
+        await editor.locator('[data-testid=f-description]').fill('Hand-stitched, numbered pair. Last chance.')
+        await shots('console-edit')
+        await editor.locator('[data-testid=f-submit]').click()
+        await row.locator('[data-testid=saved]').waitFor()
+        const edited = await api('GET', `/api/products/${sale.id}`)
+        check(edited.name === `${saleName} (numbered)`, 'edited from the console while live', edited.name)
+        const late409 = await call('PATCH', `/api/admin/products/${sale.id}`, { price: 100 }, ADMIN_TOKEN)
+        check(late409.status === 409 && late409.data?.error?.code === 'SALE_STARTED', 'the price of an opened sale cannot change', `${late409.status} ${late409.data?.error?.code}`)
+
+        await row.locator('[data-testid=end]').click()
+        await page.waitForFunction((id) => document.querySelector(`[data-testid=sale-${id}]`)?.dataset.state === 'ended', sale.id)
+        const afterEnd = await call('POST', '/api/orders', { productId: sale.id, quantity: 1, requestId: `ended-${RUN}` }, buyerToken)
+        check(afterEnd.status === 409, 'ended: the gateway refuses orders', `${afterEnd.status} ${afterEnd.data?.error?.code}`)
+        // The sale's change log: who did what.
+        await row.locator('[data-testid=audit]').click()
+        await page.waitForFunction((id) => document.querySelectorAll(`[data-testid=sale-${id}] tr[data-testid^=audit-]`).length >= 5, sale.id, { timeout: 10_000 })
+        const acts = await row.locator('tr[data-testid^=audit-] td:nth-child(3)').allTextContents()
+        check(['Created', 'Paused', 'Resumed', 'Edited', 'Ended'].every((a) => acts.includes(a)), 'the sale’s change log lists every lifecycle change', acts.join(', '))
+        await shots('console-ended')
+      } finally {
+        await ctxB.close()
+        await rm(dirB, { recursive: true, force: true })
+      }
+    }
+
+    // The refund queue: the late payment waits there; its order opens in
+    // the support lookup with its history; "Record refund" records it.
+    await page.click('[data-testid=tab-refunds]')
+    const refundRow = page.locator(`[data-testid=refund-${latePaymentNo}]`)
+    const hasRefunds = (await page.locator('[data-testid=no-refund-api]').count()) === 0
+    if (!hasRefunds) console.log('  - SKIPPED refund queue and order lookup: no operator API on this gateway')
+    if (hasRefunds) {
+      await refundRow.waitFor({ timeout: 10_000 })
+      check(true, 'the refund queue shows the payment REFUND_PENDING', latePaymentNo)
+      await shots('console-refunds')
+      await refundRow.locator('button.link').click()
+      await page.waitForURL(/tab=orders/)
+      const detail = page.locator('[data-testid=order-detail]')
+      await detail.waitFor()
+      const steps = await detail.locator('[data-testid=order-history] li[data-status]').evaluateAll((els) => els.map((e) => e.dataset.status))
+      check(
+        (await detail.getAttribute('data-status')) === 'CANCELLED' && steps.includes('WAITING_PAY') && steps.at(-1) === 'CANCELLED',
+        'the refund opens its order in the support lookup, with its history',
+        steps.join(' → '),
+      )
+      await page.fill('[data-testid=q-order]', '')
+      await page.fill('[data-testid=q-user]', String(late.userId))
+      await page.selectOption('[data-testid=q-status]', 'CANCELLED')
+      await page.click('[data-testid=q-search]')
+      await page.locator(`[data-testid=found-${late.data.orderNo}]`).waitFor()
+      const found = await page.locator('[data-testid=order-lookup] tbody tr').count()
+      check(found === 1, 'support finds the buyer’s cancelled order by buyer and status', `${found} row(s)`)
+      await shots('console-orders')
+      await page.click('[data-testid=tab-refunds]')
+      await refundRow.locator('[data-testid=record-refund]').click()
+      await refundRow.waitFor({ state: 'detached', timeout: 10_000 })
+      const recorded = (await text('[data-testid=refund-recorded]')) ?? ''
+      const refundNo = recorded.match(/Refund (\S+) recorded/)?.[1]
+      const twice = await call('POST', `/api/admin/payments/${latePaymentNo}/refund`, { refundNo }, ADMIN_TOKEN)
+      const other = await call('POST', `/api/admin/payments/${latePaymentNo}/refund`, { refundNo: `${refundNo}-x` }, ADMIN_TOKEN)
+      check(
+        twice.status === 200 && twice.data?.status === 'REFUNDED' && other.status === 409 && other.data?.error?.code === 'ALREADY_REFUNDED',
+        'the console recorded the refund once (same number again: same answer; another number: refused)',
+        `${refundNo} · ${twice.status} · ${other.status} ${other.data?.error?.code}`,
+      )
+    }
+    await page.click('[data-testid=tab-reconcile]')
+    await page.locator('[data-testid=reconcile-verdict]').waitFor({ timeout: 30_000 })
+    await shots('console-reconcile')
 
     // ---------------------------------------------------------------- 3. the storefront
     const now = Date.now()

@@ -7,8 +7,8 @@
 #
 # Needs Redis, RabbitMQ and MySQL on loopback (`make services`), Go and Node ≥ 20.19.
 # Environment (all optional):
-#   E2E_HTTP_ADDR   gateway address (127.0.0.1:18480)
-#   E2E_PUSH_ADDR   push address    (127.0.0.1:18481)
+#   E2E_HTTP_ADDR   gateway address (127.0.0.1:18480, or the next even port nothing listens on)
+#   E2E_PUSH_ADDR   push address    (127.0.0.1:18481, or the next odd port nothing listens on)
 #   E2E_REDIS_DB    Redis database, flushed first (9)
 #   E2E_NAME        MySQL database and RabbitMQ vhost name (stampede_e2e)
 #   E2E_ROLES       roles to run (the binary's default: all)
@@ -17,8 +17,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
 ART=$ROOT/client/e2e/artifacts
-HTTP_ADDR=${E2E_HTTP_ADDR:-127.0.0.1:18480}
-PUSH_ADDR=${E2E_PUSH_ADDR:-127.0.0.1:18481}
+# listening PORT: whether something on loopback accepts connections on PORT.
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# free_port FROM: FROM, or the next port up that nothing listens on (the
+# machine is shared: another developer's server may hold the default).
+free_port() {
+	local p=$1
+	while listening "$p"; do p=$((p + 2)); done
+	echo "$p"
+}
+if [[ -n ${E2E_HTTP_ADDR:-} ]]; then HTTP_ADDR=$E2E_HTTP_ADDR; else HTTP_ADDR=127.0.0.1:$(free_port 18480); fi
+if [[ -n ${E2E_PUSH_ADDR:-} ]]; then PUSH_ADDR=$E2E_PUSH_ADDR; else PUSH_ADDR=127.0.0.1:$(free_port 18481); fi
 REDIS_DB=${E2E_REDIS_DB:-9}
 NAME=${E2E_NAME:-stampede_e2e}
 mkdir -p "$ART"
@@ -59,6 +68,8 @@ export STAMPEDE_MYSQL_DSN="root@tcp(127.0.0.1:3306)/$NAME?parseTime=true"
 export STAMPEDE_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$NAME"
 export STAMPEDE_PUSH_URL="ws://$PUSH_ADDR/ws"
 export STAMPEDE_URL="http://$HTTP_ADDR"
+# The payment callback key, shared with flow.mjs (it signs a late payment's callback).
+export STAMPEDE_PAYMENT_SECRET=${STAMPEDE_PAYMENT_SECRET:-stampede-e2e-payment-secret-0123456789}
 
 pids=()
 cleanup() {

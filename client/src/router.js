@@ -1,6 +1,5 @@
 import { createRouter, createWebHistory } from 'vue-router'
 import { session } from './lib/session.js'
-import AdminPage from './pages/AdminPage.vue'
 import LoginPage from './pages/LoginPage.vue'
 import OrderPage from './pages/OrderPage.vue'
 import OrdersPage from './pages/OrdersPage.vue'
@@ -15,7 +14,8 @@ export const router = createRouter({
     { path: '/orders', name: 'orders', component: OrdersPage, meta: { auth: true } },
     { path: '/orders/:orderNo(\\d+)', name: 'order', component: OrderPage, props: true, meta: { auth: true } },
     { path: '/login', name: 'login', component: LoginPage },
-    { path: '/admin', name: 'admin', component: AdminPage, meta: { admin: true } },
+    // The console is its own chunk: buyers never download it.
+    { path: '/admin', name: 'admin', component: () => import('./pages/AdminPage.vue'), meta: { admin: true } },
     { path: '/:rest(.*)*', redirect: '/' },
   ],
   scrollBehavior: () => ({ top: 0 }),

@@ -6,6 +6,8 @@ const CODES = [
   'INVALID_ARGUMENT', 'UNAUTHENTICATED', 'FORBIDDEN', 'NOT_FOUND', 'PRODUCT_NOT_FOUND', 'METHOD_NOT_ALLOWED',
   'SALE_NOT_ACTIVE', 'SOLD_OUT', 'INSUFFICIENT_STOCK', 'PURCHASE_LIMIT_EXCEEDED', 'IDEMPOTENCY_KEY_REUSED',
   'INVALID_STATE', 'AMOUNT_MISMATCH', 'BAD_SIGNATURE', 'RATE_LIMITED', 'UNAVAILABLE', 'INTERNAL',
+  // the operator API (issue 14)
+  'SALE_PAUSED', 'SALE_STARTED', 'ALREADY_REFUNDED', 'NOT_REFUNDABLE', 'PAYMENT_NO_REUSED', 'CONFLICT', 'PAYLOAD_TOO_LARGE',
 ]
 
 describe('friendlyMessage', () => {
@@ -19,6 +21,8 @@ describe('friendlyMessage', () => {
   it('mentions Retry-After and the invalid field', () => {
     expect(friendlyMessage(new ApiError('RATE_LIMITED', '', 429, 3))).toContain('in 3 s')
     expect(friendlyMessage(new ApiError('INVALID_ARGUMENT', 'quantity: must be 1..2', 400))).toContain('quantity')
+    const many = new ApiError('INVALID_ARGUMENT', 'invalid', 400, 0, [{ field: 'name', message: 'required' }, { field: 'price', message: 'must be ≥ 0' }])
+    expect(friendlyMessage(many)).toContain('name: required; price: must be ≥ 0')
   })
 
   it('falls back on the HTTP status for unknown codes', () => {

@@ -72,10 +72,35 @@ describe('sale edit', () => {
     const b = { ...p, name: 'Sneaker v2', price: 2999, saleEnd: '2026-12-01T14:00:00.000Z' }
     expect(editBody(b, p, 'upcoming')).toEqual({ name: 'Sneaker v2', price: 2999, saleEnd: '2026-12-01T14:00:00.000Z' })
     expect(editBody(b, p, 'live')).toEqual({ name: 'Sneaker v2', saleEnd: '2026-12-01T14:00:00.000Z' })
+    expect(editBody({ ...b, perUserLimit: 4 }, p, 'paused')).toEqual({ name: 'Sneaker v2', saleEnd: '2026-12-01T14:00:00.000Z', perUserLimit: 4 })
+    // the form's minute precision: the same minute is no change
+    expect(editBody({ ...p, saleEnd: '2026-12-01T13:00:00.000Z' }, { ...p, saleEnd: '2026-12-01T13:00:42.123Z' }, 'live')).toEqual({})
     expect(editBody(b, p, 'ended')).toEqual({ name: 'Sneaker v2' })
     expect(editBody({ ...p }, p, 'upcoming')).toEqual({})
     const cleared = { ...p }
     delete cleared.imageUrl
     expect(editBody({ ...cleared, description: 'New text' }, p, 'live')).toEqual({ imageUrl: '', description: 'New text' })
+  })
+  it('refuses what an opened sale may not do', async () => {
+    const { validateEdit } = await import('../src/lib/saleForm.js')
+    expect(validateEdit({ saleEnd: '2026-12-01T12:30:00.000Z' }, p, 'live')).toMatch(/End sale/)
+    expect(validateEdit({ saleEnd: '2026-12-01T12:30:00.000Z' }, p, 'upcoming')).toBe('')
+    expect(validateEdit({ saleEnd: '2026-12-01T14:00:00.000Z' }, p, 'live')).toBe('')
+    expect(validateEdit({ perUserLimit: 1 }, { ...p, maxPerOrder: 2 }, 'live')).toMatch(/limit per buyer/)
+    expect(validateEdit({ perUserLimit: 0 }, { ...p, maxPerOrder: 2 }, 'live')).toBe('')
+  })
+  it('leaves an empty end out: open until sold out', async () => {
+    const { saleBody, validateSale } = await import('../src/lib/saleForm.js')
+    const b = saleBody({ name: 'x', price: '1.00', perUserLimit: 0, maxPerOrder: 1, saleStart: '2026-12-01T10:00', saleEnd: '', stock: 5, shards: 1 }, 'USD')
+    expect('saleEnd' in b).toBe(false)
+    expect(validateSale(b)).toBe('')
+    const e = saleBody({ name: 'x', price: '1.00', perUserLimit: 0, maxPerOrder: 1, saleStart: '2026-12-01T10:00', saleEnd: '' }, 'USD', true)
+    expect(e.saleEnd).toBe(null)
+    expect(validateSale(e)).toBe('')
+    const { editBody, validateEdit } = await import('../src/lib/saleForm.js')
+    const live = { name: 'x', saleStart: '2026-12-01T10:00:00Z', saleEnd: '2026-12-01T11:00:00Z', perUserLimit: 0, maxPerOrder: 1 }
+    expect(editBody(e, live, 'live')).toEqual({ saleEnd: null })
+    expect(validateEdit({ saleEnd: null }, live, 'live')).toBe('')
+    expect(editBody(e, { ...live, saleEnd: null }, 'live')).toEqual({})
   })
 })

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -41,6 +42,7 @@ func init() {
 		{"reconcile", "print the Redis ⇄ MySQL reconciliation of every product (exit 1 on drift)", runReconcile},
 		{"dlq", "dead letters: `dlq list` shows the dead-letter queue and DEAD outbox rows, `dlq replay --all|--event-id X` re-publishes them through the outbox", runDLQ},
 		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
+		{"version", "print the module version, VCS commit and Go version of this binary", runVersion},
 		{"bench", "run the benchmark scenarios, write bench/results/<date>.{json,md}", runBench},
 		{"bench-scale", "the benchmark against 1 and 2 gateway+writer pairs (separate processes), compared in one report", runBenchScale},
 		{"bench-push", "10,000 WebSocket subscribers on one push process: delivery latency and memory per connection", runBenchPush},
@@ -124,6 +126,7 @@ func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, e
 // the command's extra flags, and a usage text naming each flag's variable.
 func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.FlagSet)) *flag.FlagSet {
 	fs := flag.NewFlagSet("stampede "+name, flag.ContinueOnError)
+	own := map[string]bool{} // the flags extra adds: the command's own
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: stampede %s [flags]\n\n", name)
@@ -132,8 +135,6 @@ func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.
 				fmt.Fprintf(w, "%s.\n\n", strings.ToUpper(c.summary[:1])+c.summary[1:])
 			}
 		}
-		fmt.Fprintln(w, "Flags. A flag overrides the environment variable named in brackets; a default shown")
-		fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). README.md \"Configuration\" has the table.")
 		fs.VisitAll(func(f *flag.Flag) {
 			switch {
 			case secretFlags[f.Name]:
@@ -142,13 +143,54 @@ func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.
 				f.DefValue = maskPassword(f.DefValue)
 			}
 		})
-		fs.PrintDefaults()
+		reads, narrow := commandSettings[name]
+		if !narrow {
+			fmt.Fprintln(w, "Flags. A flag overrides the environment variable named in brackets; a default shown")
+			fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). README.md \"Configuration\" has the table.")
+			fs.PrintDefaults()
+			return
+		}
+		// A command that reads few settings lists its own flags and those.
+		fmt.Fprintln(w, "Flags:")
+		printFlags(w, fs, func(f *flag.Flag) bool { return own[f.Name] })
+		fmt.Fprintln(w, "\nSettings it reads (a flag overrides the environment variable in brackets; secrets are never shown):")
+		printFlags(w, fs, func(f *flag.Flag) bool { return slices.Contains(reads, f.Name) })
 	}
 	cfg.bind(fs, envErrs, defaultMode(name))
 	if extra != nil {
+		before := map[string]bool{}
+		fs.VisitAll(func(f *flag.Flag) { before[f.Name] = true })
 		extra(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if !before[f.Name] {
+				own[f.Name] = true
+			}
+		})
 	}
 	return fs
+}
+
+// commandSettings names the configuration settings (flags of Config.bind)
+// that a command reads, for commands that read only a few: their -h lists
+// their own flags and these instead of every setting. The other settings'
+// flags are still accepted (and ignored), so a shared environment or flag
+// list works for every command.
+var commandSettings = map[string][]string{
+	"token": {"mode", "jwt-secret"},
+}
+
+// printFlags prints the flags of fs that keep selects, as fs.PrintDefaults
+// does (their DefValue as fs has it: masked by the caller).
+func printFlags(w io.Writer, fs *flag.FlagSet, keep func(*flag.Flag) bool) {
+	sub := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	sub.SetOutput(w)
+	fs.VisitAll(func(f *flag.Flag) {
+		if keep(f) {
+			sub.Var(f.Value, f.Name, f.Usage)
+			sub.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	sub.PrintDefaults()
 }
 
 // explicitSettings are the flags of fs given on the command line or through

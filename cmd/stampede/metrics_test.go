@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -36,6 +37,36 @@ const (
 
 const alertsFile = "../../deploy/prometheus/alerts.yml"
 const dashboardFile = "../../deploy/grafana/dashboards/stampede.json"
+const runbookFile = "../../docs/runbook.md"
+
+// runbookAnchors returns the anchors of the runbook's headings as GitHub
+// renders them: lower case, punctuation other than - and _ dropped, spaces
+// as -.
+func runbookAnchors(t *testing.T) map[string]bool {
+	t.Helper()
+	raw, err := os.ReadFile(runbookFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
+}
 
 // scrape is one parsed /metrics answer.
 type scrape map[string]*dto.MetricFamily
@@ -240,6 +271,21 @@ func TestMetricsDuringSale(t *testing.T) {
 		return unsent == 0 && age == 0 && backlog == 0 && drift == 0,
 			fmt.Sprintf("unsent %v, oldest age %v, intake backlog %v, drift %v", unsent, age, backlog, drift)
 	})
+	// The reconciliation round exports the sale's units and orders and the
+	// (empty) refund queue.
+	pl := fmt.Sprint(pid)
+	pipelinetest.WaitFor(t, 20*time.Second, "sale series in /metrics", func() (bool, string) {
+		m := getMetrics(t, base)
+		avail, locked, sold := m.value("stampede_sale_units", "product", pl, "state", "available"),
+			m.value("stampede_sale_units", "product", pl, "state", "locked"), m.value("stampede_sale_units", "product", pl, "state", "sold")
+		waiting := m.value("stampede_sale_orders", "product", pl, "status", "WAITING_PAY")
+		processing := m.value("stampede_sale_orders", "product", pl, "status", "PROCESSING")
+		refunds := m.value("stampede_refunds_pending")
+		return avail == 0 && locked == 40 && sold == 0 && waiting == 40 && processing == 0 && refunds == 0,
+			fmt.Sprintf("units available %v locked %v sold %v, orders WAITING_PAY %v PROCESSING %v, refunds pending %v",
+				avail, locked, sold, waiting, processing, refunds)
+	})
+
 	// 40 created + the WAITING_PAY changes, in one ORDER_STATUS_BATCH row per
 	// order-lock transaction (at least one, at most 40).
 	if sent := idle.value("stampede_outbox_rows", "status", "SENT"); sent < 41 || sent > 80 {
@@ -356,20 +402,14 @@ func exprsOf(t *testing.T, file string) []string {
 	}
 	var out []string
 	if strings.HasSuffix(file, ".json") {
-		var dash struct {
-			Panels []struct {
-				Targets []struct {
-					Expr string `json:"expr"`
-				} `json:"targets"`
-			} `json:"panels"`
-		}
-		if err := json.Unmarshal(raw, &dash); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
+		dash := parseDashboard(t, raw)
 		for _, p := range dash.Panels {
 			for _, tg := range p.Targets {
 				out = append(out, tg.Expr)
 			}
+		}
+		for _, v := range dash.Templating.List {
+			out = append(out, v.Query.Query)
 		}
 		return out
 	}
@@ -402,6 +442,7 @@ func TestAlertRules(t *testing.T) {
 	if len(rules.Groups) == 0 {
 		t.Fatal("alerts.yml has no groups")
 	}
+	anchors := runbookAnchors(t)
 	seen := map[string]bool{}
 	for _, g := range rules.Groups {
 		if g.Name == "" || len(g.Rules) == 0 {
@@ -432,12 +473,35 @@ func TestAlertRules(t *testing.T) {
 			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") {
 				t.Errorf("%s: unbalanced parentheses in %q", r.Alert, r.Expr)
 			}
+			// Every alert links its own section of the runbook.
+			u := r.Annotations["runbook_url"]
+			file, anchor, ok := strings.Cut(u, "#")
+			switch {
+			case u == "":
+				t.Errorf("%s: annotations.runbook_url is required", r.Alert)
+			case !ok || !strings.HasPrefix(u, "https://") || !strings.HasSuffix(file, "/docs/runbook.md"):
+				t.Errorf("%s: runbook_url %q is not https://…/docs/runbook.md#<section>", r.Alert, u)
+			case !anchors[anchor]:
+				t.Errorf("%s: runbook_url anchor #%s is no heading of %s", r.Alert, anchor, runbookFile)
+			case anchor != strings.ToLower(r.Alert):
+				t.Errorf("%s: runbook_url points at #%s, not at the alert's own section", r.Alert, anchor)
+			}
 		}
 	}
 	for _, want := range []string{"StampedeOutboxBacklogOld", "StampedeDeadLetterGrowing", "StampedeConsumerDeadLetters",
-		"StampedeReconcileDrift", "StampedeOrdersStuckProcessing", "StampedeConsumerRetrying"} {
+		"StampedeReconcileDrift", "StampedeOrdersStuckProcessing", "StampedeConsumerRetrying", "StampedeRefundsWaiting"} {
 		if !seen[want] {
 			t.Errorf("alert %s missing", want)
+		}
+	}
+
+	for a := range anchors {
+		found := false
+		for name := range seen {
+			found = found || strings.ToLower(name) == a
+		}
+		if !found && a != "stampede-runbook" {
+			t.Errorf("%s: section #%s belongs to no alert", runbookFile, a)
 		}
 	}
 
@@ -455,8 +519,48 @@ func TestAlertRules(t *testing.T) {
 	})
 }
 
+// dashboard is the part of the Grafana dashboard the tests check.
+type dashboard struct {
+	Panels []struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Type       string `json:"type"`
+			Datasource struct {
+				Type string `json:"type"`
+			} `json:"datasource"`
+			Query struct {
+				Query string `json:"query"`
+			} `json:"query"`
+			IncludeAll bool `json:"includeAll"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+func parseDashboard(t *testing.T, raw []byte) dashboard {
+	t.Helper()
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
+}
+
+// rangeSelector matches the range of a range vector selector ("[5m]",
+// "[$__rate_interval]").
+var rangeSelector = regexp.MustCompile(`\[([^\]]+)\]`)
+
 // TestDashboard checks that the Grafana dashboard is valid JSON with panels
-// that query Prometheus, and that its provisioning points at it.
+// that query Prometheus, that its provisioning points at it, that it has the
+// template variables instance and product (queried from Prometheus, with
+// All) and uses them, that every range is $__rate_interval (a fixed window
+// shorter than four scrape intervals draws gaps), and that the sale row shows
+// the sale series per product.
 func TestDashboard(t *testing.T) {
 	exprs := exprsOf(t, dashboardFile)
 	if len(exprs) < 20 {
@@ -465,6 +569,53 @@ func TestDashboard(t *testing.T) {
 	for _, e := range exprs {
 		if strings.Count(e, "(") != strings.Count(e, ")") || !strings.Contains(e, "stampede_") && !metricName.MatchString(e) {
 			t.Errorf("suspicious query %q", e)
+		}
+		for _, m := range rangeSelector.FindAllStringSubmatch(e, -1) {
+			if m[1] != "$__rate_interval" {
+				t.Errorf("query uses the fixed range [%s] instead of [$__rate_interval]: %s", m[1], e)
+			}
+		}
+	}
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dash := parseDashboard(t, raw)
+	vars := map[string]bool{}
+	for _, v := range dash.Templating.List {
+		if v.Type != "query" || v.Datasource.Type != "prometheus" || !strings.HasPrefix(v.Query.Query, "label_values(") || !v.IncludeAll {
+			t.Errorf("template variable %s: want a Prometheus label_values query with All, got %+v", v.Name, v)
+		}
+		vars[v.Name] = true
+	}
+	for _, want := range []string{"instance", "product"} {
+		if !vars[want] {
+			t.Errorf("dashboard lacks the template variable %s", want)
+		}
+	}
+	uses := map[string]int{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for v := range vars {
+				if strings.Contains(tg.Expr, "$"+v) {
+					uses[v]++
+				}
+			}
+			if metricName.MatchString(tg.Expr) && !strings.Contains(tg.Expr, `instance=~"$instance"`) {
+				t.Errorf("panel %q: query ignores $instance: %s", p.Title, tg.Expr)
+			}
+		}
+	}
+	if uses["product"] < 2 {
+		t.Errorf("$product used by %d queries", uses["product"])
+	}
+	for _, series := range []string{"stampede_sale_units", "stampede_sale_orders", "stampede_refunds_pending", "stampede_refund_oldest_pending_seconds"} {
+		found := false
+		for _, e := range exprs {
+			found = found || strings.Contains(e, series)
+		}
+		if !found {
+			t.Errorf("no dashboard query shows %s", series)
 		}
 	}
 	prov, err := os.ReadFile("../../deploy/grafana/provisioning/dashboards/stampede.yml")

@@ -125,7 +125,7 @@ func TestHelpHidesSecrets(t *testing.T) {
 				t.Errorf("%s -h shows %q", cmd, secret)
 			}
 		}
-		if !strings.Contains(help, "mq.internal") || !strings.Contains(help, "db.internal") {
+		if _, narrow := commandSettings[cmd]; !narrow && (!strings.Contains(help, "mq.internal") || !strings.Contains(help, "db.internal")) {
 			t.Errorf("%s -h lost the non-secret part of the URLs", cmd)
 		}
 	}

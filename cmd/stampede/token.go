@@ -14,11 +14,7 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	var user int64
 	var admin bool
 	var ttl time.Duration
-	cfg, err := parse("token", args, func(fs *flag.FlagSet) {
-		fs.Int64Var(&user, "user", 0, "userId (required, > 0)")
-		fs.BoolVar(&admin, "admin", false, "issue an admin token")
-		fs.DurationVar(&ttl, "ttl", 24*time.Hour, "token lifetime")
-	})
+	cfg, err := parse("token", args, tokenFlags(&user, &admin, &ttl))
 	if err != nil {
 		return err
 	}
@@ -31,4 +27,13 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, tok)
 	return nil
+}
+
+// tokenFlags adds the token command's own flags.
+func tokenFlags(user *int64, admin *bool, ttl *time.Duration) func(fs *flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		fs.Int64Var(user, "user", 0, "userId (required, > 0)")
+		fs.BoolVar(admin, "admin", false, "issue an admin token")
+		fs.DurationVar(ttl, "ttl", 24*time.Hour, "token lifetime")
+	}
 }

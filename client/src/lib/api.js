@@ -45,9 +45,17 @@ export async function request(method, path, opts = {}) {
     const retryAfter = Number.parseInt(res.headers.get('Retry-After') ?? '', 10) || 0
     const code = data?.error?.code ?? codeForStatus(res.status)
     if (res.status === 401 && token === session.token) session.expired()
-    throw new ApiError(code, data?.error?.message ?? '', res.status, retryAfter)
+    throw new ApiError(code, data?.error?.message ?? '', res.status, retryAfter, data?.error?.details)
   }
   return data
+}
+
+/** query renders params as ?a=1&b=2, leaving out empty ones ('' / null / undefined). */
+export function query(params) {
+  const q = new URLSearchParams()
+  for (const [k, v] of Object.entries(params ?? {})) if (v !== '' && v != null) q.set(k, String(v))
+  const s = q.toString()
+  return s ? `?${s}` : ''
 }
 
 export const api = {
@@ -68,13 +76,22 @@ export const api = {
 
 /** admin is the operator API (admin token; 403 FORBIDDEN otherwise). */
 export const admin = {
+  /** GET /api/admin/products: {products, nextCursor}; state one of upcoming|live|paused|ended|soldOut or '' (all). */
+  products: ({ state = '', limit = 50, cursor = '' } = {}) => request('GET', `/api/admin/products${query({ state, limit, cursor })}`),
+  /** GET /api/admin/orders: {orders, nextCursor}, newest first; filters as lookupQuery (admin.js) makes them. */
+  orders: (filters = {}) => request('GET', `/api/admin/orders${query(filters)}`),
+  /** GET /api/admin/orders/{orderNo}: the order with its history [{status, at, event}]. */
+  order: (orderNo) => request('GET', `/api/admin/orders/${encodeURIComponent(orderNo)}`),
+  /** GET /api/admin/audit?productId=: {entries: [{id, at, adminId, action, productId, change}], nextCursor}, newest first. */
+  audit: ({ productId = '', limit = 20, cursor = '' } = {}) => request('GET', `/api/admin/audit${query({ productId, limit, cursor })}`),
   createProduct: (body, token) => request('POST', '/api/admin/products', { body, token }),
   /** PATCH the fields given (what the sale's state allows). */
   edit: (id, body) => request('PATCH', `/api/admin/products/${encodeURIComponent(id)}`, { body }),
   pause: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/pause`),
   resume: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/resume`),
   end: (id) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/end`),
-  refunds: (limit = 20) => request('GET', `/api/admin/refunds?status=REFUND_PENDING&limit=${limit}`),
+  /** GET /api/admin/refunds: {refunds: [{paymentNo, orderNo, userId, amount, status, createdAt, waitingSeconds}], nextCursor}, oldest first. */
+  refunds: ({ limit = 20, cursor = '' } = {}) => request('GET', `/api/admin/refunds${query({ limit, cursor })}`),
   /** refundNo makes the call idempotent: the same one again changes nothing. */
   refund: (paymentNo, refundNo) =>
     request('POST', `/api/admin/payments/${encodeURIComponent(paymentNo)}/refund`, { body: { refundNo } }),

@@ -29,7 +29,7 @@ export function productState(p, now = Date.now()) {
   if (!p) return 'upcoming'
   const end = time(p.saleEnd)
   if (p.state === 'ended' || now >= end) return 'ended'
-  if (p.state === 'paused') return 'paused'
+  if (p.state === 'paused' || p.paused === true) return 'paused'
   const start = time(p.saleStart)
   if (p.soldOut || p.available <= 0) return now >= start || !Number.isFinite(start) ? 'soldout' : 'upcoming'
   if (now < start) return 'upcoming'

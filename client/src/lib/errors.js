@@ -10,6 +10,14 @@ export const MESSAGES = {
   PRODUCT_NOT_FOUND: 'This product does not exist (any more).',
   METHOD_NOT_ALLOWED: 'That action is not supported.',
   SALE_NOT_ACTIVE: 'The sale is not open right now. Watch the countdown and try again when it starts.',
+  SALE_PAUSED: 'The sale is paused for a moment. Nothing was ordered; try again when it resumes.',
+  SALE_STARTED:
+    'This sale has already opened, so only its name, picture, description, limit per buyer and a later end can change now. Nothing was changed.',
+  ALREADY_REFUNDED: 'This payment was already refunded (under another refund number). Nothing was changed.',
+  NOT_REFUNDABLE: 'This payment paid its order, so it is not waiting for a refund.',
+  PAYMENT_NO_REUSED: 'That payment number already paid another order.',
+  CONFLICT: 'That refund number already refunded another payment. Click again for a new one.',
+  PAYLOAD_TOO_LARGE: 'That is too much text for one request. Shorten the description.',
   SOLD_OUT: 'Sold out: every unit has been claimed.',
   INSUFFICIENT_STOCK: 'Not enough units left for that quantity. Try fewer.',
   PURCHASE_LIMIT_EXCEEDED: 'You have reached the purchase limit for this product.',
@@ -35,14 +43,16 @@ export class ApiError extends Error {
    * @param {string} [message] server's human text
    * @param {number} [status] HTTP status (0 without an answer)
    * @param {number} [retryAfter] seconds, from Retry-After
+   * @param {{field: string, message: string}[]} [details] per-field problems (400 INVALID_ARGUMENT)
    */
-  constructor(code, message = '', status = 0, retryAfter = 0) {
+  constructor(code, message = '', status = 0, retryAfter = 0, details = []) {
     super(message || code)
     this.name = 'ApiError'
     this.code = code
     this.status = status
     this.retryAfter = retryAfter
     this.serverMessage = message
+    this.details = Array.isArray(details) ? details : []
   }
 
   get retryable() {
@@ -69,7 +79,9 @@ export function codeForStatus(status) {
 export function friendlyMessage(err) {
   if (!(err instanceof ApiError)) return MESSAGES.INTERNAL
   let text = MESSAGES[err.code] ?? MESSAGES[codeForStatus(err.status)] ?? MESSAGES.INTERNAL
-  if (err.code === 'INVALID_ARGUMENT' && err.serverMessage && err.serverMessage !== err.code) {
+  if (err.code === 'INVALID_ARGUMENT' && err.details?.length) {
+    text = `${text} (${err.details.map((d) => `${d.field}: ${d.message}`).join('; ')})`
+  } else if (err.code === 'INVALID_ARGUMENT' && err.serverMessage && err.serverMessage !== err.code) {
     text = `${text} (${err.serverMessage})`
   }
   if ((err.code === 'RATE_LIMITED' || err.code === 'UNAVAILABLE') && err.retryAfter > 0) {

@@ -1,0 +1,304 @@
+package gateway
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// API error codes of the refund endpoint.
+const (
+	CodeAlreadyRefunded = "ALREADY_REFUNDED" // 409: refunded before under another refundNo
+	CodeNotRefundable   = "NOT_REFUNDABLE"   // 409: the payment is not REFUND_PENDING (it paid its order)
+)
+
+// Bounds of the support lists (GET /api/admin/orders, GET /api/admin/refunds).
+const (
+	supportDefaultLimit = 50
+	supportMaxLimit     = 200
+)
+
+// adminOrderJSON is an order as support sees it: the buyer's shape
+// (orderJSON) plus the buyer, and on the single-order read its history.
+type adminOrderJSON struct {
+	orderJSON
+	UserID  int64          `json:"userId"`
+	History []historyEntry `json:"history,omitempty"`
+}
+
+// historyEntry is one status an order took (persistence.OrderHistory).
+type historyEntry struct {
+	Status order.Status    `json:"status"`
+	At     time.Time       `json:"at"`    // RFC 3339 UTC: the event's occurredAt
+	Event  order.EventType `json:"event"` // the outbox event type
+}
+
+// adminOrderList is the body of GET /api/admin/orders.
+type adminOrderList struct {
+	Orders     []adminOrderJSON `json:"orders"`
+	NextCursor string           `json:"nextCursor"` // "" on the last page
+}
+
+// pageArgs reads ?limit= (1…200, default 50) and ?cursor= (a nextCursor of
+// the same endpoint, "" for the first page).
+func pageArgs(ctx *fasthttp.RequestCtx) (int, persistence.Cursor, error) {
+	args := ctx.QueryArgs()
+	limit := supportDefaultLimit
+	if v := args.Peek("limit"); v != nil {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > supportMaxLimit {
+			return 0, persistence.Cursor{}, invalidArg("limit must be an integer from 1 to %d", supportMaxLimit)
+		}
+		limit = n
+	}
+	c, err := persistence.ParseCursor(string(args.Peek("cursor")))
+	if err != nil {
+		return 0, persistence.Cursor{}, invalidArg("cursor is not a nextCursor returned by this endpoint")
+	}
+	return limit, c, nil
+}
+
+// positiveArg reads an optional positive int64 query argument (0 if absent).
+func positiveArg(ctx *fasthttp.RequestCtx, name string) (int64, error) {
+	v := ctx.QueryArgs().Peek(name)
+	if v == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, invalidArg("%s must be a positive integer", name)
+	}
+	return n, nil
+}
+
+// timeArg reads an optional RFC 3339 query argument (zero if absent).
+func timeArg(ctx *fasthttp.RequestCtx, name string) (time.Time, error) {
+	v := ctx.QueryArgs().Peek(name)
+	if v == nil {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(v))
+	if err != nil || t.Year() < 1970 || t.Year() > 9999 {
+		return time.Time{}, invalidArg("%s must be an RFC 3339 time such as 2026-12-01T15:00:00Z", name)
+	}
+	return t.UTC(), nil
+}
+
+// adminSearchOrders is GET /api/admin/orders?userId=&productId=&status=&from=&to=&limit=&cursor=
+//
+// It searches the orders stored in MySQL (an order accepted but not yet
+// written is found by GET /api/admin/orders/{orderNo} only), newest first
+// by (createdAt, id), keyset-paged. Every filter is optional: userId and
+// productId positive integers, status one of PROCESSING, WAITING_PAY, PAID,
+// CANCELLED, FAILED, from (inclusive) and to (exclusive) RFC 3339 times on
+// createdAt. limit 1…200 (50); cursor the previous page's nextCursor.
+// 200 {"orders": [Order + "userId"], "nextCursor": "..." ("" on the last
+// page)}; 400 INVALID_ARGUMENT; 401; 403.
+func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	var f persistence.OrderFilter
+	var err error
+	limit, cursor, err := pageArgs(ctx)
+	if err == nil {
+		f.UserID, err = positiveArg(ctx, "userId")
+	}
+	if err == nil {
+		f.ProductID, err = positiveArg(ctx, "productId")
+	}
+	if err == nil {
+		f.From, err = timeArg(ctx, "from")
+	}
+	if err == nil {
+		f.To, err = timeArg(ctx, "to")
+	}
+	if err == nil {
+		if v := ctx.QueryArgs().Peek("status"); v != nil {
+			f.Status = order.Status(v)
+			if !f.Status.Valid() {
+				err = invalidArg("status must be one of PROCESSING, WAITING_PAY, PAID, CANCELLED, FAILED")
+			}
+		}
+	}
+	if err == nil && !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
+		err = invalidArg("from must be before to")
+	}
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	orders, next, err := s.store.SearchOrders(sctx, f, limit, cursor)
+	cancel()
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	out := adminOrderList{Orders: make([]adminOrderJSON, 0, len(orders)), NextCursor: next.String()}
+	for _, o := range orders {
+		out.Orders = append(out.Orders, adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID})
+	}
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// adminGetOrder is GET /api/admin/orders/{orderNo}: any buyer's order, from
+// MySQL or, while the writers have not stored it yet, from its pending
+// record in Redis (status PROCESSING, empty history), with userId and
+// "history": [{"status", "at", "event"}], the statuses it went through in
+// order, read from its outbox events (persistence.Store.OrderHistory: events
+// purged after the outbox retention are missing). 404 NOT_FOUND (the code
+// of GET /api/orders/{orderNo}) for an unknown or malformed orderNo; 401; 403.
+func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	no := orderNoParam(ctx)
+	if no == "" {
+		s.fail(ctx, persistence.ErrNotFound)
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	defer cancel()
+	o, err := s.store.GetOrder(sctx, no)
+	if errors.Is(err, persistence.ErrNotFound) {
+		p, owner, perr := s.pendingOrder(no)
+		switch {
+		case perr != nil:
+			err = perr
+		case owner != 0:
+			s.writeJSON(ctx, fasthttp.StatusOK, adminOrderJSON{orderJSON: p, UserID: owner, History: []historyEntry{}})
+			return
+		default:
+			// The writer may have stored it between the two reads.
+			o, err = s.store.GetOrder(sctx, no)
+		}
+	}
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	hist, err := s.store.OrderHistory(sctx, o)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	out := adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID, History: make([]historyEntry, 0, len(hist))}
+	for _, h := range hist {
+		out.History = append(out.History, historyEntry{Status: h.Status, At: h.At, Event: h.Event})
+	}
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// refundJSON is one entry of the refund queue.
+type refundJSON struct {
+	PaymentNo      string    `json:"paymentNo"`
+	OrderNo        string    `json:"orderNo"`
+	UserID         int64     `json:"userId"`
+	Amount         int64     `json:"amount"` // minor units
+	Status         string    `json:"status"` // REFUND_PENDING
+	CreatedAt      time.Time `json:"createdAt"`
+	WaitingSeconds int64     `json:"waitingSeconds"` // whole seconds since createdAt, on the gateway's clock
+}
+
+// refundList is the body of GET /api/admin/refunds.
+type refundList struct {
+	Refunds    []refundJSON `json:"refunds"`
+	NextCursor string       `json:"nextCursor"` // "" on the last page
+}
+
+// adminRefunds is GET /api/admin/refunds?limit=&cursor=: the REFUND_PENDING
+// payments (money taken for an order that was no longer payable), oldest
+// first, keyset-paged (limit 1…200, default 50). 200 {"refunds": [...],
+// "nextCursor"}; 400; 401; 403.
+func (s *Server) adminRefunds(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	limit, cursor, err := pageArgs(ctx)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	list, next, err := s.store.ListRefunds(sctx, limit, cursor)
+	cancel()
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	now := time.Now()
+	out := refundList{Refunds: make([]refundJSON, 0, len(list)), NextCursor: next.String()}
+	for _, r := range list {
+		out.Refunds = append(out.Refunds, refundJSON{PaymentNo: r.PaymentNo, OrderNo: r.OrderNo, UserID: r.UserID,
+			Amount: r.Amount, Status: r.Status, CreatedAt: r.CreatedAt, WaitingSeconds: max(int64(now.Sub(r.CreatedAt)/time.Second), 0)})
+	}
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// refundedJSON is the answer of POST /api/admin/payments/{paymentNo}/refund.
+type refundedJSON struct {
+	PaymentNo  string    `json:"paymentNo"`
+	OrderNo    string    `json:"orderNo"`
+	Status     string    `json:"status"` // REFUNDED
+	RefundNo   string    `json:"refundNo"`
+	RefundedAt time.Time `json:"refundedAt"`
+}
+
+// adminRefund is POST /api/admin/payments/{paymentNo}/refund {"refundNo": "..."}:
+// it records that the REFUND_PENDING payment was refunded (the money went
+// back through the provider; Stampede records it), REFUNDED, refundNo and
+// refundedAt, once (persistence.Store.Refund). refundNo: 1–64 characters of
+// [A-Za-z0-9._:-], the operator's idempotency key.
+//
+// 200 {"paymentNo", "orderNo", "status": "REFUNDED", "refundNo",
+// "refundedAt"}, also for the same refundNo again (nothing changes); 400
+// INVALID_ARGUMENT; 401; 403; 404 NOT_FOUND (no such payment); 409
+// ALREADY_REFUNDED (refunded under another refundNo); 409 NOT_REFUNDABLE (a
+// PAID payment); 409 CONFLICT (the refundNo already refunded another
+// payment).
+func (s *Server) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	paymentNo, _ := ctx.UserValue("paymentNo").(string)
+	if !order.ValidRequestID(paymentNo) {
+		s.fail(ctx, errPaymentNotFound)
+		return
+	}
+	var refundNo string
+	fields := [...]field{stringField("refundNo", &refundNo)}
+	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if !order.ValidRequestID(refundNo) {
+		s.fail(ctx, invalidArg("refundNo must be 1 to 64 characters of [A-Za-z0-9._:-]"))
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	r, err := s.store.Refund(sctx, paymentNo, refundNo)
+	cancel()
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		err = errPaymentNotFound
+	case errors.Is(err, persistence.ErrAlreadyRefunded):
+		err = &apiError{status: fasthttp.StatusConflict, code: CodeAlreadyRefunded,
+			message: "the payment was already refunded under another refundNo"}
+	case errors.Is(err, persistence.ErrNotRefundable):
+		err = &apiError{status: fasthttp.StatusConflict, code: CodeNotRefundable,
+			message: "the payment paid its order (PAID): only REFUND_PENDING payments are refunded"}
+	case errors.Is(err, persistence.ErrRefundNoReused):
+		err = &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
+			message: "refundNo was already used to refund another payment"}
+	}
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if r.Applied {
+		s.log.Info("payment refunded", "paymentNo", r.PaymentNo, "orderNo", r.OrderNo, "refundNo", r.RefundNo, "adminId", c.UserID)
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, refundedJSON{PaymentNo: r.PaymentNo, OrderNo: r.OrderNo, Status: r.Status,
+		RefundNo: r.RefundNo, RefundedAt: r.RefundedAt})
+}
+
+// errPaymentNotFound is the 404 of the refund endpoint.
+var errPaymentNotFound = &apiError{status: fasthttp.StatusNotFound, code: CodeNotFound, message: "payment not found"}

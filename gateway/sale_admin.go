@@ -1,0 +1,446 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// The sale lifecycle for admins: list products by state, change a sale's
+// terms (PATCH), pause, resume and end it, and read the audit of every admin
+// change. Each change is one MySQL transaction (persistence.ChangeProduct:
+// the row locked, the new terms, sale_version + 1 and an admin_audit entry),
+// then the terms are written to every Redis stock shard (lua.Sharded.UpdateSale,
+// sale.lua), where reserve.lua reads them atomically with the stock: once a
+// pause has answered 200, no gateway accepts a reservation of the product.
+// The product JSON on other gateways follows within ProductCacheTTL (1 s).
+// A change that changes nothing (pausing a paused sale, the same PATCH
+// again) answers 200 with the product, writes no audit entry and writes the
+// stored terms to Redis again (completing a write an earlier call lost).
+
+// Paging of the admin lists: ?limit= (1…200, default 50) and ?cursor= (the
+// previous page's nextCursor).
+const (
+	defaultPageSize = 50
+	maxPageSize     = 200
+)
+
+// errSaleStarted is the 409 SALE_STARTED of a PATCH changing a field that is
+// fixed once the sale opened.
+func errSaleStarted(fields []string) *apiError {
+	return &apiError{status: fasthttp.StatusConflict, code: CodeSaleStarted,
+		message: "the sale has opened: " + strings.Join(fields, ", ") + " can no longer change " +
+			"(once a sale opened only name, imageUrl, description, perUserLimit and saleEnd may: saleEnd to a later time, null, or now)"}
+}
+
+// productID is the route's {id}, or errProductNotFound.
+func productID(ctx *fasthttp.RequestCtx) (int64, error) {
+	raw, _ := ctx.UserValue("id").(string)
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, errProductNotFound
+	}
+	return id, nil
+}
+
+// pageQuery reads ?limit= and ?cursor= (a cursor of kind, see pageCursor):
+// the page size and the id bound (0: first page). Problems are added to errs.
+func pageQuery(ctx *fasthttp.RequestCtx, kind string, errs *[]fieldError) (limit int, before int64) {
+	limit = defaultPageSize
+	args := ctx.QueryArgs()
+	if raw := args.Peek("limit"); raw != nil {
+		n, err := strconv.Atoi(string(raw))
+		if err != nil || n < 1 || n > maxPageSize {
+			*errs = append(*errs, fieldError{"limit", fmt.Sprintf("limit must be an integer from 1 to %d", maxPageSize)})
+		} else {
+			limit = n
+		}
+	}
+	if raw := string(args.Peek("cursor")); raw != "" {
+		b, err := base64.RawURLEncoding.DecodeString(raw)
+		id, perr := strconv.ParseInt(strings.TrimPrefix(string(b), kind+":"), 10, 64)
+		if err != nil || !strings.HasPrefix(string(b), kind+":") || perr != nil || id <= 0 {
+			*errs = append(*errs, fieldError{"cursor", "cursor must be a nextCursor of this list"})
+		} else {
+			before = id
+		}
+	}
+	return limit, before
+}
+
+// pageCursor is the opaque cursor of a list of kind continuing below id.
+func pageCursor(kind string, id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(kind + ":" + strconv.FormatInt(id, 10)))
+}
+
+// productListJSON is the answer of GET /api/admin/products.
+type productListJSON struct {
+	Products   []productJSON `json:"products"`
+	NextCursor string        `json:"nextCursor,omitempty"` // absent: last page
+}
+
+// adminListProducts is GET /api/admin/products?state=&limit=&cursor=: the
+// products newest first, only those in state (upcoming, live, paused,
+// ended, soldOut) when given, read from MySQL (not the product cache) and
+// Redis. 200 {"products": [...], "nextCursor"}; 400 for a bad state, limit
+// or cursor.
+func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	var errs []fieldError
+	limit, before := pageQuery(ctx, "p", &errs)
+	state := string(ctx.QueryArgs().Peek("state"))
+	switch state {
+	case "", StateUpcoming, StateLive, StatePaused, StateEnded, StateSoldOut:
+	default:
+		errs = append(errs, fieldError{"state", "state must be one of upcoming, live, paused, ended, soldOut"})
+	}
+	if len(errs) > 0 {
+		s.fail(ctx, invalidFields(errs))
+		return
+	}
+	out := productListJSON{Products: []productJSON{}}
+	// Read in chunks until limit+1 matches (the one more tells a next page
+	// exists) or no product is left.
+	for {
+		sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+		rows, err := s.store.ListProductsBefore(sctx, before, maxPageSize)
+		cancel()
+		if err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		if len(rows) == 0 {
+			break
+		}
+		avail, rooms, err := s.available(rows)
+		if err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		for i, p := range rows {
+			pj := toProductJSON(p, avail[i])
+			pj.WaitingRoom = rooms[i]
+			if state == "" || pj.State == state {
+				out.Products = append(out.Products, pj)
+			}
+		}
+		before = rows[len(rows)-1].ID
+		if len(out.Products) > limit || len(rows) < maxPageSize {
+			break
+		}
+	}
+	if len(out.Products) > limit {
+		out.Products = out.Products[:limit]
+		out.NextCursor = pageCursor("p", out.Products[limit-1].ID)
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// adminPatchProduct is PATCH /api/admin/products/{id}
+//
+//	any of {"name", "price", "saleStart", "saleEnd" (null: open until sold
+//	out), "perUserLimit", "maxPerOrder", "imageUrl", "description"}
+//
+// Before the sale opens (now < saleStart) every field may change; the
+// result must be a valid sale that ends in the future. Once it opened only
+// name, imageUrl, description, perUserLimit (at least maxPerOrder, or 0)
+// and saleEnd may: to a later time (null: open-ended), or to now or earlier
+// (the sale ends now). A field sent with its current value is no change.
+// 200 product; 400 INVALID_ARGUMENT with details; 404 PRODUCT_NOT_FOUND;
+// 409 SALE_STARTED naming the fields that may no longer change. The same
+// body again answers the same product and changes nothing.
+func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	pid, err := productID(ctx)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	var (
+		in                                       persistence.Product
+		limit, maxPer                            int64
+		hasName, hasPrice, hasStart, hasEnd      bool
+		endNull, hasLimit, hasMax, hasImg, hasDe bool
+	)
+	fields := [...]field{
+		optional(stringField("name", &in.Name), &hasName),
+		optional(intField("price", &in.Price), &hasPrice),
+		optional(timeField("saleStart", &in.SaleStart), &hasStart),
+		nullable(timeField("saleEnd", &in.SaleEnd), &hasEnd, &endNull),
+		optional(intField("perUserLimit", &limit), &hasLimit),
+		optional(intField("maxPerOrder", &maxPer), &hasMax),
+		optional(stringField("imageUrl", &in.ImageURL), &hasImg),
+		optional(stringField("description", &in.Description), &hasDe),
+	}
+	var errs []fieldError
+	if err := decodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if len(errs) > 0 {
+		s.fail(ctx, invalidFields(errs))
+		return
+	}
+	hasEnd = hasEnd || endNull
+	if endNull {
+		in.SaleEnd = persistence.OpenEnd
+	}
+	in.SaleStart = in.SaleStart.UTC().Truncate(time.Millisecond)
+	in.SaleEnd = in.SaleEnd.UTC().Truncate(time.Millisecond)
+	if in.SaleEnd.After(persistence.OpenEnd) {
+		in.SaleEnd = persistence.OpenEnd
+	}
+	s.changeSale(ctx, c, persistence.ActionPatch, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		next := cur
+		change := map[string]any{}
+		var fixed []string // fields that may no longer change
+		opened := !now.Before(cur.SaleStart)
+		note := func(name string, from, to any, mayAfterOpening bool) {
+			change[name] = persistence.FromTo{From: from, To: to}
+			if opened && !mayAfterOpening {
+				fixed = append(fixed, name)
+			}
+		}
+		if hasName && in.Name != cur.Name {
+			next.Name = in.Name
+			note("name", cur.Name, in.Name, true)
+		}
+		if hasImg && in.ImageURL != cur.ImageURL {
+			next.ImageURL = in.ImageURL
+			note("imageUrl", cur.ImageURL, in.ImageURL, true)
+		}
+		if hasDe && in.Description != cur.Description {
+			next.Description = in.Description
+			note("description", cur.Description, in.Description, true)
+		}
+		if hasPrice && in.Price != cur.Price {
+			next.Price = in.Price
+			note("price", cur.Price, in.Price, false)
+		}
+		if hasMax && maxPer != cur.MaxPerOrder {
+			next.MaxPerOrder = maxPer
+			note("maxPerOrder", cur.MaxPerOrder, maxPer, false)
+		}
+		if hasLimit && limit != cur.PerUserLimit {
+			next.PerUserLimit = limit
+			note("perUserLimit", cur.PerUserLimit, limit, true)
+		}
+		if hasStart && !in.SaleStart.Equal(cur.SaleStart) {
+			next.SaleStart = in.SaleStart
+			note("saleStart", cur.SaleStart.UTC(), in.SaleStart, false)
+		}
+		if hasEnd && !in.SaleEnd.Equal(cur.SaleEnd) {
+			switch end := in.SaleEnd; {
+			case !opened || end.After(cur.SaleEnd): // before opening: anything (validated below); later: always
+				next.SaleEnd = end
+				note("saleEnd", endJSON(cur), endJSONOf(end), true)
+			case !end.After(now): // now or earlier: the sale ends now
+				if now.Before(cur.SaleEnd) {
+					next.SaleEnd = now
+					note("saleEnd", endJSON(cur), now, true)
+				} // already ended: nothing to do
+			default: // earlier than now planned, but still in the future
+				note("saleEnd", endJSON(cur), endJSONOf(end), false)
+			}
+		}
+		if len(fixed) > 0 {
+			return cur, nil, errSaleStarted(fixed)
+		}
+		if len(change) == 0 {
+			return cur, nil, nil
+		}
+		var problems []fieldError
+		if !opened {
+			problems = validateProduct(next, now, true)
+		} else {
+			problems = validateProduct(next, now, false)
+		}
+		// Only the fields this PATCH sent are at fault; the stored ones are valid.
+		var mine []fieldError
+		for _, p := range problems {
+			if _, sent := change[p.Field]; sent {
+				mine = append(mine, p)
+			} else if p.Field == "maxPerOrder" {
+				mine = append(mine, fieldError{"perUserLimit", fmt.Sprintf("perUserLimit must be 0 (no limit) or at least maxPerOrder (%d)", next.MaxPerOrder)})
+			}
+		}
+		if len(mine) > 0 {
+			return cur, nil, invalidFields(mine)
+		}
+		return next, change, nil
+	})
+}
+
+// endJSON is p's saleEnd as the audit records it: nil when open-ended.
+func endJSON(p persistence.Product) any { return endJSONOf(p.SaleEnd) }
+
+func endJSONOf(t time.Time) any {
+	if !t.Before(persistence.OpenEnd) {
+		return nil
+	}
+	return t.UTC()
+}
+
+// adminPauseProduct is POST /api/admin/products/{id}/pause: reserve.lua
+// refuses the product's orders (409 SALE_PAUSED) on every gateway from the
+// moment this answers. 200 product (also when already paused); 404.
+func (s *Server) adminPauseProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	s.setPaused(ctx, c, true)
+}
+
+// adminResumeProduct is POST /api/admin/products/{id}/resume: the pause is
+// lifted on every gateway from the moment this answers. 200 product (also
+// when not paused); 404.
+func (s *Server) adminResumeProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	s.setPaused(ctx, c, false)
+}
+
+func (s *Server) setPaused(ctx *fasthttp.RequestCtx, c auth.Claims, paused bool) {
+	pid, err := productID(ctx)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	action := persistence.ActionResume
+	if paused {
+		action = persistence.ActionPause
+	}
+	s.changeSale(ctx, c, action, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
+		if cur.Paused == paused {
+			return cur, nil, nil
+		}
+		next := cur
+		next.Paused = paused
+		return next, map[string]any{"paused": persistence.FromTo{From: cur.Paused, To: paused}}, nil
+	})
+}
+
+// adminEndProduct is POST /api/admin/products/{id}/end: saleEnd = now in
+// MySQL and every Redis shard; the sale answers as ended (orders 409
+// SALE_NOT_ACTIVE) from the moment this answers. 200 product (an ended
+// sale keeps its saleEnd); 404.
+func (s *Server) adminEndProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	pid, err := productID(ctx)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.changeSale(ctx, c, persistence.ActionEnd, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		if !now.Before(cur.SaleEnd) {
+			return cur, nil, nil
+		}
+		next := cur
+		next.SaleEnd = now
+		return next, map[string]any{"saleEnd": persistence.FromTo{From: endJSON(cur), To: now}}, nil
+	})
+}
+
+// changeSale runs one admin change of pid (persistence.ChangeProduct), then
+// writes the stored terms to every Redis shard and answers 200 with the
+// product. A Redis failure after the commit answers 503: the change is
+// stored and audited, and sending the request again completes the Redis
+// half (the MySQL half is then no change).
+func (s *Server) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action string, pid int64, fn persistence.ChangeFunc) {
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	p, changed, err := s.store.ChangeProduct(sctx, c.UserID, action, pid, fn)
+	cancel()
+	if errors.Is(err, persistence.ErrNotFound) {
+		s.fail(ctx, errProductNotFound)
+		return
+	}
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if changed {
+		s.products.invalidate()
+	}
+	err = s.stock.UpdateSale(lua.SaleTerms{
+		ProductID: p.ID, Shards: max(p.Shards, 1), Version: p.SaleVersion, Price: p.Price, PerUserLimit: p.PerUserLimit,
+		MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd, Paused: p.Paused,
+	})
+	if err != nil {
+		s.log.Error("sale change stored in MySQL but not written to Redis; send it again", "productId", pid,
+			"action", action, "err", err)
+		s.fail(ctx, err)
+		return
+	}
+	if changed {
+		s.log.Info("sale changed", "productId", pid, "action", action, "adminId", c.UserID, "version", p.SaleVersion)
+	}
+	avail, rooms, err := s.available([]persistence.Product{p})
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	pj := toProductJSON(p, avail[0])
+	pj.WaitingRoom = rooms[0]
+	s.writeJSON(ctx, fasthttp.StatusOK, pj)
+}
+
+// auditEntryJSON is one entry of GET /api/admin/audit.
+type auditEntryJSON struct {
+	ID        int64           `json:"id"`
+	At        time.Time       `json:"at"`
+	AdminID   int64           `json:"adminId"`
+	Action    string          `json:"action"` // create, patch, pause, resume, end, adjust
+	ProductID *int64          `json:"productId"`
+	Change    json.RawMessage `json:"change"` // patch: {field: {from, to}}; create: the terms; adjust: {repairNo, delta, reason}
+}
+
+// auditListJSON is the answer of GET /api/admin/audit.
+type auditListJSON struct {
+	Entries    []auditEntryJSON `json:"entries"`
+	NextCursor string           `json:"nextCursor,omitempty"` // absent: last page
+}
+
+// adminAudit is GET /api/admin/audit?productId=&limit=&cursor=: every admin
+// change (product creation, PATCH, pause, resume, end, stock adjustment),
+// newest first; only productId's with productId. 200; 400.
+func (s *Server) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	var errs []fieldError
+	limit, before := pageQuery(ctx, "a", &errs)
+	var pid int64
+	if raw := ctx.QueryArgs().Peek("productId"); raw != nil {
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil || n <= 0 {
+			errs = append(errs, fieldError{"productId", "productId must be a positive integer"})
+		}
+		pid = n
+	}
+	if len(errs) > 0 {
+		s.fail(ctx, invalidFields(errs))
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	rows, err := s.store.ListAudit(sctx, pid, before, limit+1)
+	cancel()
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	out := auditListJSON{Entries: make([]auditEntryJSON, 0, min(len(rows), limit))}
+	for i, r := range rows {
+		if i == limit {
+			out.NextCursor = pageCursor("a", rows[limit-1].ID)
+			break
+		}
+		e := auditEntryJSON{ID: r.ID, At: r.At, AdminID: r.AdminID, Action: r.Action, Change: r.Change}
+		if r.ProductID > 0 {
+			id := r.ProductID
+			e.ProductID = &id
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
