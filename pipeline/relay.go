@@ -295,9 +295,13 @@ func (r *Relay) publish(bctx context.Context, pc *pubChannel, b *relayBatch) (co
 // bctx ends; a row nacked, left unconfirmed by a closed channel or by the
 // timeout fails. After a timeout the channel is dropped: late confirms of
 // this batch must not be mistaken for anything; the next round opens a
-// fresh one.
+// fresh one. After a nack it is dropped too: a channel that published to a
+// quorum queue while the queue had no leader (its leader's node died)
+// keeps being nacked by RabbitMQ 3.10 after a new leader is elected, while
+// a new channel on the same connection is acked (issue 13: reproduced on a
+// 3-node cluster, systest TestRabbitClusterLeaderKilled).
 func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatch, confirms []*amqp.DeferredConfirmation, published []time.Time) {
-	timedOut := false
+	timedOut, nacked := false, false
 	for i, dc := range confirms {
 		if dc == nil {
 			continue
@@ -316,6 +320,7 @@ func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatc
 					continue
 				}
 				b.fail(i, pubNacked, "nacked by broker")
+				nacked = true
 			}
 			r.m.confirm.Observe(time.Since(published[i]).Seconds())
 		case <-bctx.Done():
@@ -325,7 +330,7 @@ func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatc
 			}
 		}
 	}
-	if timedOut {
+	if timedOut || nacked {
 		pc.ch.Close()
 	}
 }

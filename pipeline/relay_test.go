@@ -124,6 +124,30 @@ func TestRelayRetriesReturnedAndKeepsBroadcasts(t *testing.T) {
 	})
 }
 
+// A nacked publish drops the relay's channel; the next batch goes out on a
+// new one (issue 13: after a quorum queue's leader died, RabbitMQ 3.10 goes
+// on nacking the channel that published meanwhile; a new channel is acked).
+// A full queue with x-overflow reject-publish makes the broker nack here.
+func TestRelayReopensChannelAfterNack(t *testing.T) {
+	e := newEnv(t)
+	const full = "stampede.test.full"
+	ch := pipelinetest.Channel(t, e.amqpURL)
+	if _, err := ch.QueueDeclare(full, false, false, false, false, amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.QueueDelete(full, false, false, false) })
+	e.appendOutbox("full", 1, "", full)
+	r := e.relay(pipeline.RelayConfig{MaxRetries: 3, RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
+	run(t, "relay", r.Run)
+	e.waitCount(10*time.Second, 1, `SELECT COUNT(*) FROM mq_outbox WHERE event_id = 'full:0' AND status = 'DEAD' AND retry_count = 3 AND last_error LIKE 'nacked%'`)
+	// Three nacked batches: the channel of each was dropped, so three opens
+	// after the first (the last may still be opening when the row is DEAD).
+	pipelinetest.WaitFor(t, 5*time.Second, "channel reopened after every nack", func() (bool, string) {
+		st := e.relayStats(r)
+		return st.Reconnect >= 2, fmt.Sprintf("stats %+v", st)
+	})
+}
+
 // A relay that dies after the broker confirmed but before marking SENT: the
 // rows stay SENDING until the lease ends, then another relay sends them again.
 func TestRelayDeathAfterConfirmResendsAfterLease(t *testing.T) {

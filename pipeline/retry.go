@@ -197,6 +197,11 @@ func (p *confirmPublisher) publish(ctx context.Context, exchange, key string, ms
 		return fmt.Errorf("consumer: confirm of republish to %q/%s: %w", exchange, key, err)
 	}
 	if !ok {
+		// A nack can mean the channel lost a quorum queue's leader: RabbitMQ
+		// 3.10 goes on nacking that channel's publishes after a new leader
+		// is elected (see Relay.awaitConfirms). Closing it makes the handler
+		// reconnect both of its channels (Consumer.publisher).
+		_ = p.ch.Close()
 		return errPublishNacked
 	}
 	return nil

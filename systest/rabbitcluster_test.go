@@ -17,7 +17,8 @@ import (
 
 // A private 3-node RabbitMQ cluster on loopback (issue 13), started once per
 // test binary (it takes a minute on two cores) and stopped after every test
-// ran. Its nodes are stampede-t1@localhost … t3, their own ports, Mnesia and
+// ran. Its nodes are stampede-t1-PID@localhost … t3 (PID: the test binary, so a node left
+// behind by a killed run never takes the name of a new one), their own ports, Mnesia and
 // log directories, management and Prometheus off; the shared node is never
 // touched (only its Erlang cookie is copied, so rabbitmqctl reaches them).
 
@@ -100,7 +101,7 @@ func startRabbitCluster() (*rabbitCluster, error) {
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		n := &rabbitNode{name: fmt.Sprintf("stampede-t%d@localhost", i), port: port, dir: filepath.Join(home, strconv.Itoa(i))}
+		n := &rabbitNode{name: fmt.Sprintf("stampede-t%d-%d@localhost", i, os.Getpid()), port: port, dir: filepath.Join(home, strconv.Itoa(i))}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -114,7 +115,7 @@ func startRabbitCluster() (*rabbitCluster, error) {
 		}
 	}
 	for _, n := range c.nodes {
-		if out, err := c.ctl(3*time.Minute, n, "await_startup"); err != nil {
+		if out, err := c.awaitStartup(n, 3*time.Minute); err != nil {
 			c.stop()
 			return nil, fmt.Errorf("%s did not start: %v %s\n%s", n.name, err, out, n.logTail())
 		}
@@ -127,7 +128,17 @@ func startRabbitCluster() (*rabbitCluster, error) {
 	}
 	for _, n := range c.nodes[1:] {
 		for _, args := range [][]string{{"stop_app"}, {"join_cluster", c.nodes[0].name}, {"start_app"}} {
-			if out, err := c.ctl(2*time.Minute, n, args...); err != nil {
+			// join_cluster sometimes fails at once with cannot_start_mnesia
+			// on a loaded machine; a second try joins.
+			var out string
+			var err error
+			for try := 0; try < 3; try++ {
+				if out, err = c.ctl(2*time.Minute, n, args...); err == nil {
+					break
+				}
+				time.Sleep(2 * time.Second)
+			}
+			if err != nil {
 				c.stop()
 				return nil, fmt.Errorf("%s %v: %v %s", n.name, args, err, out)
 			}
@@ -160,6 +171,24 @@ func (c *rabbitCluster) startNode(n *rabbitNode) error {
 	cmd, done := n.cmd, n.done
 	go func() { cmd.Wait(); close(done) }()
 	return nil
+}
+
+// awaitStartup waits until node n's broker has booted. rabbitmqctl
+// await_startup fails at once (exit 69) while the VM has not yet registered
+// with epmd, so it is retried until limit.
+func (c *rabbitCluster) awaitStartup(n *rabbitNode, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		out, err := c.ctl(time.Until(deadline), n, "await_startup")
+		if err == nil || time.Now().After(deadline) {
+			return out, err
+		}
+		select {
+		case <-n.done:
+			return out, fmt.Errorf("the node exited: %w", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // ctl runs rabbitmqctl -n node args.
