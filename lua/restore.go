@@ -28,17 +28,5 @@ func Restore(ctx context.Context, rdb redis.Scripter, k Keys, orderNo string, us
 	if err != nil {
 		return false, fmt.Errorf("lua: restore %s: %w", orderNo, scriptFault(err, k.Tag()))
 	}
-	code, _, err := pair(res)
-	if err != nil {
-		return false, err
-	}
-	switch code {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	case -1:
-		return false, ErrNotFound
-	}
-	return false, fmt.Errorf("%w %d from restore", errUnknownCode, code)
+	return appliedOnce(res, "restore")
 }

@@ -36,19 +36,7 @@ func WriteSale(ctx context.Context, rdb redis.Scripter, k Keys, t SaleTerms) (wr
 	if err != nil {
 		return false, fmt.Errorf("lua: sale terms of %s: %w", k.Tag(), scriptFault(err, k.Tag()))
 	}
-	code, _, err := pair(res)
-	if err != nil {
-		return false, err
-	}
-	switch code {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	case -1:
-		return false, ErrNotFound
-	}
-	return false, fmt.Errorf("%w %d from sale", errUnknownCode, code)
+	return appliedOnce(res, "sale")
 }
 
 // UpdateSale writes t to every shard of its product (WriteSale, one Do per

@@ -451,3 +451,23 @@ func pair(res []any) (code, n int64, err error) {
 	}
 	return code, n, nil
 }
+
+// appliedOnce decodes the {code, _} answer of a script that applies a change
+// at most once (sale, restore, transfer_in): 1 applied (true), 0 already
+// applied or superseded (false), -1 ErrNotFound; any other code is an error
+// naming script.
+func appliedOnce(res []any, script string) (bool, error) {
+	code, _, err := pair(res)
+	if err != nil {
+		return false, err
+	}
+	switch code {
+	case 1:
+		return true, nil
+	case 0:
+		return false, nil
+	case -1:
+		return false, ErrNotFound
+	}
+	return false, fmt.Errorf("%w %d from %s", errUnknownCode, code, script)
+}

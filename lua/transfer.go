@@ -62,19 +62,7 @@ func TransferIn(ctx context.Context, rdb redis.Scripter, k Keys, id string, unit
 	if err != nil {
 		return false, fmt.Errorf("lua: transfer in %s: %w", id, scriptFault(err, k.Tag()))
 	}
-	code, _, err := pair(res)
-	if err != nil {
-		return false, err
-	}
-	switch code {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	case -1:
-		return false, ErrNotFound
-	}
-	return false, fmt.Errorf("%w %d from transfer_in", errUnknownCode, code)
+	return appliedOnce(res, "transfer_in")
 }
 
 // CompleteTransfer applies transfer t recorded at donor shard from of

@@ -119,7 +119,12 @@ func (s *Store) GetProduct(ctx context.Context, id int64) (Product, error) {
 
 // ListProducts returns every product, oldest first.
 func (s *Store) ListProducts(ctx context.Context) ([]Product, error) {
-	rows, err := s.DB.QueryContext(ctx, `SELECT `+productCols+` FROM product p ORDER BY p.id`)
+	return s.queryProducts(ctx, `SELECT `+productCols+` FROM product p ORDER BY p.id`)
+}
+
+// queryProducts runs query, which selects productCols, and scans every row.
+func (s *Store) queryProducts(ctx context.Context, query string, args ...any) ([]Product, error) {
+	rows, err := s.DB.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("persistence: list products: %w", err)
 	}

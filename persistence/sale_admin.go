@@ -129,20 +129,7 @@ func (s *Store) ListProductsBefore(ctx context.Context, beforeID int64, limit in
 	if beforeID <= 0 {
 		beforeID = 1<<63 - 1
 	}
-	rows, err := s.DB.QueryContext(ctx, `SELECT `+productCols+` FROM product p WHERE p.id < ? ORDER BY p.id DESC LIMIT ?`, beforeID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("persistence: list products: %w", err)
-	}
-	defer rows.Close()
-	var out []Product
-	for rows.Next() {
-		p, err := scanProduct(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return s.queryProducts(ctx, `SELECT `+productCols+` FROM product p WHERE p.id < ? ORDER BY p.id DESC LIMIT ?`, beforeID, limit)
 }
 
 // ListAudit returns up to limit admin_audit entries with id < beforeID (0 =
