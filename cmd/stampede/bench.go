@@ -159,7 +159,13 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	// private Redis to it before its scenarios.
 	levelTarget := func(t bench.Target, level string) bench.Target {
 		t.Label, t.Durability = level, level
-		t.Prepare = func(ctx context.Context) error { return priv.setLevel(ctx, level) }
+		t.Prepare = func(ctx context.Context) error {
+			if err := priv.setLevel(ctx, level); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "bench: level %s: private Redis primary %s\n", level, priv.describe(ctx))
+			return nil
+		}
 		return t
 	}
 

@@ -174,6 +174,20 @@ func (b *benchRedis) setLevel(ctx context.Context, level string) error {
 	}
 }
 
+// describe is the primary's appendonly and appendfsync and its connected
+// replicas, for the log.
+func (b *benchRedis) describe(ctx context.Context) string {
+	cfg, err := b.client.ConfigGet(ctx, "append*").Result()
+	if err != nil {
+		return err.Error()
+	}
+	info, err := b.client.Info(ctx, "replication").Result()
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("appendonly %s, appendfsync %s, %s replica(s)", cfg["appendonly"], cfg["appendfsync"], infoField(info, "connected_slaves"))
+}
+
 // stop kills both servers and removes their files.
 func (b *benchRedis) stop() {
 	if b.client != nil {
