@@ -70,9 +70,12 @@ func ParseCursor(s string) (Cursor, error) {
 // zero Cursor on the last one. Keyset paging: orders created while a client
 // pages appear on no page or on the first, never twice, and none is skipped.
 //
-// The index each filter walks (0008_refunds.sql): user → idx_user_created,
-// product → idx_product_created (a status is filtered on its rows), neither
-// → idx_created.
+// The index each filter walks, in key order (0008_refunds.sql,
+// 0009_order_search_index.sql): user → idx_user_created (a user has few
+// orders); product and status → idx_product_status_created, product alone
+// → idx_product_created: both read only the rows they return; neither →
+// idx_created, where a status alone is filtered on the rows walked (a rare
+// status reads many: about limit ÷ its share of the orders).
 func (s *Store) SearchOrders(ctx context.Context, f OrderFilter, limit int, cursor Cursor) (orders []Order, next Cursor, err error) {
 	var where []string
 	var args []any
@@ -80,6 +83,8 @@ func (s *Store) SearchOrders(ctx context.Context, f OrderFilter, limit int, curs
 	switch {
 	case f.UserID != 0:
 		index = "idx_user_created"
+	case f.ProductID != 0 && f.Status != "":
+		index = "idx_product_status_created"
 	case f.ProductID != 0:
 		index = "idx_product_created"
 	}

@@ -93,6 +93,16 @@ func startRedisClusterWith(t *testing.T, ports []int, replicas, nodeTimeout int)
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	c.waitOK(ctx)
+	if replicas > 0 {
+		// Every replica's first sync is over before the test's sale (see
+		// startSentinelGroup): a master killed before it would be replaced
+		// by an empty replica.
+		for _, n := range c.nodes {
+			if info, _ := n.rdb.Info(ctx, "replication").Result(); strings.Contains(info, "role:master") {
+				waitReplicas(t, n.addr(), replicas, 30*time.Second)
+			}
+		}
+	}
 	return c
 }
 

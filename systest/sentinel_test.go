@@ -38,6 +38,11 @@ func startSentinelGroup(t *testing.T) *sentinelGroup {
 	g := &sentinelGroup{t: t}
 	g.primary = startPlainRedis(t, "")
 	g.replica = startPlainRedis(t, g.primary.addr())
+	// The replica's first sync must be over before the sale: with Redis 7's
+	// repl-diskless-sync-delay (5 s) it can still be waiting for its RDB
+	// when the test cuts it off, and then the Sentinels promote an empty
+	// server (what made TestFailoverSentinelNone flaky).
+	waitReplicas(t, g.primary.addr(), 1, 30*time.Second)
 	for range 3 {
 		_, port, _ := net.SplitHostPort(freeAddr(t))
 		s := &redisServer{t: t, port: port, dir: t.TempDir()}
