@@ -84,6 +84,13 @@ type Target struct {
 	// InProcess says the gateway runs inside the bench process, so its RSS
 	// also holds every other role and the load generator.
 	InProcess bool `json:"inProcess,omitempty"`
+	// Durability is the gateway's Redis durability level (none, aof,
+	// replicated) when the run compares levels (Options.Levels).
+	Durability string `json:"durability,omitempty"`
+	// Prepare, if set, runs before the target's warm-up and scenarios (the
+	// level comparison switches the Redis server's appendonly with it). An
+	// error fails the run.
+	Prepare func(ctx context.Context) error `json:"-"`
 }
 
 // Options select what Run does.
@@ -91,9 +98,17 @@ type Options struct {
 	// Scenarios to run, in the order of All whatever the order here. Nil = All.
 	Scenarios []string
 	// Targets: the first is the system under test, an optional second the
-	// baseline. At least one.
+	// baseline. At least one. With Levels, one target per durability level
+	// (each with Target.Durability), all run with SustainedRates.
 	Targets []Target
-	Params  Params
+	// Levels compares Redis durability levels: any number of targets, a
+	// per-level table in the report, no stream-vs-sync goal.
+	Levels bool
+	// RedisCommands records each scenario's INFO commandstats delta of
+	// Env.Redis (a single server) per accepted order: the figures that do
+	// not drift with the machine's load.
+	RedisCommands bool
+	Params        Params
 	// Ceiling runs redis-benchmark against the reserve script.
 	Ceiling bool
 	// Command is recorded in the report.
@@ -283,6 +298,8 @@ type run struct {
 	id    string // prefix of every requestId of this run
 	users *users
 	log   io.Writer
+	// levels: every target runs SustainedRates (Options.Levels).
+	levels bool
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -347,11 +364,18 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	if err := opts.Params.Validate(); err != nil {
 		return nil, err
 	}
-	if len(opts.Targets) == 0 || len(opts.Targets) > 2 {
-		return nil, errors.New("bench: one target, plus at most one baseline")
+	if len(opts.Targets) == 0 || (len(opts.Targets) > 2 && !opts.Levels) {
+		return nil, errors.New("bench: one target, plus at most one baseline (or one per durability level)")
 	}
-	if len(opts.Targets) == 2 && opts.Targets[0].Label == opts.Targets[1].Label {
-		return nil, errors.New("bench: the two targets need different labels")
+	for i, t := range opts.Targets {
+		if opts.Levels && t.Durability == "" {
+			return nil, fmt.Errorf("bench: target %s has no durability level", t.Label)
+		}
+		for _, u := range opts.Targets[:i] {
+			if u.Label == t.Label {
+				return nil, errors.New("bench: the targets need different labels")
+			}
+		}
 	}
 	names := opts.Scenarios
 	if names == nil {
@@ -380,10 +404,10 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	}
 
 	p := opts.Params
-	r := &run{env: env, p: p, id: newRunID(), log: env.Log}
+	r := &run{env: env, p: p, id: newRunID(), log: env.Log, levels: opts.Levels}
 	rep := &Report{
 		RunID: r.id, Started: time.Now().UTC(), Quick: p.Quick, Params: p, Command: opts.Command,
-		Machine: machineInfo(ctx, env.Redis, env.Store), Scenarios: selected,
+		Machine: machineInfo(ctx, env.Redis, env.Store), Scenarios: selected, Levels: opts.Levels,
 	}
 	for _, t := range targets {
 		rep.Targets = append(rep.Targets, t.Target)
@@ -411,6 +435,11 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	}
 
 	for _, t := range targets {
+		if t.Prepare != nil {
+			if err := t.Prepare(ctx); err != nil {
+				return rep.finish(), fmt.Errorf("bench: prepare %s: %w", t.Label, err)
+			}
+		}
 		if len(selected) > 0 {
 			r.warmUp(ctx, t)
 		}
@@ -423,8 +452,15 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 			}
 			r.logf("== %s against %s (%s)", name, t.Label, t.URL)
 			mem := startMemory(t.Target)
+			var cmds map[string]int64
+			if opts.RedisCommands {
+				cmds = r.commandStats(ctx)
+			}
 			started := time.Now()
 			res := scenarioFuncs[name](ctx, r, t)
+			if opts.RedisCommands {
+				r.commandsPerOrder(ctx, res, cmds) // durability.go
+			}
 			res.Scenario, res.Target = name, t.Label
 			res.Started = started.UTC()
 			res.ElapsedS = time.Since(started).Seconds()

@@ -406,3 +406,72 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+// TestLevelsReportHasOneColumnPerLevel runs sustained against three fake
+// gateways labelled none, aof and replicated (levels compared: every target
+// steps through SustainedRates) and requires the report's per-level table to
+// have one column per level and the commandstats figures per order.
+func TestLevelsReportHasOneColumnPerLevel(t *testing.T) {
+	f := newFake()
+	r := newTestRun(t, f, false)
+	r.levels = true
+	r.p.SustainedRates, r.p.BaselineRates = []float64{100, 200}, []float64{50}
+	r.p.SustainedWarmup, r.p.SustainedStep = 50*time.Millisecond, 100*time.Millisecond
+	ctx := context.Background()
+	levels := []string{"none", "aof", "replicated"}
+	rep := &Report{RunID: r.id, Started: time.Now(), Quick: true, Params: r.p, Scenarios: []string{Sustained}, Levels: true}
+	for i, level := range levels {
+		tg := startFake(t, f)
+		tg.Label, tg.Durability, tg.index = level, level, i
+		rep.Targets = append(rep.Targets, tg.Target)
+		s := runSustained(ctx, r, tg)
+		s.Scenario, s.Target = Sustained, level
+		// a commandstats delta as commandsPerOrder reads it: 3 commands per order, WAIT only for replicated
+		accepted, _ := s.Figure("accepted")
+		before := map[string]int64{"evalsha": 5, "info": 1}
+		after := fmt.Sprintf("cmdstat_evalsha:calls=%d,usec=1\r\ncmdstat_xadd:calls=%d,usec=1\r\ncmdstat_info:calls=99,usec=1\r\n", 5+2*int64(accepted), int64(accepted))
+		var waits int64
+		if level == "replicated" {
+			waits = int64(accepted) / 4
+			after += fmt.Sprintf("cmdstat_wait:calls=%d,usec=1\r\n", waits)
+		}
+		addCommandStats(s, before, parseCommandStats(after))
+		s.finish()
+		if !s.Pass || len(s.Phases) != 2 {
+			t.Fatalf("%s: %s, %d steps (want both SustainedRates, not BaselineRates)", level, s.line(), len(s.Phases))
+		}
+		if v, _ := s.Figure(figRedisCommands); math.Abs(v-3-float64(waits)/accepted) > 1e-9 {
+			t.Errorf("%s: %v commands per order, want 3 + WAITs (info excluded)", level, v)
+		}
+		rep.Results = append(rep.Results, s)
+	}
+	rep.finish()
+	md := rep.Markdown()
+	if !strings.Contains(md, "| figure | none | aof | replicated |") {
+		t.Fatalf("no per-level table header in:\n%s", md)
+	}
+	for _, row := range []string{"sustained step 100/s", "sustained step 200/s", "highest clean step", figRedisCommands, figRedisWait} {
+		var line string
+		for _, l := range strings.Split(md, "\n") {
+			if strings.HasPrefix(l, "| sustained") && strings.Contains(l, row) {
+				line = l
+				break
+			}
+		}
+		if line == "" {
+			t.Errorf("no row %q in the per-level table", row)
+			continue
+		}
+		if cells := strings.Count(line, "|") - 1; cells != 1+len(levels) {
+			t.Errorf("row %q has %d cells, want %d: %s", row, cells, 1+len(levels), line)
+		}
+	}
+	if !strings.Contains(md, "| sustained: "+figRedisWait+" | 0.000 | 0.000 | 0.2") {
+		t.Errorf("WAIT per order not 0 / 0 / 0.25:\n%s", md)
+	}
+	for _, g := range rep.Goals {
+		if g.Name == "stream vs sync intake" {
+			t.Error("a level comparison claims the stream-vs-sync goal")
+		}
+	}
+}

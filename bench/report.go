@@ -131,6 +131,9 @@ func (r *Report) Markdown() string {
 	w("Redis, RabbitMQ, MariaDB, every Stampede role and the load generator share this machine.\n\n")
 	for _, t := range r.Targets {
 		w("- target **%s**: %s", t.Label, t.URL)
+		if t.Durability != "" {
+			w(", Redis durability %s", t.Durability)
+		}
 		if t.GatewayPID > 0 {
 			w(" (memory of pid %d", t.GatewayPID)
 			if t.InProcess {
@@ -176,7 +179,9 @@ func (r *Report) Markdown() string {
 		w("\n")
 	}
 
-	if len(r.Targets) > 1 {
+	if r.Levels {
+		r.levelsTable(&b) // durability.go
+	} else if len(r.Targets) > 1 {
 		a, bl := r.Targets[0].Label, r.Targets[1].Label
 		w("## %s vs %s\n\n| scenario | figure | %s | %s | %s / %s |\n|---|---|--:|--:|--:|\n", a, bl, a, bl, a, bl)
 		for _, name := range r.Scenarios {

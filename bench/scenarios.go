@@ -163,7 +163,7 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	var offset int64
 	var best *Phase
 	rates := p.SustainedRates
-	if t.index > 0 && len(p.BaselineRates) > 0 {
+	if t.index > 0 && len(p.BaselineRates) > 0 && !r.levels {
 		rates = p.BaselineRates
 	}
 	for _, rate := range rates {

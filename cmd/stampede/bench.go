@@ -31,6 +31,7 @@ type benchFlags struct {
 	baselineURL             string
 	baselineAddr            string
 	baselineDurability      string
+	levels                  string
 	noBaseline              bool
 	gatewayPID              int
 	baselinePID             int
@@ -107,6 +108,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fs.StringVar(&f.baselineAddr, "baseline-addr", "127.0.0.1:8090", "without --url and --baseline-url: listen address of the in-process synchronous-intake gateway started as the baseline")
 		fs.BoolVar(&f.noBaseline, "no-baseline", false, "without --url: do not start the in-process sync baseline gateway")
 		fs.StringVar(&f.baselineDurability, "baseline-durability", "", "without --url: the in-process baseline gateway uses stream intake with this Redis durability (none, aof, replicated) instead of sync intake, labelled with the level; the system under test keeps -redis-durability (issue 13: intake per durability level in one run)")
+		fs.StringVar(&f.levels, "durability-levels", "", "without --url: compare these Redis durability levels in one run, e.g. none,aof,replicated: one in-process gateway per level (the first on -http-addr, the others on -baseline-addr's port and up), back to back, on a private Redis primary with one replica that the bench starts on loopback (redis-server on PATH) and removes at the end; scenarios sustained (the default) and soldout")
 		fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
 		fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
 		fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
@@ -128,6 +130,43 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		// The drain stops and restarts the pipeline roles: only with every
 		// role in this process.
 		scenarios = slices.DeleteFunc(scenarios, func(s string) bool { return s == bench.Drain })
+	}
+
+	var levels []string
+	var priv *benchRedis // the level comparison's private Redis
+	if f.levels != "" {
+		if levels, err = parseLevels(f.levels); err != nil {
+			return err
+		}
+		if f.scenarios == strings.Join(bench.All, ",") {
+			scenarios = []string{bench.Sustained}
+		}
+		if err := f.checkLevelFlags(scenarios); err != nil {
+			return err
+		}
+		if startForBench == nil {
+			return fmt.Errorf("%w: --durability-levels needs a build that can start the app in-process", errUsage)
+		}
+		if priv, err = startBenchRedis(ctx); err != nil {
+			return err
+		}
+		defer priv.stop()
+		fmt.Fprintf(stdout, "bench: private Redis primary %s, replica %s\n", priv.primary, priv.replica)
+		cfg.RedisAddr, cfg.RedisSentinelMaster, cfg.RedisDurability = priv.primary, "", levels[0]
+		f.noBaseline = true
+	}
+	// levelTarget labels a target with its durability level and switches the
+	// private Redis to it before its scenarios.
+	levelTarget := func(t bench.Target, level string) bench.Target {
+		t.Label, t.Durability = level, level
+		t.Prepare = func(ctx context.Context) error {
+			if err := priv.setLevel(ctx, level); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "bench: level %s: private Redis primary %s\n", level, priv.describe(ctx))
+			return nil
+		}
+		return t
 	}
 
 	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
@@ -163,6 +202,24 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		sut.GatewayPID, sut.InProcess = os.Getpid(), true
 	}
 	targets := []bench.Target{sut}
+	if levels != nil {
+		targets[0] = levelTarget(sut, levels[0])
+		for i, level := range levels[1:] {
+			lc := *cfg
+			lc.Roles, lc.Intake, lc.RedisDurability = "gateway", "stream", level
+			if lc.HTTPAddr, err = levelAddr(f.baselineAddr, i+1); err != nil {
+				return err
+			}
+			lc.NodeID = (cfg.NodeID + int64(i) + 1) % 1024
+			lc.MetricsAddr, lc.PprofAddr = "", ""
+			stop, err := startForBench(ctx, &lc)
+			if err != nil {
+				return fmt.Errorf("bench: start the %s gateway: %w", level, err)
+			}
+			defer stop()
+			targets = append(targets, levelTarget(bench.Target{URL: "http://" + lc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true}, level))
+		}
+	}
 	switch {
 	case f.baselineURL != "":
 		targets = append(targets, bench.Target{Label: "sync", URL: f.baselineURL, GatewayPID: f.baselinePID})
@@ -210,6 +267,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		Pipeline: pipe, RabbitMQMetricsURL: f.rabbitMetrics,
 	}
 	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling,
+		Levels: levels != nil, RedisCommands: levels != nil,
 		Command: "stampede bench " + strings.Join(redactSecrets(args), " ")})
 	if rep != nil && len(rep.Results) > 0 {
 		jsonPath, mdPath, err := rep.WriteFiles(f.out)

@@ -110,3 +110,29 @@ func TestRedactSecrets(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestBenchDurabilityLevelsFlag(t *testing.T) {
+	got, err := parseLevels("none, aof,replicated")
+	if err != nil || strings.Join(got, ",") != "none,aof,replicated" {
+		t.Fatal(got, err)
+	}
+	for _, bad := range []string{"", ",", "none,none", "none,fsync"} {
+		if _, err := parseLevels(bad); !errors.Is(err, errUsage) {
+			t.Errorf("%q: err = %v", bad, err)
+		}
+	}
+	// Refused before any Redis or gateway is started.
+	for _, args := range [][]string{
+		{"--durability-levels", "none,aof", "--url", "http://127.0.0.1:1"},
+		{"--durability-levels", "none,aof", "--baseline-durability", "aof"},
+		{"--durability-levels", "none,aof", "--scenarios", "sustained,drain"},
+		{"--durability-levels", "none,bogus"},
+	} {
+		if err := runBench(context.Background(), args, &bytes.Buffer{}); !errors.Is(err, errUsage) {
+			t.Errorf("%v: err = %v", args, err)
+		}
+	}
+	if a, err := levelAddr("127.0.0.1:8090", 2); err != nil || a != "127.0.0.1:8091" {
+		t.Errorf("levelAddr = %q, %v", a, err)
+	}
+}
