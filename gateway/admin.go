@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"math"
 	"net/url"
 	"strconv"
 	"time"
@@ -22,6 +21,16 @@ const (
 	defaultMaxPerOrder = 10
 	maxImageURLBytes   = 2048 // product.image_url is VARCHAR(2048), ASCII after validation
 	maxDescChars       = 2000 // product.description is VARCHAR(2000)
+	// maxPrice is the largest price, in minor units (cents): 10^12 cents
+	// (10^10 of the currency). With maxOrderQty it keeps an order's amount
+	// (price × quantity ≤ 10^15) inside int64 and inside JavaScript's safe
+	// integers (2^53 − 1 ≈ 9.007 × 10^15), which clients parse amounts as.
+	maxPrice = 1_000_000_000_000
+	// maxOrderQty is the largest maxPerOrder (units of one order).
+	maxOrderQty = 1_000
+	// maxStock is the largest stock of a product, and of its total after
+	// stock adjustments (persistence.MaxUnits), and the largest perUserLimit.
+	maxStock = persistence.MaxUnits
 	// adminBodyBytes is the body limit of product creation: a description
 	// of maxDescChars, each \uXXXX-escaped, and an image URL fit.
 	adminBodyBytes = 16 << 10
@@ -166,22 +175,22 @@ func validateProduct(p persistence.Product, now time.Time, future bool) []fieldE
 	if msg := validateDescription(p.Description); msg != "" {
 		add("description", "%s", msg)
 	}
-	if p.Price < 0 {
-		add("price", "price must not be negative")
+	if p.Price < 0 || p.Price > maxPrice {
+		add("price", "price must be from 0 to %d (minor units, e.g. cents)", maxPrice)
 	}
-	if p.Total < 0 {
-		add("stock", "stock must not be negative")
+	if p.Total < 0 || p.Total > maxStock {
+		add("stock", "stock must be from 0 to %d units", maxStock)
 	}
-	limitOK := p.PerUserLimit >= 0 && p.PerUserLimit <= math.MaxInt32
+	limitOK := p.PerUserLimit >= 0 && p.PerUserLimit <= maxStock
 	if !limitOK {
-		add("perUserLimit", "perUserLimit must be from 0 (no limit) to %d", math.MaxInt32)
+		add("perUserLimit", "perUserLimit must be from 0 (no limit) to %d", maxStock)
 	}
 	if p.Shards < 1 || p.Shards > maxShards {
 		add("shards", "shards must be from 1 to %d", maxShards)
 	}
 	switch {
-	case p.MaxPerOrder < 1 || p.MaxPerOrder > math.MaxInt32:
-		add("maxPerOrder", "maxPerOrder must be from 1 to %d", math.MaxInt32)
+	case p.MaxPerOrder < 1 || p.MaxPerOrder > maxOrderQty:
+		add("maxPerOrder", "maxPerOrder must be from 1 to %d", maxOrderQty)
 	case limitOK && p.PerUserLimit > 0 && p.MaxPerOrder > p.PerUserLimit: // such an order could never be accepted
 		add("maxPerOrder", "maxPerOrder (%d) must not exceed perUserLimit (%d)", p.MaxPerOrder, p.PerUserLimit)
 	}

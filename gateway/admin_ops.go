@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -144,7 +145,10 @@ type adjustJSON struct {
 // stock.available, then adjust.lua adds delta to shard 0's Redis available,
 // guarded by a per-repairNo marker. The same repairNo again answers 200 and
 // changes nothing (applied false); with another delta 409 CONFLICT. 409
-// INSUFFICIENT_STOCK if MySQL or Redis available would go below 0. If Redis
+// INSUFFICIENT_STOCK if MySQL or Redis available would go below 0. 400
+// INVALID_ARGUMENT (details field delta) when |delta| exceeds maxStock or the
+// product's total after adjustments would exceed it (persistence.MaxUnits,
+// 10^9 units). If Redis
 // fails after the MySQL commit the answer is 503: sending the same request
 // again is safe and completes the Redis half (the MySQL half is then a no-op);
 // otherwise the sweeper applies it (pipeline.RepairAdjustments).
@@ -172,6 +176,9 @@ func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case delta == 0:
 		s.fail(ctx, invalidArg("delta must not be 0"))
 		return
+	case delta < -maxStock || delta > maxStock:
+		s.fail(ctx, invalidFields([]fieldError{{"delta", fmt.Sprintf("delta must be from -%d to %d units (not 0)", maxStock, maxStock)}}))
+		return
 	case !order.ValidRequestID(repairNo):
 		s.fail(ctx, invalidArg("repairNo must be 1–64 characters of [A-Za-z0-9._:-]"))
 		return
@@ -189,6 +196,10 @@ func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case errors.Is(err, persistence.ErrConflict):
 		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
 			message: "repairNo was already used with a different delta or product"})
+		return
+	case errors.Is(err, persistence.ErrTooManyUnits):
+		s.fail(ctx, invalidFields([]fieldError{{"delta", fmt.Sprintf(
+			"the adjustment would make the product's total (units after adjustments) exceed %d", maxStock)}}))
 		return
 	case errors.Is(err, persistence.ErrNegativeStock):
 		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,

@@ -120,7 +120,7 @@ var errorTable = []struct {
 	{lua.ErrSoldOut, 409, CodeSoldOut, "sold out"},
 	{lua.ErrInsufficient, 409, CodeInsufficientStock, "not enough stock left for this quantity"},
 	{lua.ErrLimitExceeded, 409, CodePurchaseLimitExceeded, "this purchase would exceed the per-user limit"},
-	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order"},
+	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order (or quantity × price the largest order amount, 2^53 − 1)"},
 	{lua.ErrNotAdmitted, 409, CodeNotAdmitted, "the waiting room is on: take a place in line (POST /api/products/{id}/queue) and order once admitted"},
 	{lua.ErrRoomOff, 409, CodeWaitingRoomOff, "this product has no waiting room on: order directly"},
 	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},

@@ -318,7 +318,7 @@ func TestAuthentication(t *testing.T) {
 //	go test -run '^$' -bench CreateOrder -benchmem ./gateway/
 func BenchmarkCreateOrder(b *testing.B) {
 	e := newEnv(b)
-	spec := openSale(1 << 40)
+	spec := openSale(maxStock) // never sold out
 	pid := e.product(spec)
 	tok := token(b, 5)
 	handler := e.srv.Handler()

@@ -45,7 +45,9 @@
 --   5 SOLD_OUT      available is 0
 --   6 INSUFFICIENT  0 < available < quantity
 --   7 LIMIT         the user would hold more than limit units
---   8 BAD_QUANTITY  quantity < 1 or > maxq
+--   8 BAD_QUANTITY  quantity < 1 or > maxq, or quantity × price > 2^53 − 1 (the amount would
+--                   not be exact in a JSON client, or would overflow int64: only products
+--                   stored before the gateway bounded price and maxPerOrder can get there)
 --   9 CORRUPT       a numeric field of the stock hash (or the user's counter, or the
 --                   request record) is not an integer: {9, '<field>', 0}. The product's
 --                   data needs repair; nothing else is affected (the gateway answers 500
@@ -95,6 +97,10 @@ for i = 1, 6 do
 end
 local available = tonumber(s[1])
 if not q or q < 1 or q > tonumber(s[4]) or q ~= math.floor(q) then
+  return {8, '', available}
+end
+-- Doubles: a product of integers below 2^53 is exact, one at or above rounds to at least 2^53.
+if q * tonumber(s[2]) > 9007199254740991 then
   return {8, '', available}
 end
 

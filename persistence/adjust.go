@@ -18,6 +18,15 @@ import (
 // negative.
 var ErrNegativeStock = errors.New("persistence: adjustment would make available stock negative")
 
+// MaxUnits is the most units a product may have: its stock at creation, and
+// its total after every stock adjustment (Total + Adjusted). It keeps every
+// stock sum far inside int64 and inside JavaScript's safe integers (2^53).
+const MaxUnits = 1_000_000_000
+
+// ErrTooManyUnits is an adjustment that would make the product's total after
+// adjustments exceed MaxUnits.
+var ErrTooManyUnits = fmt.Errorf("persistence: adjustment would make the product's units exceed %d", MaxUnits)
+
 // AdjustResult is the outcome of AdjustStock.
 type AdjustResult struct {
 	// Applied is false when repairNo had been applied before (with the same
@@ -34,7 +43,8 @@ type AdjustResult struct {
 // Applying the same repairNo again with the same delta changes nothing
 // (Applied false); with another delta, or for another product, it returns
 // ErrConflict. ErrNotFound: no such product; ErrNegativeStock: available would
-// go below 0 (nothing written).
+// go below 0; ErrTooManyUnits: the product's total after adjustments would
+// exceed MaxUnits (nothing written in either case).
 func (s *Store) AdjustStock(ctx context.Context, productID int64, repairNo string, delta int64, reason string) (AdjustResult, error) {
 	return s.AdjustStockBy(ctx, 0, productID, repairNo, delta, reason)
 }
@@ -49,11 +59,20 @@ func (s *Store) AdjustStockBy(ctx context.Context, adminID, productID int64, rep
 	}
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		res = AdjustResult{Delta: delta}
-		var avail int64
+		var avail, units int64
 		err := tx.QueryRowContext(ctx, `SELECT available FROM stock WHERE product_id = ? FOR UPDATE`, productID).Scan(&avail)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrNotFound
 		}
+		if err != nil {
+			return err
+		}
+		// The product's units now: read after the stock row lock, which every
+		// adjustment of the product takes, so no other one is in between
+		// (product.total never changes; the product row is not locked).
+		err = tx.QueryRowContext(ctx, `SELECT p.total + (SELECT COALESCE(SUM(f.quantity), 0) FROM stock_flow f
+			WHERE f.product_id = p.id AND f.biz_type = ?) FROM product p WHERE p.id = ?`,
+			string(order.FlowAdjust), productID).Scan(&units)
 		if err != nil {
 			return err
 		}
@@ -70,8 +89,13 @@ func (s *Store) AdjustStockBy(ctx context.Context, adminID, productID int64, rep
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		if avail+delta < 0 {
+		// |delta| and units are far below 2^62 when these run (the gateway
+		// bounds delta by MaxUnits; overflow is checked anyway).
+		if delta < -MaxUnits || avail+delta < 0 {
 			return ErrNegativeStock
+		}
+		if delta > MaxUnits || units+delta > MaxUnits {
+			return ErrTooManyUnits
 		}
 		inserted, err := insertFlow(ctx, tx, order.FlowAdjust, repairNo, productID, delta, reason)
 		if err != nil {
