@@ -43,6 +43,7 @@ const (
 	CodePayloadTooLarge       = "PAYLOAD_TOO_LARGE" // 413: the request body exceeds the route's limit
 	CodeSalePaused            = "SALE_PAUSED"       // 409: an admin paused the sale (sale_admin.go)
 	CodeSaleStarted           = "SALE_STARTED"      // 409: PATCH of a field that may not change once the sale opened
+	CodeSaleEnded             = "SALE_ENDED"        // 409: PATCH of saleStart/saleEnd of an ended sale (final)
 )
 
 // apiError is an answer other than success. Handlers return one directly when

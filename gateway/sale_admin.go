@@ -43,6 +43,18 @@ func errSaleStarted(fields []string) *apiError {
 			"(once a sale opened only name, imageUrl, description, perUserLimit and saleEnd may: saleEnd to a later time, null, or now)"}
 }
 
+// errSaleEnded is the 409 SALE_ENDED of a PATCH moving the window of an
+// ended sale: an ended sale is final.
+func errSaleEnded(fields []string) *apiError {
+	return &apiError{status: fasthttp.StatusConflict, code: CodeSaleEnded,
+		message: "the sale has ended and an ended sale is final: " + strings.Join(fields, ", ") + " can no longer change " +
+			"(name, imageUrl, description and perUserLimit still may; create a new product for a new sale)"}
+}
+
+// endSkew is how far in the past a PATCH's saleEnd may lie and still mean
+// "now" (the admin's clock a little behind ours); earlier is refused.
+const endSkew = time.Second
+
 // productID is the route's {id}, or errProductNotFound.
 func productID(ctx *fasthttp.RequestCtx) (int64, error) {
 	raw, _ := ctx.UserValue("id").(string)
@@ -153,11 +165,16 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 // Before the sale opens (now < saleStart) every field may change; the
 // result must be a valid sale that ends in the future. Once it opened only
 // name, imageUrl, description, perUserLimit (at least maxPerOrder, or 0)
-// and saleEnd may: to a later time (null: open-ended), or to now or earlier
-// (the sale ends now). A field sent with its current value is no change.
-// 200 product; 400 INVALID_ARGUMENT with details; 404 PRODUCT_NOT_FOUND;
-// 409 SALE_STARTED naming the fields that may no longer change. The same
-// body again answers the same product and changes nothing.
+// and saleEnd may: to a later time (null: open-ended), or to now (at most
+// endSkew, 1 s, in the past counts as now: the sale ends now); a saleEnd
+// further in the past is 400 (POST …/end ends a sale now). Once it ended
+// (now ≥ saleEnd) it is final: saleStart and saleEnd no longer change (409
+// SALE_ENDED); name, imageUrl, description and perUserLimit still may. A
+// field sent with its current value is no change. 200 product; 400
+// INVALID_ARGUMENT with details; 404 PRODUCT_NOT_FOUND; 409 SALE_STARTED
+// naming the fields that may no longer change, or SALE_ENDED. The same
+// body again answers the same product and changes nothing (a saleEnd of
+// "now" again too: within endSkew of the stored end, it is no change).
 func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, err := productID(ctx)
 	if err != nil {
@@ -203,7 +220,10 @@ func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		next := cur
 		change := map[string]any{}
 		var fixed []string // fields that may no longer change
+		var final []string // window fields of an ended sale
 		opened := !now.Before(cur.SaleStart)
+		ended := !now.Before(cur.SaleEnd)
+		endPast := false // a saleEnd before now − endSkew on an open sale
 		note := func(name string, from, to any, mayAfterOpening bool) {
 			change[name] = persistence.FromTo{From: from, To: to}
 			if opened && !mayAfterOpening {
@@ -237,23 +257,38 @@ func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		if hasStart && !in.SaleStart.Equal(cur.SaleStart) {
 			next.SaleStart = in.SaleStart
 			note("saleStart", cur.SaleStart.UTC(), in.SaleStart, false)
+			if ended {
+				final = append(final, "saleStart")
+			}
 		}
 		if hasEnd && !in.SaleEnd.Equal(cur.SaleEnd) {
 			switch end := in.SaleEnd; {
+			case ended && !end.After(now) && !end.Before(cur.SaleEnd.Add(-endSkew)):
+				// The replay of the PATCH that ended it with saleEnd "now"
+				// (stored as the server's now, up to endSkew later): no change.
+			case ended: // final: no other time (a later one or null would reopen the sale)
+				final = append(final, "saleEnd")
 			case !opened || end.After(cur.SaleEnd): // before opening: anything (validated below); later: always
 				next.SaleEnd = end
 				note("saleEnd", endJSON(cur), endJSONOf(end), true)
-			case !end.After(now): // now or earlier: the sale ends now
-				if now.Before(cur.SaleEnd) {
-					next.SaleEnd = now
-					note("saleEnd", endJSON(cur), now, true)
-				} // already ended: nothing to do
+			case end.Before(now.Add(-endSkew)): // in the past: a mistake more likely than "end now"
+				endPast = true
+			case !end.After(now): // now (within endSkew): the sale ends now
+				next.SaleEnd = now
+				note("saleEnd", endJSON(cur), now, true)
 			default: // earlier than now planned, but still in the future
 				note("saleEnd", endJSON(cur), endJSONOf(end), false)
 			}
 		}
+		if len(final) > 0 {
+			return cur, nil, errSaleEnded(final)
+		}
 		if len(fixed) > 0 {
 			return cur, nil, errSaleStarted(fixed)
+		}
+		if endPast {
+			return cur, nil, invalidFields([]fieldError{{"saleEnd", fmt.Sprintf(
+				"saleEnd must be now or later; use POST /api/admin/products/%d/end to end the sale now", cur.ID)}})
 		}
 		if len(change) == 0 {
 			return cur, nil, nil

@@ -392,8 +392,20 @@ func TestPatchProductRules(t *testing.T) {
 	if d := details(t, r); r.status != 400 || len(d) != 1 || d[0].Field != "perUserLimit" {
 		t.Fatalf("limit below maxPerOrder: %s", r)
 	}
-	// saleEnd now (or earlier) ends the sale; again changes nothing.
-	past := now.Add(-time.Minute).Format(time.RFC3339)
+	// saleEnd in the past is a 400 (POST …/end ends a sale now); nothing changes.
+	before, _ = e.store.GetProduct(ctx, live)
+	for _, past := range []string{"2020-01-01T00:00:00Z", time.Now().Add(-5 * time.Second).UTC().Format(time.RFC3339Nano)} {
+		r = e.do("PATCH", lpath, tok, `{"name":"not stored","saleEnd":"`+past+`"}`)
+		r.wantError(t, 400, CodeInvalidArgument)
+		if d := details(t, r); len(d) != 1 || d[0].Field != "saleEnd" || !strings.Contains(d[0].Message, "/end") {
+			t.Fatalf("past saleEnd %s: %s", past, r)
+		}
+	}
+	if after, _ := e.store.GetProduct(ctx, live); after != before {
+		t.Fatalf("a refused PATCH changed the product: %+v → %+v", before, after)
+	}
+	// saleEnd now ends the sale; the same body again changes nothing.
+	past := time.Now().UTC().Format(time.RFC3339Nano)
 	var endedAt time.Time
 	for i := range 2 {
 		r := e.do("PATCH", lpath, tok, `{"saleEnd":"`+past+`"}`)

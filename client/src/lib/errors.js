@@ -13,6 +13,8 @@ export const MESSAGES = {
   SALE_PAUSED: 'The sale is paused for a moment. Nothing was ordered; try again when it resumes.',
   SALE_STARTED:
     'This sale has already opened, so only its name, picture, description, limit per buyer and a later end can change now. Nothing was changed.',
+  SALE_ENDED:
+    'This sale has ended, and an ended sale is final: its start and end can no longer change (its name, picture and description still can). Nothing was changed.',
   ALREADY_REFUNDED: 'This payment was already refunded (under another refund number). Nothing was changed.',
   NOT_REFUNDABLE: 'This payment paid its order, so it is not waiting for a refund.',
   PAYMENT_NO_REUSED: 'That payment number already paid another order.',
