@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
@@ -164,10 +166,12 @@ func validateProduct(p persistence.Product, now time.Time, future bool) []fieldE
 	var errs []fieldError
 	add := func(f, format string, args ...any) { errs = append(errs, fieldError{f, fmt.Sprintf(format, args...)}) }
 	switch n := utf8.RuneCountInString(p.Name); {
-	case n == 0:
-		add("name", "name must not be empty")
+	case strings.TrimSpace(p.Name) == "":
+		add("name", "name must not be empty or only whitespace")
 	case n > maxNameChars:
 		add("name", "name must be at most %d characters", maxNameChars)
+	case strings.ContainsFunc(p.Name, unicode.IsControl):
+		add("name", "name must not contain control characters (such as NUL, tab or newline)")
 	}
 	if msg := validateImageURL(p.ImageURL); msg != "" {
 		add("imageUrl", "%s", msg)
@@ -234,16 +238,14 @@ func validateImageURL(imageURL string) string {
 }
 
 // validateDescription checks a product's description (message "" = ok): at
-// most maxDescChars characters without control characters other than
-// newline and tab.
+// most maxDescChars characters without control characters (unicode.IsControl:
+// C0, DEL and C1) other than newline and tab.
 func validateDescription(desc string) string {
 	if n := utf8.RuneCountInString(desc); n > maxDescChars {
 		return fmt.Sprintf("description must be at most %d characters", maxDescChars)
 	}
-	for _, r := range desc {
-		if (r < ' ' && r != '\n' && r != '\t') || r == 0x7f {
-			return "description must be plain text (no control characters)"
-		}
+	if strings.ContainsFunc(desc, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }) {
+		return "description must be plain text (no control characters other than newline and tab)"
 	}
 	return ""
 }

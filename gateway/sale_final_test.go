@@ -63,3 +63,55 @@ func TestEndedSaleIsFinal(t *testing.T) {
 	}
 	e.buy(1, pid, 1, "after-rename").wantError(t, 409, CodeSaleNotActive)
 }
+
+// Names empty after trimming whitespace or holding a control character, and
+// descriptions holding a control character other than newline and tab, are
+// refused with a 400 naming the field, on creation and PATCH; nothing is
+// stored.
+func TestProductNameAndDescriptionText(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tok := token(t, adminID)
+	for _, tc := range []struct{ body, field string }{
+		{`{"name":"a\u0000b","price":1,"stock":1}`, "name"},
+		{`{"name":"   ","price":1,"stock":1}`, "name"},
+		{`{"name":"\t\n","price":1,"stock":1}`, "name"},
+		{`{"name":"\u00a0\u3000","price":1,"stock":1}`, "name"}, // Unicode spaces only
+		{`{"name":"tab\there","price":1,"stock":1}`, "name"},
+		{`{"name":"c1\u0085","price":1,"stock":1}`, "name"},
+		{`{"name":"del\u007f","price":1,"stock":1}`, "name"},
+		{`{"name":"ok","price":1,"stock":1,"description":"a\u0000b"}`, "description"},
+		{`{"name":"ok","price":1,"stock":1,"description":"cr\r\nlf"}`, "description"},
+		{`{"name":"ok","price":1,"stock":1,"description":"c1\u009b"}`, "description"},
+	} {
+		r := e.do("POST", "/api/admin/products", tok, tc.body)
+		r.wantError(t, 400, CodeInvalidArgument)
+		if f := fieldsOf(t, r); len(f) != 1 || f[tc.field] == "" {
+			t.Fatalf("%s: %s", tc.body, r.body)
+		}
+	}
+	if ps, _ := e.store.ListProducts(ctx); len(ps) != 0 {
+		t.Fatalf("%d products stored", len(ps))
+	}
+	// Newline and tab stay allowed in a description; inner spaces in a name.
+	r := e.do("POST", "/api/admin/products", tok, `{"name":" Flash  widget ","price":1,"stock":1,"description":"line 1\n\tline 2"}`)
+	if r.status != 201 {
+		t.Fatalf("valid text: %s", r)
+	}
+	p := productOf(t, r)
+	path := "/api/admin/products/" + strconv.FormatInt(p.ID, 10)
+	for _, tc := range []struct{ body, field string }{
+		{`{"name":"a\u0000b"}`, "name"},
+		{`{"name":"  "}`, "name"},
+		{`{"description":"bell\u0007"}`, "description"},
+	} {
+		r := e.do("PATCH", path, tok, tc.body)
+		r.wantError(t, 400, CodeInvalidArgument)
+		if f := fieldsOf(t, r); len(f) != 1 || f[tc.field] == "" {
+			t.Fatalf("PATCH %s: %s", tc.body, r.body)
+		}
+	}
+	if got, _ := e.store.GetProduct(ctx, p.ID); got.Name != " Flash  widget " || got.Description != "line 1\n\tline 2" {
+		t.Fatalf("stored %+v", got)
+	}
+}
