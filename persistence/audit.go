@@ -8,13 +8,13 @@ import (
 // FlowAudit counts, for one product, orders whose stock flows disagree with
 // their status (SPEC §5.4). Every field is 0 in a consistent database.
 type FlowAudit struct {
-	DuplicateRequests int64 // (user_id, request_id, request_seq) of the product with more than one order
-	MissingLock       int64 // WAITING_PAY or PAID orders without a LOCK flow
-	MissingConfirm    int64 // PAID orders without a CONFIRM flow
-	MissingRelease    int64 // CANCELLED or FAILED orders without a RELEASE flow
-	UnexpectedRelease int64 // RELEASE flows of orders that are not CANCELLED or FAILED
-	UnexpectedConfirm int64 // CONFIRM flows of orders that are not PAID
-	AdjustTotal       int64 // Σ ADJUST quantity (not a violation: part of the stock equation)
+	DuplicateRequests int64 `json:"duplicateRequests"` // (user_id, request_id, request_seq) of the product with more than one order
+	MissingLock       int64 `json:"missingLock"`       // WAITING_PAY or PAID orders without a LOCK flow
+	MissingConfirm    int64 `json:"missingConfirm"`    // PAID orders without a CONFIRM flow
+	MissingRelease    int64 `json:"missingRelease"`    // CANCELLED or FAILED orders without a RELEASE flow
+	UnexpectedRelease int64 `json:"unexpectedRelease"` // RELEASE flows of orders that are not CANCELLED or FAILED
+	UnexpectedConfirm int64 `json:"unexpectedConfirm"` // CONFIRM flows of orders that are not PAID
+	AdjustTotal       int64 `json:"adjustTotal"`       // Σ ADJUST quantity (not a violation: part of the stock equation)
 }
 
 // AuditFlows computes FlowAudit for productID.

@@ -45,11 +45,11 @@ func (p Product) Units() int64 { return p.Total + p.Adjusted }
 
 // Stock is a row of stock: available + locked + sold = total + Σ ADJUST.
 type Stock struct {
-	ProductID int64
-	Available int64
-	Locked    int64
-	Sold      int64
-	Version   int64
+	ProductID int64 `json:"productId"`
+	Available int64 `json:"available"`
+	Locked    int64 `json:"locked"`
+	Sold      int64 `json:"sold"`
+	Version   int64 `json:"version"`
 }
 
 // CreateProduct inserts p and its stock row (available = p.Total) and returns

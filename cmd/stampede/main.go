@@ -105,7 +105,12 @@ func parse(name string, args []string, extra func(fs *flag.FlagSet)) (*Config, e
 	var envErrs []error
 	fs := newFlagSet(name, &cfg, &envErrs, extra)
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		// An unknown or malformed flag is a usage error (exit 2), as for
+		// every other bad command line.
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("%w: unexpected arguments %s", errUsage, strings.Join(fs.Args(), " "))

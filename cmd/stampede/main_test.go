@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"net"
 	"os"
 	"strings"
@@ -123,5 +125,25 @@ func TestToken(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"token"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("token without --user accepted")
+	}
+}
+
+// A lifetime of zero or less would print a token every gateway refuses; an
+// unknown flag is a usage error like every other bad command line (exit 2).
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"token", "--user", "1", "--ttl", "0s"},
+		{"token", "--user", "1", "--ttl", "-1h"},
+		{"token", "--user", "0"},
+		{"reconcile", "--bogus"},
+		{"token", "--bogus"},
+	} {
+		err := run(context.Background(), args, &bytes.Buffer{})
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	if err := run(context.Background(), []string{"token", "-h"}, &bytes.Buffer{}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("token -h: %v, want flag.ErrHelp", err)
 	}
 }

@@ -21,6 +21,9 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	if user <= 0 {
 		return fmt.Errorf("%w: --user must be a positive userId", errUsage)
 	}
+	if ttl <= 0 {
+		return fmt.Errorf("%w: --ttl must be a positive duration (a token that is already expired is refused by every gateway)", errUsage)
+	}
 	tok, err := auth.Issue([]byte(cfg.JWTSecret), user, admin, ttl)
 	if err != nil {
 		return err
