@@ -34,10 +34,11 @@ test-go: services lint
 	$(MAKE) test-fuzz
 
 # The house rules (.golangci.yml: a small linter set, depguard's import
-# direction); gofmt first, which golangci-lint does not check here.
+# direction); gofmt and a tidy go.mod first, which golangci-lint does not check.
 lint:
 	bash scripts/tools.sh lint
 	@test -z "$$($(GOFMT) -l .)" || { echo "gofmt needed:"; $(GOFMT) -l .; exit 1; }
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 # A short run of the order decoder/handler fuzz target (issue 5): no panic, no
