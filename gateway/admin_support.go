@@ -18,12 +18,6 @@ const (
 	CodeNotRefundable   = "NOT_REFUNDABLE"   // 409: the payment is not REFUND_PENDING (it paid its order)
 )
 
-// Bounds of the support lists (GET /api/admin/orders, GET /api/admin/refunds).
-const (
-	supportDefaultLimit = 50
-	supportMaxLimit     = 200
-)
-
 // adminOrderJSON is an order as support sees it in the search: the buyer's
 // shape (orderJSON) plus the buyer.
 type adminOrderJSON struct {
@@ -55,13 +49,9 @@ type adminOrderList struct {
 // the same endpoint, "" for the first page).
 func pageArgs(ctx *fasthttp.RequestCtx) (int, persistence.Cursor, error) {
 	args := ctx.QueryArgs()
-	limit := supportDefaultLimit
-	if v := args.Peek("limit"); v != nil {
-		n, err := strconv.Atoi(string(v))
-		if err != nil || n < 1 || n > supportMaxLimit {
-			return 0, persistence.Cursor{}, invalidArg("limit must be an integer from 1 to %d", supportMaxLimit)
-		}
-		limit = n
+	limit, msg := pageLimit(args)
+	if msg != "" {
+		return 0, persistence.Cursor{}, invalidArg("%s", msg)
 	}
 	c, err := persistence.ParseCursor(string(args.Peek("cursor")))
 	if err != nil {

@@ -28,8 +28,8 @@ import (
 // again) answers 200 with the product, writes no audit entry and writes the
 // stored terms to Redis again (completing a write an earlier call lost).
 
-// Paging of the admin lists: ?limit= (1…200, default 50) and ?cursor= (the
-// previous page's nextCursor).
+// Paging of every admin list (products, audit, orders, refunds): ?limit=
+// (1…200, default 50) and ?cursor= (the previous page's nextCursor).
 const (
 	defaultPageSize = 50
 	maxPageSize     = 200
@@ -68,15 +68,10 @@ func productID(ctx *fasthttp.RequestCtx) (int64, error) {
 // pageQuery reads ?limit= and ?cursor= (a cursor of kind, see pageCursor):
 // the page size and the id bound (0: first page). Problems are added to errs.
 func pageQuery(ctx *fasthttp.RequestCtx, kind string, errs *[]fieldError) (limit int, before int64) {
-	limit = defaultPageSize
 	args := ctx.QueryArgs()
-	if raw := args.Peek("limit"); raw != nil {
-		n, err := strconv.Atoi(string(raw))
-		if err != nil || n < 1 || n > maxPageSize {
-			*errs = append(*errs, fieldError{"limit", fmt.Sprintf("limit must be an integer from 1 to %d", maxPageSize)})
-		} else {
-			limit = n
-		}
+	limit, msg := pageLimit(args)
+	if msg != "" {
+		*errs = append(*errs, fieldError{"limit", msg})
 	}
 	if raw := string(args.Peek("cursor")); raw != "" {
 		b, err := base64.RawURLEncoding.DecodeString(raw)
@@ -88,6 +83,21 @@ func pageQuery(ctx *fasthttp.RequestCtx, kind string, errs *[]fieldError) (limit
 		}
 	}
 	return limit, before
+}
+
+// pageLimit reads ?limit= of an admin list: defaultPageSize when absent;
+// msg says what is wrong with a value that is not an integer from 1 to
+// maxPageSize ("" when it is fine).
+func pageLimit(args *fasthttp.Args) (limit int, msg string) {
+	raw := args.Peek("limit")
+	if raw == nil {
+		return defaultPageSize, ""
+	}
+	n, err := strconv.Atoi(string(raw))
+	if err != nil || n < 1 || n > maxPageSize {
+		return defaultPageSize, fmt.Sprintf("limit must be an integer from 1 to %d", maxPageSize)
+	}
+	return n, ""
 }
 
 // pageCursor is the opaque cursor of a list of kind continuing below id.

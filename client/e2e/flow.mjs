@@ -119,6 +119,39 @@ async function waitReady() {
   }
 }
 
+// signedInBrowser opens a second Chromium with a profile of its own in which
+// userId is signed in with token (the session the client keeps in
+// localStorage), with viewport if given; close() shuts it and removes the
+// profile.
+async function signedInBrowser(prefix, token, userId, viewport) {
+  const dir = await mkdtemp(path.join(tmpdir(), prefix))
+  const ctx = await chromium.launchPersistentContext(dir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    ...(viewport ? { viewport } : {}),
+    args: ['--headless', '--no-sandbox', '--disable-gpu'],
+  })
+  const close = async () => {
+    await ctx.close()
+    await rm(dir, { recursive: true, force: true })
+  }
+  try {
+    const page = ctx.pages()[0] ?? (await ctx.newPage())
+    page.setDefaultTimeout(20_000)
+    await page.addInitScript(
+      ([t, u, pu]) => {
+        localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u }))
+        if (pu) localStorage.setItem('stampede.pushUrl', pu)
+      },
+      [token, userId, PUSH_URL],
+    )
+    return { page, close }
+  } catch (err) {
+    await close()
+    throw err
+  }
+}
+
 async function main() {
   if (!ADMIN_TOKEN) throw new Error('set STAMPEDE_ADMIN_TOKEN (e.g. `stampede token --user 1 --admin`)')
   await mkdir(ARTIFACTS, { recursive: true })
@@ -316,18 +349,9 @@ async function main() {
       // A buyer in a browser of its own, on the product page while it is live.
       const buyerB = 4_000_000_000 + Math.floor(Math.random() * 1e6)
       const tokenB = await login(buyerB)
-      const dirB = await mkdtemp(path.join(tmpdir(), 'stampede-e2e-p-'))
-      const ctxB = await chromium.launchPersistentContext(dirB, { executablePath: CHROMIUM, headless: true, viewport: DESKTOP, args: ['--headless', '--no-sandbox', '--disable-gpu'] })
+      const browserB = await signedInBrowser('stampede-e2e-p-', tokenB, buyerB, DESKTOP)
       try {
-        const pageB = ctxB.pages()[0] ?? (await ctxB.newPage())
-        pageB.setDefaultTimeout(20_000)
-        await pageB.addInitScript(
-          ([t, u, pu]) => {
-            localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u }))
-            if (pu) localStorage.setItem('stampede.pushUrl', pu)
-          },
-          [tokenB, buyerB, PUSH_URL],
-        )
+        const pageB = browserB.page
         await pageB.goto(`${BASE}/products/${sale.id}`)
         await pageB.waitForFunction(() => !document.querySelector('[data-testid=buy]')?.disabled)
 
@@ -411,8 +435,7 @@ async function main() {
         check(['Created', 'Paused', 'Resumed', 'Edited', 'Ended'].every((a) => acts.includes(a)), 'the sale’s change log lists every lifecycle change', acts.join(', '))
         await shots('console-ended')
       } finally {
-        await ctxB.close()
-        await rm(dirB, { recursive: true, force: true })
+        await browserB.close()
       }
     }
 
@@ -718,18 +741,9 @@ async function main() {
     // The second buyer, in a browser of its own, joins behind them.
     const uidB = base + 8
     const tokenB = await lineUser(uidB)
-    const dirB = await mkdtemp(path.join(tmpdir(), 'stampede-e2e-b-'))
-    const ctxB = await chromium.launchPersistentContext(dirB, { executablePath: CHROMIUM, headless: true, args: ['--headless', '--no-sandbox', '--disable-gpu'] })
+    const browserB = await signedInBrowser('stampede-e2e-b-', tokenB, uidB)
     try {
-      const pageB = ctxB.pages()[0] ?? (await ctxB.newPage())
-      pageB.setDefaultTimeout(20_000)
-      await pageB.addInitScript(
-        ([t, u, pu]) => {
-          localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u }))
-          if (pu) localStorage.setItem('stampede.pushUrl', pu)
-        },
-        [tokenB, uidB, PUSH_URL],
-      )
+      const pageB = browserB.page
       await pageB.goto(`${BASE}/products/${room.id}`)
       await pageB.click('[data-testid=join]')
       await pageB.locator('[data-testid=position]').waitFor()
@@ -760,8 +774,7 @@ async function main() {
       check(await pageB.evaluate(() => window.__e2eSamePageB === true), 'the buyer still waiting sees "sold out" without reloading')
       await pageB.screenshot({ path: path.join(ARTIFACTS, '12-line-sold-out.png'), fullPage: true })
     } finally {
-      await ctxB.close()
-      await rm(dirB, { recursive: true, force: true })
+      await browserB.close()
     }
 
 

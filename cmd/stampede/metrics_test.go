@@ -97,32 +97,7 @@ func (s scrape) value(name string, want ...string) float64 {
 	if f == nil {
 		return -1
 	}
-	var sum float64
-next:
-	for _, m := range f.GetMetric() {
-		for i := 0; i+1 < len(want); i += 2 {
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == want[i] && l.GetValue() == want[i+1] {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		case m.Untyped != nil:
-			sum += m.GetUntyped().GetValue()
-		}
-	}
-	return sum
+	return pipelinetest.SumSeries(f, want...)
 }
 
 // TestMetricsDuringSale runs every role in this process, sells through the

@@ -50,6 +50,23 @@ func (s pushSnapshots) RecentOrders(ctx context.Context, userID int64, limit int
 // period and hands them to the hub, which throttles and drops unchanged
 // values. It returns when ctx ends.
 func feedProducts(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration) error {
+	return everyPeriod(ctx, store, period, 5*time.Second, func(p persistence.Product) {
+		var sum int64
+		for shard := range max(p.Shards, 1) {
+			n, err := rdb.HGet(ctx, lua.ShardKeys(p.ID, shard).Stock(), "available").Int64()
+			if err != nil {
+				return
+			}
+			sum += n
+		}
+		hub.PublishProduct(p.ID, sum, sum <= 0)
+	})
+}
+
+// everyPeriod calls each for every product once per period until ctx ends
+// (then it returns nil). The product list is read from MySQL again once it
+// is older than relist; a failed read keeps the previous list.
+func everyPeriod(ctx context.Context, store *persistence.Store, period, relist time.Duration, each func(persistence.Product)) error {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var products []persistence.Product
@@ -60,25 +77,13 @@ func feedProducts(ctx context.Context, rdb redis.UniversalClient, store *persist
 			return nil
 		case <-t.C:
 		}
-		if time.Since(listed) > 5*time.Second {
+		if time.Since(listed) > relist {
 			if ps, err := store.ListProducts(ctx); err == nil {
 				products, listed = ps, time.Now()
 			}
 		}
 		for _, p := range products {
-			var sum int64
-			ok := true
-			for shard := range max(p.Shards, 1) {
-				n, err := rdb.HGet(ctx, lua.ShardKeys(p.ID, shard).Stock(), "available").Int64()
-				if err != nil {
-					ok = false
-					break
-				}
-				sum += n
-			}
-			if ok {
-				hub.PublishProduct(p.ID, sum, sum <= 0)
-			}
+			each(p)
 		}
 	}
 }

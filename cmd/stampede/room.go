@@ -36,30 +36,14 @@ func (r roomTickets) Ticket(ctx context.Context, userID, productID int64) (int64
 // socket its new place (push/line.go). The period is the messages' throttle
 // and bounds how late the waiting learn of a sell-out. Returns when ctx ends.
 func feedLines(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration) error {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	var products []persistence.Product
-	var listed time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	return everyPeriod(ctx, store, period, 2*time.Second, func(p persistence.Product) {
+		if p.Shards > 1 {
+			return
 		}
-		if time.Since(listed) > 2*time.Second {
-			if ps, err := store.ListProducts(ctx); err == nil {
-				products, listed = ps, time.Now()
-			}
+		st, err := lua.ReadRoom(ctx, rdb, p.ID)
+		if err != nil || !st.On {
+			return
 		}
-		for _, p := range products {
-			if p.Shards > 1 {
-				continue
-			}
-			st, err := lua.ReadRoom(ctx, rdb, p.ID)
-			if err != nil || !st.On {
-				continue
-			}
-			hub.PublishLine(push.LineState{ProductID: p.ID, UpTo: st.UpTo, Rate: st.Rate, SoldOut: st.Available <= 0})
-		}
-	}
+		hub.PublishLine(push.LineState{ProductID: p.ID, UpTo: st.UpTo, Rate: st.Rate, SoldOut: st.Available <= 0})
+	})
 }

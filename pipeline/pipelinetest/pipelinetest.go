@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/stampede-sh/stampede/order"
@@ -170,30 +171,40 @@ func Metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) 
 	}
 	var sum float64
 	for _, f := range fams {
-		if f.GetName() != name {
-			continue
+		if f.GetName() == name {
+			sum += SumSeries(f, labels...)
 		}
-	series:
-		for _, m := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue series
+	}
+	return sum
+}
+
+// SumSeries sums the series of f whose labels include every name/value pair
+// of labels: a counter's or gauge's value, a histogram's sample count, an
+// untyped value (families parsed from a text exposition).
+func SumSeries(f *dto.MetricFamily, labels ...string) float64 {
+	var sum float64
+series:
+	for _, m := range f.GetMetric() {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
 				}
 			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
+			if !found {
+				continue series
 			}
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
 		}
 	}
 	return sum
