@@ -148,6 +148,9 @@ func (b *roleBuilder) gateway() error {
 		ReplicaWait:         b.cfg.RedisReplicaWait,
 		RedisCheckInterval:  b.cfg.RedisCheckInterval,
 		RoomWindow:          b.cfg.RoomWindow,
+		RoomPipeline:        b.cfg.RoomPipeline,
+		PowSecret:           []byte(b.cfg.PowSecret),
+		PowExpiry:           b.cfg.PowExpiry,
 	}, b.a.rdb, b.a.store, b.log.With("role", "gateway"))
 	if err != nil {
 		return err
