@@ -38,6 +38,18 @@ func (g *gw) dropProduct(stock int64, start time.Time, maxPer int64, terms map[s
 	return pid
 }
 
+// open moves a product's opening to a second from now (PATCH saleStart, as
+// an operator may before the sale opened) and returns it.
+func (g *gw) open(pid int64) time.Time {
+	g.t.Helper()
+	at := time.Now().Add(time.Second).UTC()
+	if a := g.do("PATCH", "/api/admin/products/"+strconv.FormatInt(pid, 10), gwAdmin,
+		map[string]any{"saleStart": at.Format(time.RFC3339Nano)}); a.status != 200 {
+		g.t.Fatalf("move the opening: %d %s", a.status, a.raw)
+	}
+	return at
+}
+
 func (g *gw) queue(user, pid int64) answer {
 	return g.do("POST", "/api/products/"+strconv.FormatInt(pid, 10)+"/queue", user, nil)
 }
@@ -85,8 +97,7 @@ func TestDropPreQueueTwoGatewaysTwoPacers(t *testing.T) {
 	g2 := startGateway(e, func(c *gateway.Config) { c.NodeID = 10 })
 	gws := []*gw{g1, g2}
 	const stock, buyers, rate = 25, 60, 40.0
-	start := time.Now().Add(3 * time.Second)
-	pid := g1.dropProduct(stock, start, 1, map[string]any{"preQueueSeconds": 3600, "windowSeconds": 60})
+	pid := g1.dropProduct(stock, time.Now().Add(time.Hour), 1, map[string]any{"preQueueSeconds": 7200, "windowSeconds": 60})
 	path := "/api/products/" + strconv.FormatInt(pid, 10)
 
 	before := g2.do("GET", path+"/drop", 0, nil)
@@ -164,7 +175,7 @@ func TestDropPreQueueTwoGatewaysTwoPacers(t *testing.T) {
 		}
 		run(t, "pacer "+strconv.Itoa(i), pc.Run)
 	}
-
+	g1.open(pid)
 	seed, list, _ := g2.published(pid, commitment)
 	position := map[int64]int64{}
 	for u, tk := range tickets {
@@ -290,8 +301,7 @@ func TestDropDrawPassesOnAndSellsOnce(t *testing.T) {
 	run(t, "sweeper", sw.Run)
 	g := startGateway(e)
 	const units, reserve, entrants = 4, 4, 30
-	start := time.Now().Add(2 * time.Second)
-	pid := g.dropProduct(units, start, 1, map[string]any{"mode": "draw", "reserve": reserve, "windowSeconds": 2})
+	pid := g.dropProduct(units, time.Now().Add(time.Hour), 1, map[string]any{"mode": "draw", "reserve": reserve, "windowSeconds": 2})
 	commitment := g.do("GET", "/api/products/"+strconv.FormatInt(pid, 10)+"/drop", 0, nil).str("commitment")
 	entries := map[int64]string{}
 	for u := int64(1); u <= entrants; u++ {
@@ -309,6 +319,7 @@ func TestDropDrawPassesOnAndSellsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, "pacer", pc.Run)
+	g.open(pid)
 	seed, list, d := g.published(pid, commitment)
 	if d.num("winners") != units || d.num("preQueued") != entrants {
 		t.Fatalf("draw record: %s", d.raw)
