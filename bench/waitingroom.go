@@ -591,6 +591,7 @@ func (rr *roomRun) backlogAgainstTarget(s *ScenarioResult, samples []roomSample,
 	if target <= 0 || len(samples) < 2 || soldAt == 0 {
 		return
 	}
+	rr.backlogSeries(s, samples, soldAt)
 	// A first drain to find the window: settled orders per second from the
 	// first to the last sample before the sell-out.
 	var last int
@@ -644,4 +645,47 @@ func (rr *roomRun) backlogAgainstTarget(s *ScenarioResult, samples []roomSample,
 	s.figure("steady backlog p90", q(0.90), "s")
 	s.figure("steady backlog max", secs[len(secs)-1], "s")
 	s.figure("steady samples within ±25 % of the target", 100*float64(in)/float64(len(secs)), "%")
+}
+
+// backlogSeries adds the backlog over time, every second sample (500 ms):
+// the orders not yet past PROCESSING, the live admissions, the orders
+// settled in the last second and the backlog in seconds of that drain.
+func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt int64) {
+	t0 := samples[0].at
+	for _, sm := range samples {
+		if sm.settled > 0 || sm.backlog > 0 {
+			t0 = sm.at
+			break
+		}
+	}
+	tbl := Table{Title: "Backlog over time (every 500 ms from the first order; drain = orders settled in the second before)",
+		Header: []string{"t", "backlog", "admitted", "drain/s", "backlog ÷ drain", "sold out"}}
+	for i := 0; i < len(samples); i += 2 {
+		sm := samples[i]
+		if sm.at.Before(t0) {
+			continue
+		}
+		j := i
+		for j > 0 && sm.at.Sub(samples[j-1].at) <= time.Second {
+			j--
+		}
+		drain := 0.0
+		if dt := sm.at.Sub(samples[j].at).Seconds(); dt > 0 {
+			drain = float64(sm.settled-samples[j].settled) / dt
+		}
+		secs := "—"
+		if drain > 0 {
+			secs = strconv.FormatFloat(float64(sm.backlog)/drain, 'f', 2, 64) + " s"
+		}
+		sold := ""
+		if sm.at.UnixNano() >= soldAt {
+			sold = "yes"
+		}
+		tbl.Rows = append(tbl.Rows, []string{strconv.FormatFloat(sm.at.Sub(t0).Seconds(), 'f', 1, 64) + " s",
+			strconv.FormatInt(sm.backlog, 10), strconv.FormatInt(sm.admitted, 10), strconv.FormatFloat(drain, 'f', 0, 64), secs, sold})
+		if sm.at.UnixNano() > soldAt+int64(2*time.Second) {
+			break
+		}
+	}
+	s.Tables = append(s.Tables, tbl)
 }

@@ -45,8 +45,9 @@ import (
 //	             + the product's PROCESSING orders in MySQL
 //	live     L = admissions not yet used by an order (orders on their way)
 //	accepted A = the intake stream's entries-added counter (every accepted order)
-//	drain    d = (ΔA − ΔB) / Δt, smoothed (EWMA, α = 0.3): orders per second that
-//	             left PROCESSING
+//	drain    d = (ΔA − ΔB) / Δt over the last second (the pipeline works in
+//	             batches), smoothed (EWMA, α = 0.5): orders per second that left
+//	             PROCESSING
 //
 // The target is TargetBacklog seconds of drain, T = TargetBacklog ×
 // max(d, MinRate), and the rate is
@@ -56,10 +57,11 @@ import (
 // a proportional controller on the orders not yet drained, the live
 // admissions included (they are orders a moment later: counting them is
 // what keeps the backlog from overshooting while the rate climbs). Below the
-// target it admits faster than the drain (with B ≈ 0 it asks 1 + T/1s times
-// the drain: the drain can only be seen up to what is admitted, so it is
-// probed upwards); above it slower, shedding the excess in about a second.
-// The rate stays within [MinRate, Ceiling].
+// target it admits faster than the drain, above it slower, shedding the
+// excess in about a second. While B + L is below half the target the
+// pipeline keeps up with everything admitted, so the drain seen is only the
+// rate admitted: the rate is then probed upwards, at least doubling per
+// second (from StartRate). The rate stays within [MinRate, Ceiling].
 
 // PacerConfig configures a Pacer.
 type PacerConfig struct {
@@ -78,7 +80,7 @@ type PacerConfig struct {
 	TargetBacklog time.Duration
 	// Interval is the period of admission steps. Default 100ms.
 	Interval time.Duration
-	// MeasureEvery is the period of backlog measurements (auto). Default 500ms.
+	// MeasureEvery is the period of backlog measurements (auto). Default 250ms.
 	MeasureEvery time.Duration
 	// Window is the admission window of rooms turned on without one. Default 2m.
 	Window time.Duration
@@ -98,7 +100,7 @@ func (c *PacerConfig) setDefaults() {
 	c.StartRate = cmp.Or(c.StartRate, 50)
 	c.TargetBacklog = cmp.Or(c.TargetBacklog, 2*time.Second)
 	c.Interval = cmp.Or(c.Interval, 100*time.Millisecond)
-	c.MeasureEvery = cmp.Or(c.MeasureEvery, 500*time.Millisecond)
+	c.MeasureEvery = cmp.Or(c.MeasureEvery, 250*time.Millisecond)
 	c.Window = cmp.Or(c.Window, 2*time.Minute)
 	c.ListEvery = cmp.Or(c.ListEvery, 2*time.Second)
 	c.Group = cmp.Or(c.Group, "writers")
@@ -139,7 +141,8 @@ type Pacer struct {
 // measurement, and what it learned of the room.
 type roomControl struct {
 	rate     float64
-	drain    float64 // EWMA of the measured drain, orders per second
+	drain    float64       // smoothed drain, orders per second (measure)
+	window   [8]roomSample // the last measurements, oldest first
 	backlog  int64
 	accepted int64
 	at       time.Time // of the last measurement; zero before the first
@@ -271,6 +274,15 @@ func (p *Pacer) StepProduct(ctx context.Context, productID int64, shards int, me
 	return true, nil
 }
 
+// roomSample is one backlog measurement.
+type roomSample struct {
+	at                time.Time
+	backlog, accepted int64
+}
+
+// drainSpan is how far back the drain is measured from.
+const drainSpan = time.Second
+
 // control returns productID's state in this pacer, created on first use.
 func (p *Pacer) control(productID int64) *roomControl {
 	p.mu.Lock()
@@ -391,19 +403,40 @@ func (p *Pacer) measure(ctx context.Context, productID, live int64) {
 	}
 	if !rc.at.IsZero() {
 		dt := now.Sub(rc.at).Seconds()
-		d := max(float64((accepted-rc.accepted)-(backlog-rc.backlog))/dt, 0)
-		rc.drain = 0.3*d + 0.7*rc.drain
-		rc.rate = nextRate(rc.drain, float64(backlog+live), p.cfg)
+		// The drain over the last second or so (the pipeline works in
+		// batches: a quarter second sees one or none), then smoothed.
+		old := rc.window[0]
+		for _, w := range rc.window {
+			if !w.at.IsZero() && now.Sub(w.at) >= drainSpan {
+				old = w
+			}
+		}
+		if old.at.IsZero() {
+			old = roomSample{at: rc.at, backlog: rc.backlog, accepted: rc.accepted}
+		}
+		span := now.Sub(old.at).Seconds()
+		d := max(float64((accepted-old.accepted)-(backlog-old.backlog))/span, 0)
+		rc.drain = 0.5*d + 0.5*rc.drain
+		rc.rate = nextRate(rc.rate, rc.drain, float64(backlog+live), dt, p.cfg)
 	}
+	copy(rc.window[:], rc.window[1:])
+	rc.window[len(rc.window)-1] = roomSample{at: now, backlog: backlog, accepted: accepted}
 	rc.backlog, rc.accepted, rc.at = backlog, accepted, now
 	p.m.control(productID, float64(backlog), rc.drain, p.cfg.TargetBacklog.Seconds()*max(rc.drain, p.cfg.MinRate))
 }
 
 // nextRate is auto mode's control rule (see the package comment above
-// Pacer): pending is the backlog plus the live admissions.
-func nextRate(drain, pending float64, cfg PacerConfig) float64 {
+// Pacer): pending is the backlog plus the live admissions, dt the seconds
+// since the last measurement.
+func nextRate(rate, drain, pending, dt float64, cfg PacerConfig) float64 {
 	target := cfg.TargetBacklog.Seconds() * max(drain, cfg.MinRate)
 	next := drain + (target - pending)
+	if pending < target/2 {
+		// Far below the target the pipeline keeps up with everything
+		// admitted, so the drain seen is only what was admitted: probe,
+		// doubling the rate per second.
+		next = max(next, rate*math.Pow(2, min(dt, 1)))
+	}
 	return math.Min(math.Max(next, cfg.MinRate), cfg.Ceiling)
 }
 
