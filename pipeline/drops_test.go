@@ -161,8 +161,15 @@ func TestDropPreQueueTwoGatewaysTwoPacers(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for u := range orders {
-				if a := gws[w%2].buy(u, pid, "drop-"+strconv.FormatInt(u, 10)); a.status == 202 {
-					accepted.Store(u, a.str("orderNo"))
+				for { // a buyer admitted just before the pause tries again after it
+					a := gws[w%2].buy(u, pid, "drop-"+strconv.FormatInt(u, 10))
+					if a.status == 202 {
+						accepted.Store(u, a.str("orderNo"))
+					}
+					if a.code() != gateway.CodeSalePaused {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		})
