@@ -563,23 +563,6 @@ func (rr *roomRun) report(s *ScenarioResult, samples []roomSample) {
 	_ = lastAnswer
 }
 
-// intField reads a non-negative integer member "name": from a JSON body.
-func intField(body []byte, name string) int64 {
-	key := []byte(`"` + name + `":`)
-	i := bytes.Index(body, key)
-	if i < 0 {
-		return -1
-	}
-	n, j := int64(0), i+len(key)
-	for ; j < len(body) && body[j] >= '0' && body[j] <= '9'; j++ {
-		n = n*10 + int64(body[j]-'0')
-	}
-	if j == i+len(key) {
-		return -1
-	}
-	return n
-}
-
 // backlogAgainstTarget adds the pacer's backlog against its target: over the
 // steady window — from the first sample whose backlog reached three
 // quarters of the target (the ramp is over) to the sell-out — the backlog
