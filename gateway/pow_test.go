@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -91,5 +93,69 @@ func BenchmarkPowSolve(b *testing.B) {
 			}
 			b.ReportMetric(float64(tries)/float64(b.N), "hashes/op")
 		})
+	}
+}
+
+var updateAltcha = flag.Bool("update-altcha", false, "rewrite testdata/altcha_vector.json")
+
+// altchaVector is testdata/altcha_vector.json, which
+// client/tests/altcha.test.js solves with the ALTCHA widget's own solver
+// (npm altcha, the v1 challenge as the widget converts it): the widget and
+// this gateway must agree on the number and the payload.
+type altchaVector struct {
+	Note      string        `json:"note"`
+	Key       string        `json:"key"` // HMAC key (hex) of the gate that issued it
+	UserID    int64         `json:"userId"`
+	ProductID int64         `json:"productId"`
+	Challenge challengeJSON `json:"challenge"`
+	Number    int64         `json:"number"`
+	Payload   string        `json:"payload"`
+}
+
+// The gateway verifies the payload built from the widget's solution of a
+// challenge it issued (and the vector file is this gate's).
+func TestAltchaVector(t *testing.T) {
+	g := powGate{key: "00112233445566778899aabbccddeeff", expiry: 100 * 365 * 24 * time.Hour}
+	path := "testdata/altcha_vector.json"
+	if *updateAltcha {
+		c, err := g.challenge(42, 7, 5000, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := solve(c)
+		if !ok {
+			t.Fatal("no solution")
+		}
+		b, _ := json.MarshalIndent(altchaVector{Note: "go test ./gateway -run TestAltchaVector -update-altcha; read by client/tests/altcha.test.js",
+			Key: g.key, UserID: 42, ProductID: 7, Challenge: c, Number: n, Payload: payloadOf(c, n)}, "", " ")
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v altchaVector
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	g.key = v.Key
+	if n, ok := solve(v.Challenge); !ok || n != v.Number {
+		t.Fatalf("the vector's number %d, solved %d", v.Number, n)
+	}
+	ch, ttl, err := g.verify(v.Payload, v.UserID, v.ProductID, time.Now())
+	if err != nil || ch != v.Challenge.Challenge || ttl <= 0 {
+		t.Fatalf("verify the vector's payload: %q %v %v", ch, ttl, err)
+	}
+	// The payload as the widget builds it (its field order and its "took")
+	// verifies too.
+	widget := base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf(`{"algorithm":"SHA-256","challenge":%q,"number":%d,"salt":%q,"signature":%q,"took":123.4}`,
+		v.Challenge.Challenge, v.Number, v.Challenge.Salt, v.Challenge.Signature)))
+	if _, _, err := g.verify(widget, v.UserID, v.ProductID, time.Now()); err != nil {
+		t.Fatalf("the widget's payload: %v", err)
+	}
+	if _, _, err := g.verify(widget, v.UserID+1, v.ProductID, time.Now()); err == nil {
+		t.Fatal("the vector verified for another user")
 	}
 }

@@ -238,7 +238,7 @@ func (b *lineBook) sendLocked(c *conn, sub *lineSub, st LineState, seq uint64) {
 		m.State, m.Position = "SOLD_OUT", sub.place-st.UpTo
 	default:
 		m.State, m.Position = "WAITING", sub.place-st.UpTo
-		if st.Rate > 0 {
+		if st.Rate > 0 && st.Mode != "draw" { // a draw's reserve list moves only when a win passes on
 			eta := int64(math.Ceil(float64(m.Position) / st.Rate))
 			m.EtaSeconds = &eta
 		}
