@@ -28,9 +28,6 @@ type conn struct {
 	userID int64
 	seq    uint64 // registration order in the hub (the oldest socket has the lowest)
 
-	ctx    context.Context // cancelled by kill; bounds snapshot loads
-	cancel context.CancelFunc
-
 	mu          sync.Mutex
 	closed      bool
 	closeCode   websocket.StatusCode
@@ -45,6 +42,7 @@ type conn struct {
 	holdOrders  map[string]int   // orderNo → loads of that order in flight
 	pending     []outgoing       // order messages held back by a load
 	subs        []string         // subscribed orderNos, oldest first, at most MaxSubscriptions
+	loads       []*load          // loads in flight (loadContext), cancelled by kill
 
 	// Token bucket of snapshot loads asked for by subscribe; used by the
 	// reader goroutine only.
@@ -75,8 +73,43 @@ func (c *conn) allowLoad(now time.Time) bool {
 }
 
 func newConn(h *Hub, ws *websocket.Conn, userID int64) *conn {
-	ctx, cancel := context.WithCancel(h.ctx)
-	return &conn{hub: h, ws: ws, userID: userID, ctx: ctx, cancel: cancel}
+	return &conn{hub: h, ws: ws, userID: userID}
+}
+
+// load is one load in flight for a socket.
+type load struct{ cancel context.CancelFunc }
+
+// loadContext returns the context of one load for the socket (snapshots,
+// tickets): bounded by SnapshotTimeout and cancelled when the socket is
+// killed or the hub has shut down. The caller calls done when the load
+// ends. The socket keeps no context of its own between loads.
+func (c *conn) loadContext() (ctx context.Context, done func()) {
+	ctx, cancel := context.WithTimeout(c.hub.ctx, c.hub.cfg.SnapshotTimeout)
+	l := &load{cancel: cancel}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel()
+		return ctx, cancel
+	}
+	c.loads = append(c.loads, l)
+	return ctx, func() {
+		c.mu.Lock()
+		if i := slices.Index(c.loads, l); i >= 0 {
+			c.loads = slices.Delete(c.loads, i, i+1)
+		}
+		if len(c.loads) == 0 {
+			c.loads = nil
+		}
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// gone reports whether the socket was killed or the hub has shut down: a
+// load that failed then is no news for anyone.
+func (c *conn) gone() bool {
+	return c.isClosed() || c.hub.ctx.Err() != nil
 }
 
 // maxPending bounds the order messages held back while a snapshot loads; a
@@ -99,7 +132,10 @@ func (c *conn) killLocked(code websocket.StatusCode, reason string) {
 	c.closed = true
 	c.closeCode, c.closeReason = code, reason
 	c.pending = nil
-	c.cancel()
+	for _, l := range c.loads {
+		l.cancel()
+	}
+	c.loads = nil
 	c.startWriterLocked() // to send the close frame
 }
 
@@ -202,10 +238,10 @@ func (c *conn) release(snaps []Snapshot, orderNos ...string) {
 // orders it subscribed to, then ends the hold on all events. The caller has
 // taken the hold (holdAll) before the socket could receive events.
 func (c *conn) sendRecent() {
-	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
-	defer cancel()
+	ctx, done := c.loadContext()
+	defer done()
 	snaps, err := c.hub.snap.RecentOrders(ctx, c.userID, c.hub.cfg.SnapshotOrders)
-	if err != nil && c.ctx.Err() == nil {
+	if err != nil && !c.gone() {
 		c.hub.log.Warn("load recent orders", "user", c.userID, "err", err)
 		c.deliver(outgoing{data: encodeError(codeUnavailable, "", "order snapshots are unavailable; poll the orders API")})
 	}
@@ -243,9 +279,9 @@ func (c *conn) subscribe(no string) {
 		return
 	}
 	c.hold(no)
-	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
+	ctx, done := c.loadContext()
 	s, err := c.hub.snap.OrderSnapshot(ctx, c.userID, no)
-	cancel()
+	done()
 	var snaps []Snapshot
 	switch {
 	case err == nil && s.UserID == c.userID && s.OrderNo == no:
@@ -256,7 +292,7 @@ func (c *conn) subscribe(no string) {
 		c.deliver(outgoing{data: encodeError(codeNotFound, no, "no such order (it may still be processing)")})
 		c.remember(no) // its events will still come; resync should find it once written
 	default:
-		if c.ctx.Err() == nil {
+		if !c.gone() {
 			c.hub.log.Warn("load order snapshot", "user", c.userID, "orderNo", no, "err", err)
 			c.deliver(outgoing{data: encodeError(codeUnavailable, no, "order snapshot unavailable; poll the orders API")})
 		}

@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/coder/websocket"
@@ -28,14 +29,17 @@ func (c *conn) startWriterLocked() {
 }
 
 // startPings arms the socket's ping timer; the hub calls it once the socket
-// is registered.
+// is registered. The first ping comes after a random ½–1 PingInterval, so
+// that the sockets of a mass reconnect (a push restart, a sale's opening) do
+// not all ping in the same instant of every interval.
 func (c *conn) startPings() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return
 	}
-	c.pingTimer = time.AfterFunc(c.hub.cfg.PingInterval, func() {
+	half := c.hub.cfg.PingInterval / 2
+	c.pingTimer = time.AfterFunc(half+rand.N(half+1), func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if !c.closed {
