@@ -154,7 +154,7 @@ func fdBudget(want int, inProcess bool) (int, string, error) {
 	if fit < 1 {
 		return 0, "", fmt.Errorf("pushbench: no file descriptors left (limit %d, %d open)", lim.Cur, open)
 	}
-	return fit, fmt.Sprintf("subscribers reduced from %d to %d: RLIMIT_NOFILE hard limit is %d (%d fd per socket, %d open, %d spare)",
+	return fit, fmt.Sprintf("sockets reduced from %d to %d: RLIMIT_NOFILE hard limit is %d (%d fd per socket, %d open, %d spare)",
 		want, fit, lim.Cur, per, open, margin), nil
 }
 

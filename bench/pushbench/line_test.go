@@ -1,0 +1,67 @@
+package pushbench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// lineClientEnv makes this test binary a client process of RunLine
+// (TestMain); its value is the JSON LineClientConfig.
+const lineClientEnv = "STAMPEDE_TEST_PUSHBENCH_LINE_CLIENT"
+
+func TestMain(m *testing.M) {
+	if arg := os.Getenv(lineClientEnv); arg != "" {
+		if err := RunLineClient(context.Background(), arg, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A small run over two client processes and two source addresses: every
+// socket follows the line, every move reaches every socket with its place,
+// and the hub's memory is measured.
+func TestRunLineReachesEverySocket(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunLine(ctx, LineConfig{
+		JWTSecret: "pushbench-line-test-secret", Sockets: 300, Updates: 3, Step: 10, Interval: 300 * time.Millisecond,
+		PerClient: 150, Sources: 2, Drain: 20 * time.Second, Logf: t.Logf,
+		ClientCommand: func(arg string) *exec.Cmd {
+			c := exec.Command(self, "-test.run=^$")
+			c.Env = append(os.Environ(), lineClientEnv+"="+arg)
+			return c
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", res)
+	if res.Sockets != 300 || res.Failed != 0 || res.Clients != 2 || res.Sources != 2 {
+		t.Fatalf("held %d sockets (%d failed) over %d processes and %d addresses; want 300 (0) over 2 and 2", res.Sockets, res.Failed, res.Clients, res.Sources)
+	}
+	if len(res.Moves) != 3 || res.Reached != 900 || res.Expected != 900 || res.Wrong != 0 {
+		t.Fatalf("%d moves reached %d/%d socket places, %d wrong; want 3 moves, 900/900, 0", len(res.Moves), res.Reached, res.Expected, res.Wrong)
+	}
+	for i, m := range res.Moves {
+		if m.UpTo != int64(10*(i+1)) || m.Reached != 300 || m.MaxMs < m.P50Ms || m.P50Ms <= 0 {
+			t.Fatalf("move %d: %+v", i+1, m)
+		}
+	}
+	if res.HeapConnectedKB <= res.HeapBeforeKB || res.RSSConnectedKB <= 0 || res.Goroutines1 < res.Goroutines0+300 {
+		t.Fatalf("memory not measured: %+v", res)
+	}
+	if res.ScaleTargetMet {
+		t.Fatal("300 sockets met the 100,000-socket target")
+	}
+}
