@@ -2,6 +2,7 @@ package pushbench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,8 +14,10 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/stampede-sh/stampede/auth"
@@ -97,6 +100,14 @@ type LineResult struct {
 	StackKBPerSock  float64 `json:"stackKBPerSocket"`
 	RSSKBPerSocket  float64 `json:"rssKBPerSocket"`      // (connected − before) / sockets
 	RSSKBAfterMoves float64 `json:"rssKBPerSocketAfter"` // (after − before) / sockets
+
+	// CPU time over the moves (from the first PublishLine to the last
+	// socket's receipt, plus the waits between moves): of the hub's process
+	// (getrusage) and of the client processes (/proc/<pid>/stat), and the
+	// hub's per (socket, move) reached.
+	HubCPUSeconds    float64 `json:"hubCPUSeconds"`
+	ClientCPUSeconds float64 `json:"clientCPUSeconds"`
+	HubCPUUsPerPlace float64 `json:"hubCPUMicrosPerPlace"`
 
 	ScaleTargetMet  bool `json:"scaleTargetMet"`  // ≥ 100,000 sockets held
 	MemoryTargetMet bool `json:"memoryTargetMet"` // RSS ≤ 20 KB per socket, also after the moves
@@ -265,6 +276,7 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 		defer stop()
 	}
 	var all []int64 // µs, every socket of every move
+	hubCPU0, clientCPU0 := selfCPU(), clients.cpu()
 	for k := 1; k <= cfg.Updates && ctx.Err() == nil; k++ {
 		upTo := int64(k) * cfg.Step
 		t0 := time.Now()
@@ -291,6 +303,10 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 		}
 	}
 	res.Expected = int64(res.Sockets) * int64(len(res.Moves))
+	res.HubCPUSeconds, res.ClientCPUSeconds = selfCPU()-hubCPU0, clients.cpu()-clientCPU0
+	if res.Reached > 0 {
+		res.HubCPUUsPerPlace = res.HubCPUSeconds * 1e6 / float64(res.Reached)
+	}
 	slices.Sort(all)
 	res.P50Ms, res.P99Ms, res.MaxMs = quantileMs(all, 0.50), quantileMs(all, 0.99), quantileMs(all, 1)
 	after, _ := sampleMemory(false)
@@ -320,6 +336,32 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// selfCPU is this process's user and system CPU time in seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// procCPU is the user and system CPU time of process pid in seconds, from
+// /proc/<pid>/stat (clock ticks of 1/100 s); 0 if unreadable.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command (field 2) is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64) // field 14
+	st, _ := strconv.ParseFloat(f[12], 64) // field 15
+	return (ut + st) / 100
 }
 
 func ms(us int64) float64 { return float64(us) / 1000 }
@@ -432,6 +474,15 @@ func (cs *lineClients) collect(upTo int64, t0 time.Time, drain time.Duration) ([
 		wrong += r.Wrong
 	}
 	return lat, wrong, nil
+}
+
+// cpu is the client processes' CPU time in seconds.
+func (cs *lineClients) cpu() float64 {
+	var sum float64
+	for _, p := range cs.procs {
+		sum += procCPU(p.cmd.Process.Pid)
+	}
+	return sum
 }
 
 // stop closes the clients' sockets and waits for the processes.

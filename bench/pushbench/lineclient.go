@@ -58,16 +58,16 @@ type lineClientReply struct {
 	Error       string  `json:"error,omitempty"`
 }
 
-// lineSocket is one client socket and the last place it was sent.
+// lineSocket is one client socket and the last place it was sent. The
+// reader writes at before pos, so whoever sees a pos sees its at.
 type lineSocket struct {
 	ticket int64
 	ws     *websocket.Conn
+	seq    uint64 // the reader's only
 
-	mu    sync.Mutex
-	seq   uint64
-	pos   int64 // 0: none yet
-	at    int64 // Unix ns of the receipt
-	wrong bool  // a message out of order or not this socket's
+	pos   atomic.Int64 // 0: none yet
+	at    atomic.Int64 // Unix ns of the receipt
+	wrong atomic.Bool  // a message out of order or not this socket's
 }
 
 // wireQueue is the part of push's queue message the client reads.
@@ -200,21 +200,17 @@ func (s *lineSocket) read() {
 		if json.Unmarshal(b, &m) != nil || m.Type != "queue" {
 			continue
 		}
-		s.mu.Lock()
-		if m.Ticket != s.ticket || m.State != "WAITING" || m.Seq <= s.seq || (s.pos != 0 && m.Position >= s.pos) {
-			s.wrong = true
+		if prev := s.pos.Load(); m.Ticket != s.ticket || m.State != "WAITING" || m.Seq <= s.seq || (prev != 0 && m.Position >= prev) {
+			s.wrong.Store(true)
 		}
-		s.seq, s.pos, s.at = m.Seq, m.Position, now
-		s.mu.Unlock()
+		s.seq = m.Seq
+		s.at.Store(now)
+		s.pos.Store(m.Position)
 	}
 }
 
 // place returns the socket's last position (0: none yet).
-func (s *lineSocket) place() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pos
-}
+func (s *lineSocket) place() int64 { return s.pos.Load() }
 
 // collectLine waits (up to c.DrainMs) until every open socket shows
 // ticket − c.UpTo and returns the latencies of those that do, in µs from
@@ -239,15 +235,12 @@ func collectLine(socks []*lineSocket, c lineClientCommand) ([]int64, int64) {
 		if s.ws == nil {
 			continue
 		}
-		s.mu.Lock()
-		if s.pos == s.ticket-c.UpTo {
-			lat = append(lat, max(0, (s.at-c.T0)/1000))
+		if s.place() == s.ticket-c.UpTo {
+			lat = append(lat, max(0, (s.at.Load()-c.T0)/1000))
 		}
-		if s.wrong {
+		if s.wrong.Swap(false) {
 			wrong++
-			s.wrong = false
 		}
-		s.mu.Unlock()
 	}
 	return lat, wrong
 }

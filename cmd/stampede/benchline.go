@@ -101,8 +101,10 @@ func lineReport(r pushbench.LineResult, load0, load1 string) string {
 	for i, m := range r.Moves {
 		fmt.Fprintf(&b, "| %d | %d | %.1f | %d | %d | %.1f | %.1f | %.1f |\n", i+1, m.UpTo, m.PublishMs, m.Reached, m.Wrong, m.P50Ms, m.P99Ms, m.MaxMs)
 	}
-	fmt.Fprintf(&b, "\nRSS %d → %d KB with the sockets (%d KB after the moves); heap %.0f → %.0f KB, stacks %.0f → %.0f KB; connect %.1f s.\n",
-		r.RSSBeforeKB, r.RSSConnectedKB, r.RSSAfterKB, r.HeapBeforeKB, r.HeapConnectedKB, r.StackBeforeKB, r.StackConnectKB, r.ConnectSeconds)
+	fmt.Fprintf(&b, "\nRSS %d → %d KB with the sockets (%d KB after the moves); heap %.0f → %.0f KB, stacks %.0f → %.0f KB; connect %.1f s. "+
+		"CPU over the moves: hub %.2f s (%.1f µs per place sent), client processes %.2f s.\n",
+		r.RSSBeforeKB, r.RSSConnectedKB, r.RSSAfterKB, r.HeapBeforeKB, r.HeapConnectedKB, r.StackBeforeKB, r.StackConnectKB, r.ConnectSeconds,
+		r.HubCPUSeconds, r.HubCPUUsPerPlace, r.ClientCPUSeconds)
 	return b.String()
 }
 
