@@ -55,6 +55,7 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench-push: find own binary: %w", err)
 	}
+	load0 := loadAverage()
 	addr, err := benchPushFreeAddr()
 	if err != nil {
 		return err
@@ -104,7 +105,8 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	row := fmt.Sprintf("| %s | %d | %d/%d | %.2f | %.2f | %.2f | %.1f | %s | %s |%s",
 		time.Now().UTC().Format(time.RFC3339), res.Subscribers, res.Delivered, res.Expected,
-		res.P50Ms, res.P99Ms, res.MaxMs, res.KBPerConn, yesNo(res.LatencyTargetMet), yesNo(res.MemoryTargetMet), noteCell(res.Note))
+		res.P50Ms, res.P99Ms, res.MaxMs, res.KBPerConn, yesNo(res.LatencyTargetMet), yesNo(res.MemoryTargetMet),
+		noteCell(strings.TrimPrefix(res.Note+"; load average "+load0+" at the start", "; ")))
 	fmt.Fprintln(stdout, "| time | subscribers | delivered | p50 ms | p99 ms | max ms | KB/conn | p99 ≤ 100ms | ≤ 50KB/conn | note |")
 	fmt.Fprintln(stdout, row)
 	js, _ := json.MarshalIndent(res, "", "  ")
