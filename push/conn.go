@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -35,7 +36,8 @@ type conn struct {
 	queue       [][]byte         // messages to send, oldest first, at most Config.SendBuffer
 	writing     bool             // a writer goroutine runs (writer.go)
 	pingDue     bool             // pingTimer fired: the writer sends a ping
-	pingTimer   *time.Timer      // fires every PingInterval after the last ping's answer
+	pingTimer   *time.Timer      // fires PingInterval after the last ping's answer (writer.go)
+	lastSent    atomic.Int64     // Unix ns of the last message written, for pingTimer
 	writers     sync.WaitGroup   // the writer goroutine, for the reader to wait on
 	versions    map[string]int64 // orderNo → highest version queued
 	holdAll     int              // > 0: a load of the recent orders is in flight

@@ -11,11 +11,18 @@ import (
 // Writing to a socket. A socket has no writer goroutine while it has nothing
 // to send: offerLocked queues a message and starts one if none runs
 // (startWriterLocked); it sends what is queued, one message at a time, and
-// ends once the queue is empty. Pings (pingTimer, every PingInterval after
-// the last answer) and the close frame after kill take the same way, so a
-// socket has at most one writer and an idle one costs only its reader
-// goroutine (conn.run) — in a waiting room of 100,000 sockets that is the
-// difference between 100,000 and 200,000 parked goroutines and their stacks.
+// ends once the queue is empty. Pings (pingTimer) and the close frame after
+// kill take the same way, so a socket has at most one writer and an idle one
+// costs only its reader goroutine (conn.run) — in a waiting room of 100,000
+// sockets that is the difference between 100,000 and 200,000 parked
+// goroutines and their stacks.
+//
+// A ping goes to a socket that was sent nothing for PingInterval. One that
+// gets messages (a waiting room's line moves every 250 ms) needs none: the
+// messages keep proxies from timing it out, and a peer that is gone or stops
+// reading fills the kernel's send buffer until a write misses WriteTimeout.
+// On a sale's line that saves a ping round trip per socket and interval —
+// a write, a read and three goroutine wake-ups, the CPU of a fan-out.
 
 // startWriterLocked starts the socket's writer unless one runs. Once the
 // socket is closed the writer that sends the close frame is the last one.
@@ -39,14 +46,25 @@ func (c *conn) startPings() {
 		return
 	}
 	half := c.hub.cfg.PingInterval / 2
-	c.pingTimer = time.AfterFunc(half+rand.N(half+1), func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if !c.closed {
-			c.pingDue = true
-			c.startWriterLocked()
+	c.pingTimer = time.AfterFunc(half+rand.N(half+1), c.pingTimerFired)
+}
+
+// pingTimerFired asks the writer for a ping, or re-arms the timer for the
+// rest of the interval if a message went out meanwhile.
+func (c *conn) pingTimerFired() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if last := c.lastSent.Load(); last != 0 {
+		if rest := c.hub.cfg.PingInterval - time.Since(time.Unix(0, last)); rest > 0 {
+			c.pingTimer.Reset(rest)
+			return
 		}
-	})
+	}
+	c.pingDue = true
+	c.startWriterLocked()
 }
 
 // writeLoop sends the queued messages and a due ping until there is nothing
@@ -94,21 +112,26 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// write sends one text message, bounded by WriteTimeout.
+// write sends one text message, bounded by WriteTimeout, and notes when.
 func (c *conn) write(data []byte) error {
+	now := time.Now()
+	var err error
 	if c.nc == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.hub.cfg.WriteTimeout)
-		defer cancel()
-		return c.ws.Write(ctx, websocket.MessageText, data)
+		err = c.ws.Write(ctx, websocket.MessageText, data)
+		cancel()
+	} else {
+		// A deadline on the connection rather than a context: no timer and
+		// no context per message when a line moves for every socket at once.
+		if err = c.nc.SetWriteDeadline(now.Add(c.hub.cfg.WriteTimeout)); err != nil {
+			return err // closed
+		}
+		if err = c.ws.Write(context.Background(), websocket.MessageText, data); err == nil {
+			err = c.nc.SetWriteDeadline(time.Time{})
+		}
 	}
-	// A deadline on the connection rather than a context: no timer and no
-	// context per message when a line moves for every socket at once.
-	if err := c.nc.SetWriteDeadline(time.Now().Add(c.hub.cfg.WriteTimeout)); err != nil {
-		return err // closed
-	}
-	err := c.ws.Write(context.Background(), websocket.MessageText, data)
 	if err == nil {
-		err = c.nc.SetWriteDeadline(time.Time{})
+		c.lastSent.Store(now.UnixNano())
 	}
 	return err
 }
