@@ -399,6 +399,9 @@ func startLineClients(ctx context.Context, cfg LineConfig, url string, base, fir
 		cc := LineClientConfig{URL: url, JWTSecret: cfg.JWTSecret, ProductID: lineProduct,
 			FirstUser: base + int64(off), FirstTicket: first + int64(off), Count: min(cfg.PerClient, n-off),
 			Sources: sources, SourceOffset: off}
+		if cfg.CPUProfile != "" {
+			cc.CPUProfile = fmt.Sprintf("%s.client%d", cfg.CPUProfile, len(cs.procs))
+		}
 		arg, _ := json.Marshal(cc)
 		cmd := cfg.ClientCommand(string(arg))
 		cmd.Stderr = os.Stderr

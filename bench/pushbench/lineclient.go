@@ -35,6 +35,7 @@ type LineClientConfig struct {
 	Sources         []string `json:"sources"`
 	SourceOffset    int      `json:"sourceOffset"`
 	DialConcurrency int      `json:"dialConcurrency"` // [100]
+	CPUProfile      string   `json:"cpuProfile,omitempty"`
 }
 
 // errWriter takes a client process's diagnostics (its stdout is the protocol).
@@ -148,6 +149,13 @@ func RunLineClient(ctx context.Context, arg string, in io.Reader, out io.Writer)
 		return err
 	}
 	defer closeLineSockets(socks)
+	if cfg.CPUProfile != "" {
+		stop, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		var c lineClientCommand
