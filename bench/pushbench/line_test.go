@@ -89,3 +89,35 @@ func TestParseQueue(t *testing.T) {
 		}
 	}
 }
+
+// The client flags every kind of wrong place and only those.
+func TestLineSocketFlagsWrongPlaces(t *testing.T) {
+	q := func(ticket int64, state string, pos int64, seq uint64) wireQueue {
+		return wireQueue{Type: "queue", Ticket: ticket, State: state, Position: pos, Seq: seq}
+	}
+	for _, c := range []struct {
+		name  string
+		next  wireQueue
+		wrong bool
+	}{
+		{"moves forward", q(100, "WAITING", 80, 2), false},
+		{"someone else's ticket", q(101, "WAITING", 80, 2), true},
+		{"not waiting", q(100, "ADMITTED", 0, 2), true},
+		{"old seq", q(100, "WAITING", 80, 1), true},
+		{"same place", q(100, "WAITING", 90, 2), true},
+		{"backwards", q(100, "WAITING", 95, 2), true},
+	} {
+		s := &lineSocket{ticket: 100}
+		s.record(q(100, "WAITING", 90, 1), 1)
+		if s.wrong.Load() {
+			t.Fatalf("%s: first place flagged", c.name)
+		}
+		s.record(c.next, 2)
+		if s.wrong.Load() != c.wrong {
+			t.Errorf("%s: flagged %v, want %v", c.name, s.wrong.Load(), c.wrong)
+		}
+		if s.place() != c.next.Position || s.at.Load() != 2 {
+			t.Errorf("%s: place %d at %d not recorded", c.name, s.place(), s.at.Load())
+		}
+	}
+}

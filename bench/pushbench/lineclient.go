@@ -209,17 +209,22 @@ func (s *lineSocket) read() {
 		if err != nil {
 			return
 		}
-		m, ok := parseQueue(b)
-		if !ok {
-			continue
+		if m, ok := parseQueue(b); ok {
+			s.record(m, now)
 		}
-		if prev := s.pos.Load(); m.Ticket != s.ticket || m.State != "WAITING" || m.Seq <= s.seq || (prev != 0 && m.Position >= prev) {
-			s.wrong.Store(true)
-		}
-		s.seq = m.Seq
-		s.at.Store(now)
-		s.pos.Store(m.Position)
 	}
+}
+
+// record notes a queue message received at now (Unix ns), flagging one
+// that is not this socket's, not WAITING, out of order (seq not growing) or
+// moving the socket back (position not falling).
+func (s *lineSocket) record(m wireQueue, now int64) {
+	if prev := s.pos.Load(); m.Ticket != s.ticket || m.State != "WAITING" || m.Seq <= s.seq || (prev != 0 && m.Position >= prev) {
+		s.wrong.Store(true)
+	}
+	s.seq = m.Seq
+	s.at.Store(now)
+	s.pos.Store(m.Position)
 }
 
 // readMessage reads the next message into buf (growing it if too small).
