@@ -221,25 +221,11 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 	}
 	base := int64(2_000_000_000)
 	first := int64(cfg.Updates)*cfg.Step + 1 // nobody is admitted during the run
-	hub, err := push.New(push.Config{Lines: lineTickets{base: base, first: first, n: int64(n)}},
-		cfg.Verifier, noSnapshotsLoaded{}, "", nil)
+	hub, url, stopHub, err := serveLineHub(cfg, lineTickets{base: base, first: first, n: int64(n)})
 	if err != nil {
 		return res, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, fmt.Errorf("pushbench: listen: %w", err)
-	}
-	hubCtx, stopHub := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- hub.Serve(hubCtx, ln) }()
-	defer func() {
-		stopHub()
-		if err := <-served; err != nil {
-			cfg.Logf("hub: %v", err)
-		}
-	}()
-	hub.PublishLine(push.LineState{ProductID: lineProduct, UpTo: 0, Rate: float64(cfg.Step)})
+	defer stopHub()
 	before, err := sampleMemory(true)
 	if err != nil {
 		return res, err
@@ -247,7 +233,7 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 	res.HeapBeforeKB, res.StackBeforeKB, res.RSSBeforeKB, res.Goroutines0 = before.heap, before.stack, before.rss, before.goroutines
 
 	start := time.Now()
-	clients, err := startLineClients(ctx, cfg, "ws://"+ln.Addr().String()+"/ws", base, first, n, &res)
+	clients, err := startLineClients(ctx, cfg, url, base, first, n, &res)
 	defer clients.stop(cfg.Logf)
 	if err != nil {
 		return res, err
@@ -268,10 +254,54 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 	res.HeapKBPerSocket, res.StackKBPerSock = per(conn.heap, before.heap), per(conn.stack, before.stack)
 	res.RSSKBPerSocket = per(float64(conn.rss), float64(before.rss))
 
+	if err := moveLine(ctx, cfg, hub, clients, &res); err != nil {
+		return res, err
+	}
+	after, _ := sampleMemory(false)
+	res.RSSAfterKB = after.rss
+	res.RSSKBAfterMoves = per(float64(after.rss), float64(before.rss))
+
+	res.ScaleTargetMet = res.Sockets >= TargetLineSockets
+	res.MemoryTargetMet = res.RSSKBPerSocket <= TargetLineKBPerSocket && res.RSSKBAfterMoves <= TargetLineKBPerSocket
+	res.FanoutTargetMet = len(res.Moves) == cfg.Updates && res.Reached == res.Expected && res.Wrong == 0
+	for _, mv := range res.Moves {
+		if time.Duration(mv.MaxMs*float64(time.Millisecond)) > TargetLineFanout {
+			res.FanoutTargetMet = false
+		}
+	}
+	return res, ctx.Err()
+}
+
+// serveLineHub serves a hub with the run's ticket book on a loopback port
+// and publishes the line at 0; stop shuts it down.
+func serveLineHub(cfg LineConfig, tickets lineTickets) (hub *push.Hub, url string, stop func(), err error) {
+	hub, err = push.New(push.Config{Lines: tickets}, cfg.Verifier, noSnapshotsLoaded{}, "", nil)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("pushbench: listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- hub.Serve(ctx, ln) }()
+	hub.PublishLine(push.LineState{ProductID: lineProduct, UpTo: 0, Rate: float64(cfg.Step)})
+	return hub, "ws://" + ln.Addr().String() + "/ws", func() {
+		cancel()
+		if err := <-served; err != nil {
+			cfg.Logf("hub: %v", err)
+		}
+	}, nil
+}
+
+// moveLine moves the line cfg.Updates times, cfg.Interval apart, and
+// records each move's latencies and the CPU time spent over them in res.
+func moveLine(ctx context.Context, cfg LineConfig, hub *push.Hub, clients *lineClients, res *LineResult) error {
 	if cfg.CPUProfile != "" {
 		stop, err := startCPUProfile(cfg.CPUProfile)
 		if err != nil {
-			return res, err
+			return err
 		}
 		defer stop()
 	}
@@ -284,7 +314,7 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 		mv := LineMove{UpTo: upTo, PublishMs: ms(time.Since(t0).Microseconds())}
 		lat, wrong, err := clients.collect(upTo, t0, cfg.Drain)
 		if err != nil {
-			return res, err
+			return err
 		}
 		slices.Sort(lat)
 		mv.Reached, mv.Wrong = int64(len(lat)), wrong
@@ -309,19 +339,7 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 	}
 	slices.Sort(all)
 	res.P50Ms, res.P99Ms, res.MaxMs = quantileMs(all, 0.50), quantileMs(all, 0.99), quantileMs(all, 1)
-	after, _ := sampleMemory(false)
-	res.RSSAfterKB = after.rss
-	res.RSSKBAfterMoves = per(float64(after.rss), float64(before.rss))
-
-	res.ScaleTargetMet = res.Sockets >= TargetLineSockets
-	res.MemoryTargetMet = res.RSSKBPerSocket <= TargetLineKBPerSocket && res.RSSKBAfterMoves <= TargetLineKBPerSocket
-	res.FanoutTargetMet = len(res.Moves) == cfg.Updates && res.Reached == res.Expected && res.Wrong == 0
-	for _, mv := range res.Moves {
-		if time.Duration(mv.MaxMs*float64(time.Millisecond)) > TargetLineFanout {
-			res.FanoutTargetMet = false
-		}
-	}
-	return res, ctx.Err()
+	return nil
 }
 
 // startCPUProfile starts a CPU profile into path; the returned function

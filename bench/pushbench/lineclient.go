@@ -101,52 +101,7 @@ func RunLineClient(ctx context.Context, arg string, in io.Reader, out io.Writer)
 	if _, _, err := fdBudget(cfg.Count, false); err != nil { // raises the limit
 		return err
 	}
-	clients := make([]*http.Client, len(cfg.Sources))
-	for i, s := range cfg.Sources {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(s)}, Timeout: 30 * time.Second}
-		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
-	}
-	socks := make([]*lineSocket, cfg.Count)
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	sem := make(chan struct{}, cfg.DialConcurrency)
-	var wg sync.WaitGroup
-	for i := range socks {
-		s := &lineSocket{ticket: cfg.FirstTicket + int64(i)}
-		socks[i] = s
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			hc := clients[(cfg.SourceOffset+i)%len(clients)]
-			if err := s.open(ctx, hc, cfg, cfg.FirstUser+int64(i)); err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			go s.read()
-		}()
-	}
-	wg.Wait()
-	// Every open socket gets its first place (the line stands at 0).
-	deadline := time.Now().Add(60 * time.Second)
-	held := 0
-	for {
-		held = 0
-		for _, s := range socks {
-			if s.ws != nil && s.place() == s.ticket {
-				held++
-			}
-		}
-		if held+int(failed.Load()) >= len(socks) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if e, _ := firstErr.Load().(string); e != "" {
-		fmt.Fprintf(errWriter, "pushbench: line client: %d sockets failed, first: %s\n", failed.Load(), e)
-	}
+	socks, held := openLineSockets(ctx, cfg)
 	if err := enc.Encode(lineClientReply{Event: "ready", Sockets: held, Failed: len(socks) - held}); err != nil {
 		return err
 	}
@@ -175,6 +130,58 @@ func RunLineClient(ctx context.Context, arg string, in io.Reader, out io.Writer)
 		}
 	}
 	return sc.Err()
+}
+
+// openLineSockets opens the process's sockets, cfg.DialConcurrency at a
+// time, and waits (up to 60 s) until each open one got its first place.
+// held counts those; the others failed (the first error goes to errWriter).
+func openLineSockets(ctx context.Context, cfg LineClientConfig) (socks []*lineSocket, held int) {
+	clients := make([]*http.Client, len(cfg.Sources))
+	for i, s := range cfg.Sources {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(s)}, Timeout: 30 * time.Second}
+		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	socks = make([]*lineSocket, cfg.Count)
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	sem := make(chan struct{}, cfg.DialConcurrency)
+	var wg sync.WaitGroup
+	for i := range socks {
+		s := &lineSocket{ticket: cfg.FirstTicket + int64(i)}
+		socks[i] = s
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			hc := clients[(cfg.SourceOffset+i)%len(clients)]
+			if err := s.open(ctx, hc, cfg, cfg.FirstUser+int64(i)); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+				return
+			}
+			go s.read()
+		}()
+	}
+	wg.Wait()
+	// Every open socket gets its first place (the line stands at 0).
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		held = 0
+		for _, s := range socks {
+			if s.ws != nil && s.place() == s.ticket {
+				held++
+			}
+		}
+		if held+int(failed.Load()) >= len(socks) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e, _ := firstErr.Load().(string); e != "" {
+		fmt.Fprintf(errWriter, "pushbench: line client: %d sockets failed, first: %s\n", failed.Load(), e)
+	}
+	return socks, held
 }
 
 // open dials the socket as userID and subscribes it to the line.
