@@ -253,6 +253,10 @@ func QuickParams() Params {
 	p.RoomBuyers, p.RoomStock, p.RoomArrival, p.RoomSockets = 2_000, 200, 2*time.Second, 20
 	p.DrawEntries, p.DrawUnits, p.DrawReserve, p.DrawSockets = 2_000, 100, 50, 20
 	p.CeilingRequests = 20_000
+	// A smoke run checks that every scenario runs and audits, on whatever
+	// machine: a slow or loaded one answers late, never wrongly, so a
+	// request is only given up (an error in the audit) after 30 s.
+	p.Timeout = 30 * time.Second
 	return p
 }
 
