@@ -194,8 +194,11 @@ func (p *Pacer) Run(ctx context.Context) error {
 		}
 		now := time.Now()
 		for _, pr := range products {
-			if off[pr.ID] || now.Before(pr.SaleStart) || !now.Before(pr.SaleEnd) {
-				continue // nobody admitted outside the sale
+			// Nobody is admitted after the sale; before the opening the
+			// script answers AdmitNotOpen itself (the listing's saleStart may
+			// be ListEvery old: an opening moved forward must not wait for it).
+			if off[pr.ID] || !now.Before(pr.SaleEnd) {
+				continue
 			}
 			on, err := p.StepProduct(ctx, pr.ID, pr.Shards, measure)
 			if err != nil && ctx.Err() == nil {
