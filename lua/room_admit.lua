@@ -27,7 +27,9 @@
 -- ARGV[4] admission window in ms, used when the room has none of its own
 -- ARGV[5] units left in every shard (sharded product, room = "2"), "" for a one-shard product
 --         (its stock's available is read here)
--- ARGV[6], ARGV[7], … random mode: pairs userId, key score of fresh tickets (KEYS[6]) to put in
+-- ARGV[6] overbook: live admissions allowed beyond the units left while any is left (fifo and
+--         random rooms; a draw admits exactly the units)
+-- ARGV[7], ARGV[8], … random mode: pairs userId, key score of fresh tickets (KEYS[6]) to put in
 --         the line; a pair whose user is no longer fresh is skipped
 --
 -- Returns {code, expired, upto, issued, available, rateMilli, waiting, uid1, rec1, uid2, rec2, ...}:
@@ -36,8 +38,9 @@
 --   published yet (pacer: publish it, room_place.lua and room_publish.lua); 2 PAUSED: the sale is
 --   paused; 3 NOT_OPEN: before the opening. Nobody is admitted unless the code is 0. waiting is
 --   the tickets not yet admitted (draw: up to the cutoff).
--- Bound: a step admits at most (available − live admissions) buyers, so live admissions never
--- exceed the units left (one-shard); sharded, by the admissions claimed and not yet reserved.
+-- Bound: a step admits at most (available + overbook − live admissions) buyers, so live
+-- admissions never exceed the units left by more than ARGV[6] (a draw: by none; sharded: plus the
+-- admissions claimed and not yet reserved).
 -- While paused nobody is admitted and no admission expires; at the first step after the pause
 -- every live admission's deadline moves by the pause's length.
 
@@ -84,7 +87,7 @@ if st[10] ~= '1' then
   return idle(1)
 end
 if mode == 'random' then
-  for i = 6, #ARGV - 1, 2 do
+  for i = 7, #ARGV - 1, 2 do
     if redis.call('HDEL', KEYS[6], ARGV[i]) == 1 then
       redis.call('ZADD', KEYS[3], ARGV[i + 1], ARGV[i])
     end
@@ -148,7 +151,11 @@ elseif mode == 'draw' then
 else
   waiting = issued - upto
 end
-local free = available - redis.call('ZCARD', KEYS[5])
+local over = tonumber(ARGV[6]) or 0
+if mode == 'draw' then
+  over = 0
+end
+local free = available + over - redis.call('ZCARD', KEYS[5])
 local n = 0
 if available <= 0 or waiting <= 0 then
   carry, owed = 0, 0

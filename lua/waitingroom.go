@@ -359,6 +359,11 @@ type AdmitArgs struct {
 	// Left is the units left in every shard of a sharded product (UnitsLeft);
 	// -1 for a one-shard product, whose stock the script reads itself.
 	Left int64
+	// Overbook is how many live admissions a fifo or random room may hold
+	// beyond the units left (admitted buyers who never order would
+	// otherwise hold the last units for a whole window each); a draw admits
+	// exactly its units.
+	Overbook int64
 	// Keys are random-mode keys of fresh tickets (FreshTickets) to put in
 	// the line.
 	Keys []KeyedUser
@@ -411,7 +416,8 @@ func Admit(ctx context.Context, rdb redis.Scripter, productID int64, a AdmitArgs
 	if a.Left >= 0 {
 		left = strconv.FormatInt(a.Left, 10)
 	}
-	argv := []any{int64(math.Round(max(a.Rate, 0) * 1000)), maxN, max(a.MaxElapsed.Milliseconds(), 1), max(a.Window.Milliseconds(), 1), left}
+	argv := []any{int64(math.Round(max(a.Rate, 0) * 1000)), maxN, max(a.MaxElapsed.Milliseconds(), 1), max(a.Window.Milliseconds(), 1), left,
+		max(a.Overbook, 0)}
 	for _, k := range a.Keys {
 		argv = append(argv, k.UserID, strconv.FormatFloat(k.Score, 'f', 0, 64))
 	}

@@ -302,6 +302,12 @@ func TestRoomAdmissionsBoundedByUnitsLeft(t *testing.T) {
 	if st.Live > st.Available {
 		t.Fatalf("live admissions %d > units left %d", st.Live, st.Available)
 	}
+	// With an overbook of 3, three more: live admissions at most units left + 3.
+	time.Sleep(20 * time.Millisecond)
+	res, err = lua.Admit(ctx, rdb, 25, lua.AdmitArgs{Rate: 100000, Max: 2000, MaxElapsed: time.Second, Window: time.Minute, Left: -1, Overbook: 3})
+	if st, _ := lua.ReadRoom(ctx, rdb, 25); err != nil || len(res.Admitted) != 3 || st.Live != st.Available+3 {
+		t.Fatalf("overbook 3: %+v %v, live %d for %d units", res, err, st.Live, st.Available)
+	}
 }
 
 // No admission while the sale is paused, and no admission expires then;
@@ -538,8 +544,8 @@ func TestRoomDraw(t *testing.T) {
 	for u, tid := range entries {
 		rank[u], _ = drop.Position(seed, list, tid)
 	}
-	res, err := step(rdb, pid, 0, 100) // draws admit every unit at once, whatever the rate
-	if err != nil || len(res.Admitted) != 3 {
+	res, err := lua.Admit(ctx, rdb, pid, lua.AdmitArgs{Max: 100, MaxElapsed: time.Second, Window: time.Minute, Left: -1, Overbook: 5})
+	if err != nil || len(res.Admitted) != 3 { // draws admit every unit at once, whatever the rate, and never overbook
 		t.Fatalf("winners' admission: %+v %v", res, err)
 	}
 	for _, a := range res.Admitted {

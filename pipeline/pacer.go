@@ -82,6 +82,9 @@ type PacerConfig struct {
 	Interval time.Duration
 	// MeasureEvery is the period of backlog measurements (auto). Default 250ms.
 	MeasureEvery time.Duration
+	// Overbook is how many live admissions a fifo or random room may hold
+	// beyond its units left (lua.AdmitArgs.Overbook). Default 0: none.
+	Overbook int
 	// Window is the admission window of rooms turned on without one. Default 2m.
 	Window time.Duration
 	// ListEvery is how often the product list is re-read. Default 2s.
@@ -121,6 +124,8 @@ func (c PacerConfig) Validate() error {
 		return errors.New("invalid config: pacer rate above its ceiling")
 	case c.MinRate > c.Ceiling:
 		return errors.New("invalid config: pacer min rate above its ceiling")
+	case c.Overbook < 0:
+		return errors.New("invalid config: pacer overbook must not be negative")
 	}
 	return nil
 }
@@ -234,7 +239,8 @@ func (p *Pacer) StepProduct(ctx context.Context, productID int64, shards int, me
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	args := lua.AdmitArgs{Rate: rate, Max: 2000, MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window, Left: -1}
+	args := lua.AdmitArgs{Rate: rate, Max: 2000, MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window, Left: -1,
+		Overbook: int64(p.cfg.Overbook)}
 	if shards > 1 {
 		if args.Left, err = lua.UnitsLeft(sctx, p.rdb, productID, shards); err != nil {
 			return true, err

@@ -230,7 +230,7 @@ func (b *roleBuilder) sweeper() error {
 	// The waiting-room pacer (pipeline/pacer.go) goes with the sweeper: any
 	// number of them may run, their admission steps share one budget.
 	pc, err := pipeline.NewPacer(b.a.store, b.a.rdb, pipeline.PacerConfig{Rate: b.cfg.RoomRate, Ceiling: b.cfg.RoomCeiling,
-		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg),
+		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Overbook: b.cfg.RoomOverbook, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg),
 		Logger: b.log.With("role", "sweeper")})
 	if err != nil {
 		return err
