@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/order"
 )
 
@@ -24,7 +25,8 @@ type conn struct {
 	ws     *websocket.Conn
 	nc     net.Conn // the hijacked connection, if the hub's own server accepted it
 	userID int64
-	seq    uint64 // registration order in the hub (the oldest socket has the lowest)
+	claims auth.Claims // of the token it was opened with
+	seq    uint64      // registration order in the hub (the oldest socket has the lowest)
 	send   chan []byte
 
 	ctx    context.Context // cancelled by kill; bounds snapshot loads
@@ -69,10 +71,10 @@ func (c *conn) allowLoad(now time.Time) bool {
 	return true
 }
 
-func newConn(h *Hub, ws *websocket.Conn, userID int64) *conn {
+func newConn(h *Hub, ws *websocket.Conn, claims auth.Claims) *conn {
 	ctx, cancel := context.WithCancel(h.ctx)
 	return &conn{
-		hub: h, ws: ws, userID: userID,
+		hub: h, ws: ws, userID: claims.UserID, claims: claims,
 		send:     make(chan []byte, h.cfg.SendBuffer),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -299,12 +301,20 @@ func (c *conn) readLoop() {
 }
 
 // writeLoop is the socket's only writer: it sends queued messages and pings,
-// and the close frame once the socket is killed.
+// and the close frame once the socket is killed. It also checks, every
+// KeyCheckInterval, that the token's key is still the provider's.
 func (c *conn) writeLoop() {
 	ping := time.NewTicker(c.hub.cfg.PingInterval)
 	defer ping.Stop()
+	keyCheck := time.NewTicker(c.hub.cfg.KeyCheckInterval)
+	defer keyCheck.Stop()
 	for {
 		select {
+		case <-keyCheck.C:
+			if !c.hub.verifier.KeyCurrent(c.claims) {
+				c.hub.stats.keyWithdrawn.Add(1)
+				c.kill(StatusUnauthenticated, "the token's signing key was withdrawn")
+			}
 		case <-c.done:
 			c.hub.unregister(c) // no more messages: leave the registry now, not after the handshake
 			c.mu.Lock()
