@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
@@ -87,5 +89,55 @@ func TestMapSubject(t *testing.T) {
 	}
 	if _, ok, err := s.IdentityOf(ctx, 42); ok || err != nil {
 		t.Errorf("identity of a direct id: %v %v", ok, err)
+	}
+}
+
+// TestLeastPrivilegeUser: a user with SELECT, INSERT, UPDATE and DELETE on
+// the database only (docker-compose.yml's "stampede"; migrations run as
+// another user) opens the store, maps subjects and takes the sweeper's
+// advisory lock. Before, Open ran CREATE DATABASE IF NOT EXISTS, which such
+// a user is refused.
+func TestLeastPrivilegeUser(t *testing.T) {
+	s := persistencetest.New(t, "persistence")
+	const user, pass = "stampede_test_dml", "dml-test-0123456789"
+	// Every host form a loopback connection may match (MariaDB's anonymous
+	// ''@'localhost' would otherwise win over '%').
+	hosts := []string{"%", "localhost", "127.0.0.1"}
+	for _, h := range hosts {
+		for _, q := range []string{
+			"DROP USER IF EXISTS '" + user + "'@'" + h + "'",
+			"CREATE USER '" + user + "'@'" + h + "' IDENTIFIED BY '" + pass + "'",
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON stampede_test_persistence.* TO '" + user + "'@'" + h + "'",
+		} {
+			if _, err := s.DB.Exec(q); err != nil {
+				t.Skipf("cannot manage users on this server (%v)", err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, h := range hosts {
+			s.DB.Exec("DROP USER IF EXISTS '" + user + "'@'" + h + "'")
+		}
+	})
+	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_persistence"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = user, pass
+	dml, err := persistence.Open(context.Background(), cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("open as a DML-only user: %v", err)
+	}
+	defer dml.Close()
+	if id, err := dml.MapSubject(context.Background(), "https://id.example/", "least-privilege"); err != nil || id < order.FirstMappedUserID {
+		t.Fatalf("map subject as a DML-only user: %d %v", id, err)
+	}
+	lock, ok, err := dml.TryLock(context.Background(), "least-privilege")
+	if err != nil || !ok {
+		t.Fatalf("advisory lock as a DML-only user: %v %v", ok, err)
+	}
+	lock.Release()
+	if _, err := dml.DB.Exec("CREATE TABLE x (id INT)"); err == nil {
+		t.Fatal("the DML-only user could create a table")
 	}
 }
