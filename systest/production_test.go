@@ -11,8 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -22,7 +23,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/gateway"
@@ -33,8 +33,6 @@ import (
 const (
 	prodJWTSecret = "systest-production-jwt-secret-0123456789abcdef"
 	prodPaySecret = "systest-production-payment-secret-0123456789ab"
-	prodIssuer    = "https://id.systest.example/"
-	prodAudience  = "stampede-systest"
 )
 
 // cleanEnv is the test process's environment without STAMPEDE_ variables,
@@ -75,6 +73,14 @@ func TestProductionRefusesUnsafeStart(t *testing.T) {
 			"STAMPEDE_PAYMENT_SECRET is 31 bytes: production mode needs at least 32"},
 		{"demo login", []string{"--jwt-secret", prodJWTSecret, "--payment-secret", prodPaySecret, "--demo-login"},
 			"STAMPEDE_DEMO_LOGIN"},
+		// Issue 26: pprof beyond loopback (its cmdline served every flag).
+		{"pprof on 0.0.0.0", []string{"--jwt-secret", prodJWTSecret, "--payment-secret", prodPaySecret, "--pprof-addr", "0.0.0.0:6060"},
+			"STAMPEDE_PPROF_ADDR 0.0.0.0:6060 is not a loopback address"},
+		{"weak JWT secret", []string{"--jwt-secret", strings.Repeat("a", 32), "--payment-secret", prodPaySecret},
+			"STAMPEDE_JWT_SECRET has only 1 distinct characters"},
+		{"one secret twice", []string{"--jwt-secret", prodPaySecret, "--payment-secret", prodPaySecret}, "are the same"},
+		{"plain-http JWKS", []string{"--payment-secret", prodPaySecret, "--jwt-jwks-url", "http://id.shop.example/certs",
+			"--jwt-issuer", "https://id.shop.example/", "--jwt-audience", "stampede"}, "production mode needs https"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(bin, append([]string{"serve", "--http-addr", freeAddr(t)}, c.args...)...)
@@ -113,97 +119,70 @@ func TestProductionRefusesUnsafeStart(t *testing.T) {
 	})
 }
 
-// jwksServer is the identity provider of the production test: a JWKS on
-// loopback whose key the test rotates.
-type jwksServer struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	set []byte
+// prodBuyer is one buyer of the production test: a provider's subject.
+type prodBuyer struct {
+	realm *realm
+	kid   string
+	key   any
+	m     jwt.SigningMethod
+	sub   string
 }
 
-func newJWKSServer(t *testing.T) *jwksServer {
-	j := &jwksServer{}
-	j.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		j.mu.Lock()
-		b := j.set
-		j.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(b)
-	}))
-	t.Cleanup(j.srv.Close)
-	return j
-}
-
-// publish serves exactly these public keys, by kid.
-func (j *jwksServer) publish(t *testing.T, keys map[string]any) {
-	t.Helper()
-	set := jwk.NewSet()
-	for kid, pub := range keys {
-		k, err := jwk.Import(pub)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k.Set(jwk.KeyIDKey, kid)
-		set.AddKey(k)
-	}
-	b, err := json.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j.mu.Lock()
-	j.set = b
-	j.mu.Unlock()
-}
-
-// idpToken is a token of the identity provider for user, signed by key
-// under kid; extra claims are added.
-func idpToken(t *testing.T, m jwt.SigningMethod, kid string, key any, user int64, extra jwt.MapClaims) string {
-	t.Helper()
-	c := jwt.MapClaims{"sub": fmt.Sprint(user), "iss": prodIssuer, "aud": prodAudience, "exp": time.Now().Add(time.Hour).Unix()}
-	for k, v := range extra {
-		c[k] = v
-	}
-	tok := jwt.NewWithClaims(m, c)
-	tok.Header["kid"] = kid
-	s, err := tok.SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// TestProductionMode runs the real binary in production mode with an
-// identity provider and checks every item of issue 12 against it, then a
-// sale that must pass the SPEC §5 audit.
+// TestProductionMode runs the real binary in production mode configured
+// with README.md's identity example verbatim (two Keycloak realms served
+// over https, see idp_test.go) and checks issues 12 and 26 against it: UUID
+// subjects of two issuers buy, replay on a second gateway and follow their
+// orders over push; admins come from the group only; HS256 is off, and on a
+// gateway that enables it is held to its issuer and audience; a socket
+// closes with 4401 when its token expires; support finds orders by subject;
+// a refund, a waiting-room change and a dead-letter replay are audited; a
+// JWT split across fasthttp's 200-byte log tail leaves no piece in the log;
+// then a sale that must pass the SPEC §5 audit.
 func TestProductionMode(t *testing.T) {
 	e := newEnvFor(t, "production")
+	lines := readmeIdentity(t)
+	idp := newTLSIdP(t, lines)
+	buyers, staff := idp.realms[0], idp.realms[1]
 	rsa1, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ec1, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	idp := newJWKSServer(t)
-	idp.publish(t, map[string]any{"rsa-1": &rsa1.PublicKey, "ec-1": &ec1.PublicKey})
+	staffKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	buyers.publish(t, map[string]any{"rsa-1": &rsa1.PublicKey, "ec-1": &ec1.PublicKey})
+	staff.publish(t, map[string]any{"staff-1": &staffKey.PublicKey})
+	e.procEnv = idp.env
 
 	pushAddr := freeAddr(t)
 	p := e.serve("prod", "gateway,writer,relay,consumer,sweeper,push",
 		"--mode", "production", "--jwt-secret", prodJWTSecret, "--payment-secret", prodPaySecret,
-		"--jwt-jwks-url", idp.srv.URL+"/jwks.json", "--jwt-issuer", prodIssuer, "--jwt-audience", prodAudience,
-		"--jwt-admin-group", "shop-admins", "--push-addr", pushAddr, "--push-max-sockets", "2",
-		"--static-dir", "../client/dist", "--log-level", "info")
+		"--push-addr", pushAddr, "--push-max-sockets", "2", "--static-dir", "../client/dist", "--log-level", "info")
 	e.waitReady(30 * time.Second)
 	if lines := p.logLines("DEVELOPMENT MODE"); len(lines) != 0 {
 		t.Errorf("production logged %q", lines)
 	}
-
-	// Admins come from the identity provider's group claim; an ordinary
-	// IdP user is no admin.
-	e.admin = idpToken(t, jwt.SigningMethodES256, "ec-1", ec1, 1, jwt.MapClaims{"groups": []string{"shop-admins"}})
-	if a, _ := e.call("GET", "/api/admin/reconcile", e.admin, nil); a.status != 200 {
-		t.Fatalf("IdP admin (group claim): %d %s", a.status, a.raw)
+	if idp.connects.Load() == 0 || idp.fetches.Load() < 2 {
+		t.Fatalf("the binary fetched the key sets %d times over %d CONNECT tunnels", idp.fetches.Load(), idp.connects.Load())
 	}
-	if a, _ := e.call("GET", "/api/admin/reconcile", idpToken(t, jwt.SigningMethodRS256, "rsa-1", rsa1, 2, nil), nil); a.status != 403 {
-		t.Fatalf("IdP buyer on an admin endpoint: %d %s, want 403", a.status, a.raw)
+	// A second gateway: replays land there.
+	gw2 := freeAddr(t)
+	e.serveAt("prod-gw2", "gateway", gw2, "--mode", "production", "--payment-secret", prodPaySecret, "--log-level", "info")
+	base2 := "http://" + gw2
+	e.waitReadyAt(base2, 30*time.Second)
+
+	// Admins come from the admin group of the staff realm; role: admin in a
+	// token counts for nothing once a group is configured.
+	const adminSub = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	adminToken := func() string {
+		return idp.token(t, staff, jwt.SigningMethodRS256, "staff-1", staffKey, adminSub, time.Hour, jwt.MapClaims{"groups": []string{idp.group}})
+	}
+	e.admin = adminToken()
+	if a, _ := e.call("GET", "/api/admin/reconcile", e.admin, nil); a.status != 200 {
+		t.Fatalf("staff admin (group claim): %d %s", a.status, a.raw)
+	}
+	roleAdmin := idp.token(t, buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, uuid(2), time.Hour, jwt.MapClaims{"role": "admin"})
+	if a, _ := e.call("GET", "/api/admin/reconcile", roleAdmin, nil); a.status != 403 {
+		t.Fatalf("role: admin without the group: %d %s, want 403", a.status, a.raw)
 	}
 
 	t.Run("no demo login", func(t *testing.T) {
@@ -215,43 +194,121 @@ func TestProductionMode(t *testing.T) {
 
 	t.Run("tokens", func(t *testing.T) {
 		pubDER, _ := x509.MarshalPKIXPublicKey(&rsa1.PublicKey)
-		hsWrong, _ := auth.Issue([]byte("another-secret-of-32-bytes-or-more-000"), 5, true, time.Hour)
 		hsGood, _ := auth.Issue([]byte(prodJWTSecret), 5, false, time.Hour)
-		expired, _ := auth.Issue([]byte(prodJWTSecret), 5, false, -time.Hour)
 		none := func() string {
 			tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"sub": "5", "exp": time.Now().Add(time.Hour).Unix(), "role": "admin"})
 			s, _ := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
 			return s
 		}()
+		crit := func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": buyers.issuer, "aud": idp.audience, "sub": uuid(5),
+				"exp": time.Now().Add(time.Hour).Unix()})
+			tok.Header["kid"], tok.Header["crit"] = "rsa-1", []string{"x-unknown"}
+			s, _ := tok.SignedString(rsa1)
+			return s
+		}()
+		tok := func(r *realm, m jwt.SigningMethod, kid string, key any, extra jwt.MapClaims) string {
+			return idp.token(t, r, m, kid, key, uuid(5), time.Hour, extra)
+		}
 		for name, c := range map[string]struct {
 			token string
 			want  int
 		}{
-			"RS256 of the IdP":                    {idpToken(t, jwt.SigningMethodRS256, "rsa-1", rsa1, 5, nil), 200},
-			"ES256 of the IdP":                    {idpToken(t, jwt.SigningMethodES256, "ec-1", ec1, 5, nil), 200},
-			"HS256, shared secret":                {hsGood, 200},
-			"HS256, wrong key":                    {hsWrong, 401},
-			"HS256 keyed with the RSA public key": {idpToken(t, jwt.SigningMethodHS256, "rsa-1", pubDER, 5, nil), 401},
-			"alg none":                            {none, 401},
-			"expired":                             {expired, 401},
-			"wrong audience":                      {idpToken(t, jwt.SigningMethodRS256, "rsa-1", rsa1, 5, jwt.MapClaims{"aud": "other"}), 401},
-			"wrong issuer":                        {idpToken(t, jwt.SigningMethodRS256, "rsa-1", rsa1, 5, jwt.MapClaims{"iss": "https://evil.example/"}), 401},
+			"RS256 of the buyers realm":                 {tok(buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, nil), 200},
+			"ES256 of the buyers realm":                 {tok(buyers, jwt.SigningMethodES256, "ec-1", ec1, nil), 200},
+			"RS256 of the staff realm":                  {tok(staff, jwt.SigningMethodRS256, "staff-1", staffKey, nil), 200},
+			"HS256 of the shared secret: off":           {hsGood, 401},
+			"HS256 keyed with the RSA public key":       {tok(buyers, jwt.SigningMethodHS256, "rsa-1", pubDER, nil), 401},
+			"alg none":                                  {none, 401},
+			"crit header":                               {crit, 401},
+			"expired":                                   {idp.token(t, buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, uuid(5), -time.Hour, nil), 401},
+			"wrong audience":                            {tok(buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, jwt.MapClaims{"aud": "other"}), 401},
+			"unknown issuer":                            {tok(buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, jwt.MapClaims{"iss": "https://evil.example/"}), 401},
+			"a buyers key signing a staff token":        {tok(staff, jwt.SigningMethodRS256, "rsa-1", rsa1, nil), 401},
+			"the staff key signing a buyers token":      {tok(buyers, jwt.SigningMethodRS256, "staff-1", staffKey, nil), 401},
+			"a subject with a control character":        {tok(buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, jwt.MapClaims{"sub": "a\x07b"}), 401},
+			"a numeric subject is a subject, not an id": {tok(buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, jwt.MapClaims{"sub": "+1001"}), 200},
 		} {
 			if a, _ := e.call("GET", "/api/orders", c.token, nil); a.status != c.want {
 				t.Errorf("%s: %d %s, want %d", name, a.status, a.raw, c.want)
 			}
 		}
-		// Key rotation: the IdP replaces rsa-1 by rsa-2. A token of the new
-		// key is accepted at once (its kid refetches the set), the old
-		// key's tokens are refused from then on.
+		// Key rotation: the buyers realm replaces rsa-1 by rsa-2. A token of
+		// the new key is accepted at once (its kid refetches the set), the
+		// old key's tokens are refused from then on.
 		time.Sleep(6 * time.Second) // the gateway refetches at most every 5s
 		rsa2, _ := rsa.GenerateKey(rand.Reader, 2048)
-		idp.publish(t, map[string]any{"rsa-2": &rsa2.PublicKey, "ec-1": &ec1.PublicKey})
-		if a, _ := e.call("GET", "/api/orders", idpToken(t, jwt.SigningMethodRS256, "rsa-2", rsa2, 6, nil), nil); a.status != 200 {
+		buyers.publish(t, map[string]any{"rsa-2": &rsa2.PublicKey, "ec-1": &ec1.PublicKey})
+		if a, _ := e.call("GET", "/api/orders", idp.token(t, buyers, jwt.SigningMethodRS256, "rsa-2", rsa2, uuid(6), time.Hour, nil), nil); a.status != 200 {
 			t.Fatalf("token of the rotated-in key: %d %s", a.status, a.raw)
 		}
-		if a, _ := e.call("GET", "/api/orders", idpToken(t, jwt.SigningMethodRS256, "rsa-1", rsa1, 6, nil), nil); a.status != 401 {
+		if a, _ := e.call("GET", "/api/orders", idp.token(t, buyers, jwt.SigningMethodRS256, "rsa-1", rsa1, uuid(6), time.Hour, nil), nil); a.status != 401 {
 			t.Fatalf("token of the rotated-out key: %d %s, want 401", a.status, a.raw)
+		}
+	})
+
+	t.Run("HS256 where enabled: held to its issuer and audience; the debug log holds no request byte", func(t *testing.T) {
+		hsAddr := freeAddr(t)
+		hs := e.serveAt("prod-hs256", "gateway", hsAddr, "--mode", "production", "--jwt-secret", prodJWTSecret,
+			"--payment-secret", prodPaySecret, "--jwt-hs256", "--log-level", "debug")
+		hsBase := "http://" + hsAddr
+		e.waitReadyAt(hsBase, 30*time.Second)
+		good, _ := auth.Issue([]byte(prodJWTSecret), 5, false, time.Hour)
+		hsClaims := func(c jwt.MapClaims) string {
+			m := jwt.MapClaims{"sub": "5", "iss": auth.DefaultHS256Issuer, "aud": auth.DefaultHS256Audience, "exp": time.Now().Add(time.Hour).Unix()}
+			for k, v := range c {
+				if v == nil {
+					delete(m, k)
+				} else {
+					m[k] = v
+				}
+			}
+			s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, m).SignedString([]byte(prodJWTSecret))
+			return s
+		}
+		for name, c := range map[string]struct {
+			token string
+			want  int
+		}{
+			"stampede token's kind":   {good, 200},
+			"no audience":             {hsClaims(jwt.MapClaims{"aud": nil}), 401},
+			"another audience":        {hsClaims(jwt.MapClaims{"aud": "other"}), 401},
+			"another issuer":          {hsClaims(jwt.MapClaims{"iss": "someone"}), 401},
+			"a century":               {hsClaims(jwt.MapClaims{"exp": time.Now().Add(876000 * time.Hour).Unix()}), 401},
+			"sub not canonical":       {hsClaims(jwt.MapClaims{"sub": "0005"}), 401},
+			"the providers' still ok": {idp.token(t, staff, jwt.SigningMethodRS256, "staff-1", staffKey, uuid(5), time.Hour, nil), 200},
+		} {
+			if a, _ := e.callAt(hsBase, "GET", "/api/orders", c.token, nil); a.status != c.want {
+				t.Errorf("%s: %d %s, want %d", name, a.status, a.raw, c.want)
+			}
+		}
+		// A working token, long enough (a big claim) that fasthttp's 200-byte
+		// head of the unreadable request holds its start and the tail its
+		// end: no 12-byte piece of it may reach the debug log.
+		long := hsClaims(jwt.MapClaims{"pad": strings.Repeat("p", 600)})
+		if a, _ := e.callAt(hsBase, "GET", "/api/orders", long, nil); a.status != 200 {
+			t.Fatalf("the long token does not work: %d %s", a.status, a.raw)
+		}
+		c, err := net.Dial("tcp", hsAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /api/orders HTTP/1.1\r\nHost: shop\r\nAuthorization: Bearer %s\r\nBroken\r\n\r\n", long)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		io.ReadAll(c)
+		c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(hs.logLines("malformed request headers")) == 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		logs := hs.stderr.String()
+		if len(hs.logLines("malformed request headers")) == 0 {
+			t.Fatalf("no debug line about the malformed request:\n%s", tail(logs, 3000))
+		}
+		for i := 12; i+12 <= len(long); i++ {
+			if strings.Contains(logs, long[i:i+12]) {
+				t.Fatalf("a piece of the token (%q at %d) reached the log", long[i:i+12], i)
+			}
 		}
 	})
 
@@ -321,15 +378,65 @@ func TestProductionMode(t *testing.T) {
 		}
 	})
 
-	// The sale: IdP buyers (RS256 tokens).
-	const stock, buyers = 60, 100
-	e.tokenFor = func(user int64) string { return idpToken(t, jwt.SigningMethodES256, "ec-1", ec1, user, nil) }
+	// The sale: buyers of both realms, UUID subjects (even users in the
+	// buyers realm, odd ones in the staff realm), spread over both gateways.
+	const stock, sold = 60, 100
+	people := map[int64]prodBuyer{}
+	var pmu sync.Mutex
+	buyerOf := func(user int64) prodBuyer {
+		pmu.Lock()
+		defer pmu.Unlock()
+		if b, ok := people[user]; ok {
+			return b
+		}
+		b := prodBuyer{realm: buyers, kid: "ec-1", key: ec1, m: jwt.SigningMethodES256, sub: uuid(user)}
+		if user%2 == 1 {
+			b = prodBuyer{realm: staff, kid: "staff-1", key: staffKey, m: jwt.SigningMethodRS256, sub: uuid(user)}
+		}
+		people[user] = b
+		return b
+	}
+	tokenOf := func(b prodBuyer, ttl time.Duration) string {
+		return idp.token(t, b.realm, b.m, b.kid, b.key, b.sub, ttl, nil)
+	}
+	e.tokenFor = func(user int64) string { return tokenOf(buyerOf(user), time.Hour) }
+	e.bases = []string{e.base, base2}
 	pid := e.product(stock)
-	intents := e.sale(pid, buyers, 2_000_000, saleOptions{workers: 8})
+	intents := e.sale(pid, sold, 2_000_000, saleOptions{workers: 8})
 	saleEnd := time.Now()
 	rep := e.settle(pid, saleEnd, 60*time.Second)
 	if got, other := count202(intents); got != stock {
 		t.Errorf("%d × 202, want %d (others %v)", got, stock, other)
+	}
+	// Every answered intent replays on the other gateway, with a fresh token
+	// of the same person: the same orderNo.
+	bad := 0
+	for _, in := range intents {
+		if in.orderNo == "" {
+			continue
+		}
+		other := e.bases[(in.user+1)%2]
+		a, err := e.callAt(other, "POST", "/api/orders", tokenOf(buyerOf(in.user), time.Hour),
+			map[string]any{"productId": pid, "quantity": 1, "requestId": in.requestID})
+		if (err != nil || a.status != 200 || a.body["orderNo"] != in.orderNo) && bad < 5 {
+			bad++
+			t.Errorf("replay of %s on the other gateway: %d %s %v, want 200 %s", buyerOf(in.user).sub, a.status, a.raw, err, in.orderNo)
+		}
+	}
+	// The orders are stored under the internal ids the subjects mapped to,
+	// one per (issuer, subject).
+	byUser := map[int64]bool{}
+	for _, in := range intents {
+		b := buyerOf(in.user)
+		ids, err := e.store.FindSubject(e.ctx, b.realm.issuer, b.sub)
+		if err != nil || len(ids) != 1 || ids[0] < auth.FirstMappedUserID {
+			t.Fatalf("%s at %s: mapping %v %v", b.sub, b.realm.issuer, ids, err)
+		}
+		byUser[ids[0]] = true
+		in.user = ids[0] // what checkIntents compares with order_info.user_id
+	}
+	if len(byUser) != sold {
+		t.Errorf("%d internal ids for %d subjects", len(byUser), sold)
 	}
 	e.checkIntents(pid, intents, rep)
 
@@ -339,23 +446,23 @@ func TestProductionMode(t *testing.T) {
 			paid = append(paid, in)
 		}
 	}
-	a, b := paid[0], paid[1]
+	a, b, c := paid[0], paid[1], paid[2]
+	callback := func(no, paymentNo string) answer {
+		body := fmt.Sprintf(`{"orderNo":%q,"paymentNo":%q,"amount":1000,"paidAt":%q}`, no, paymentNo, time.Now().UTC().Format(time.RFC3339))
+		req, _ := http.NewRequest("POST", e.base+"/api/payments/callback", strings.NewReader(body))
+		req.Header.Set(gateway.HeaderSignature, gateway.Sign([]byte(prodPaySecret), []byte(body)))
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return answer{status: resp.StatusCode, raw: string(raw)}
+	}
 
 	t.Run("no demo checkout; paymentNo reuse is 409", func(t *testing.T) {
 		if r, _ := e.call("POST", "/api/orders/"+a.orderNo+"/pay", a.token, nil); r.status != 404 && r.status != 405 {
 			t.Fatalf("demo checkout: %d %s, want 404/405", r.status, r.raw)
-		}
-		callback := func(no, paymentNo string) answer {
-			body := fmt.Sprintf(`{"orderNo":%q,"paymentNo":%q,"amount":1000,"paidAt":%q}`, no, paymentNo, time.Now().UTC().Format(time.RFC3339))
-			req, _ := http.NewRequest("POST", e.base+"/api/payments/callback", strings.NewReader(body))
-			req.Header.Set(gateway.HeaderSignature, gateway.Sign([]byte(prodPaySecret), []byte(body)))
-			resp, err := e.client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return answer{status: resp.StatusCode, raw: string(raw)}
 		}
 		if r := callback(a.orderNo, "prov-pay-1"); r.status != 200 {
 			t.Fatalf("provider callback: %d %s", r.status, r.raw)
@@ -382,7 +489,68 @@ func TestProductionMode(t *testing.T) {
 		}
 	})
 
-	t.Run("websocket cap, origin, other users' orders", func(t *testing.T) {
+	t.Run("support finds orders by the provider's subject", func(t *testing.T) {
+		ba := buyerOf(int64(2_000_000 + intentIndex(intents, a)))
+		q := url.Values{"subject": {ba.sub}, "issuer": {ba.realm.issuer}}
+		r, _ := e.call("GET", "/api/admin/orders?"+q.Encode(), e.admin, nil)
+		if r.status != 200 || !strings.Contains(r.raw, a.orderNo) {
+			t.Fatalf("search by subject %s: %d %s, want %s", ba.sub, r.status, r.raw, a.orderNo)
+		}
+		r, _ = e.call("GET", "/api/admin/orders/"+a.orderNo, e.admin, nil)
+		if r.body["subject"] != ba.sub || r.body["issuer"] != ba.realm.issuer {
+			t.Fatalf("admin order read: %s", r.raw)
+		}
+	})
+
+	t.Run("a refund, a waiting-room change and a replay are audited", func(t *testing.T) {
+		// c cancels, then its payment arrives anyway: REFUND_PENDING.
+		if r, _ := e.call("POST", "/api/orders/"+c.orderNo+"/cancel", c.token, nil); r.status != 200 {
+			t.Fatalf("cancel: %d %s", r.status, r.raw)
+		}
+		if r := callback(c.orderNo, "late-c"); r.status != 200 {
+			t.Fatalf("late callback: %d %s", r.status, r.raw)
+		}
+		for _, call := range []struct{ method, path, body string }{
+			{"POST", "/api/admin/payments/late-c/refund", `{"refundNo":"RF-late-c"}`},
+			{"POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), `{"on":false}`},
+			{"POST", "/api/admin/dlq/replay", `{"all":true}`},
+		} {
+			var body map[string]any
+			json.Unmarshal([]byte(call.body), &body)
+			if r, _ := e.call(call.method, call.path, adminToken(), body); r.status != 200 {
+				t.Fatalf("%s %s: %d %s", call.method, call.path, r.status, r.raw)
+			}
+		}
+		admins, err := e.store.FindSubject(e.ctx, staff.issuer, adminSub)
+		if err != nil || len(admins) != 1 {
+			t.Fatalf("admin's mapping: %v %v", admins, err)
+		}
+		r, _ := e.call("GET", "/api/admin/audit?limit=50", e.admin, nil)
+		var list struct {
+			Entries []struct {
+				AdminID      int64  `json:"adminId"`
+				AdminIssuer  string `json:"adminIssuer"`
+				AdminSubject string `json:"adminSubject"`
+				Action       string `json:"action"`
+			} `json:"entries"`
+		}
+		if err := json.Unmarshal([]byte(r.raw), &list); err != nil {
+			t.Fatalf("audit: %d %s", r.status, r.raw)
+		}
+		got := map[string]int{}
+		for _, en := range list.Entries {
+			if en.AdminID == admins[0] && en.AdminIssuer == staff.issuer && en.AdminSubject == adminSub {
+				got[en.Action]++
+			}
+		}
+		for _, action := range []string{"refund", "room", "replay"} {
+			if got[action] != 1 {
+				t.Errorf("audit entries of %s by the staff admin: %d, want 1 (all: %+v)", action, got[action], list.Entries)
+			}
+		}
+	})
+
+	t.Run("websocket: own snapshots, cap, origin, other users' orders, token expiry", func(t *testing.T) {
 		wsURL := "ws://" + pushAddr + "/ws"
 		dial := func(tok, origin string) (*websocket.Conn, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -394,6 +562,8 @@ func TestProductionMode(t *testing.T) {
 			ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"stampede", tok}, HTTPHeader: h})
 			return ws, err
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		if _, err := dial(a.token, "http://evil.example"); err == nil || !strings.Contains(err.Error(), "403") {
 			t.Fatalf("foreign origin: %v, want 403", err)
 		}
@@ -408,9 +578,20 @@ func TestProductionMode(t *testing.T) {
 			socks = append(socks, ws)
 			time.Sleep(100 * time.Millisecond) // registration order = dial order
 		}
+		// Push maps a's subject to the same user as the gateway did: the
+		// connect snapshot is a's order.
+		for {
+			_, data, err := socks[2].Read(ctx)
+			if err != nil {
+				t.Fatalf("a's snapshot: %v", err)
+			}
+			var m map[string]any
+			json.Unmarshal(data, &m)
+			if m["type"] == "order" && m["orderNo"] == a.orderNo {
+				break
+			}
+		}
 		// Cap 2: the first socket is closed with 4429.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		var closeErr error
 		for closeErr == nil {
 			_, _, closeErr = socks[0].Read(ctx)
@@ -446,6 +627,21 @@ func TestProductionMode(t *testing.T) {
 		if other["type"] != "error" || fmt.Sprint(other) != fmt.Sprint(missing) {
 			t.Fatalf("another user's order over WS: %v; nonexistent: %v", other, missing)
 		}
+		// A token that expires while its socket is open: 4401 at its exp.
+		ec := buyerOf(int64(2_000_000 + intentIndex(intents, c)))
+		short, err := dial(tokenOf(ec, 3*time.Second), page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer short.CloseNow()
+		opened := time.Now()
+		closeErr = nil
+		for closeErr == nil {
+			_, _, closeErr = short.Read(ctx)
+		}
+		if !errors.As(closeErr, &ce) || ce.Code != 4401 || ce.Reason != "token expired" {
+			t.Fatalf("socket of an expiring token: %v after %v, want close 4401 \"token expired\"", closeErr, time.Since(opened))
+		}
 	})
 
 	// The payments and refusals above leave the invariants intact.
@@ -458,6 +654,16 @@ func TestProductionMode(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	e.settle(pid, time.Now(), 60*time.Second)
+}
+
+// intentIndex is the position of in among intents (its user is 2,000,000 + it).
+func intentIndex(intents []*intent, in *intent) int {
+	for i, x := range intents {
+		if x == in {
+			return i
+		}
+	}
+	return -1
 }
 
 // orderStatus is the order's status in MySQL ("" if it is not there).
