@@ -139,6 +139,11 @@ func (h *Hub) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(consumeDone)
 		h.Consume(consumeCtx)
 	}()
+	keysDone := make(chan struct{})
+	go func() {
+		defer close(keysDone)
+		h.watchKeys(consumeCtx)
+	}()
 	h.log.Info("push serving", "addr", ln.Addr().String())
 
 	var err error
@@ -158,6 +163,7 @@ func (h *Hub) Serve(ctx context.Context, ln net.Listener) error {
 		err = cerr
 	}
 	<-consumeDone
+	<-keysDone
 	if err == nil {
 		select {
 		case e := <-serveErr:
@@ -279,7 +285,7 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	token := tokenFrom(r)
 	// The origin was checked above (Config.AllowedOrigins).
 	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true}
-	ws, err := websocket.Accept(w, r, opts)
+	ws, err := websocket.Accept(leanHijacker{w}, r, opts) // hijack.go: small buffers
 	if err != nil {
 		h.log.Debug("websocket accept", "err", err)
 		return
@@ -309,22 +315,40 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 		closeBounded(ws, nc, h.cfg.WriteTimeout, websocket.StatusGoingAway, "server shutting down")
 		return
 	}
-	defer h.unregister(c)
-	// At exp the token is no longer valid: neither is the socket.
-	expire := time.AfterFunc(time.Until(claims.Expires), func() {
-		h.stats.expired.Add(1)
-		c.kill(StatusUnauthenticated, "token expired")
-	})
-	defer expire.Stop()
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
+	c.startPings()
+	c.expireAt(claims.Expires) // at exp the token is no longer valid: neither is the socket
 	c.sendRecent()
-	c.readLoop()
-	c.kill(websocket.StatusNormalClosure, "")
-	<-writerDone
+	// The socket's reader gets a goroutine of its own and this one, net/http's,
+	// ends with its request and its deeper stack: a waiting socket keeps one
+	// small goroutine (writer.go). This handler is still counted in wg, so
+	// the Add cannot race with shutdown's Wait.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		c.run()
+	}()
+}
+
+// watchKeys closes with 4401, every KeyCheckInterval until ctx ends, the
+// sockets whose token was signed with a key that has left its provider's key
+// set (as last fetched: auth.Verifier.KeyCurrent makes no request). One loop
+// for every socket: a socket keeps no timer of its own for it.
+func (h *Hub) watchKeys(ctx context.Context) {
+	t := time.NewTicker(h.cfg.KeyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range h.conns() {
+			if !h.verifier.KeyCurrent(c.claims) {
+				h.stats.keyWithdrawn.Add(1)
+				c.kill(StatusUnauthenticated, "the token's signing key was withdrawn")
+			}
+		}
+	}
 }
 
 // originAllowed applies Config.AllowedOrigins to the request's Origin.
