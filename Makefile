@@ -5,7 +5,7 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 GOLANGCI_LINT ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 ARGS ?=
 
-.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-scale bench-services docs docs-check funclen fmt clean
+.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-push-line bench-scale bench-services docs docs-check funclen fmt clean
 
 services:
 	bash scripts/services.sh
@@ -97,6 +97,12 @@ bench: bench-services build
 
 bench-push: bench-services build
 	STAMPEDE_MODE=development bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
+
+# The waiting room at sale-day scale (issue 28): a push hub in the bench
+# process, --sockets (100,000) client sockets in child processes; needs no
+# services, only file descriptors (README "Many sockets per push process").
+bench-push-line: build
+	STAMPEDE_MODE=development bin/stampede bench-push --line $(ARGS)
 
 # 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).
 bench-scale: bench-services build

@@ -25,8 +25,10 @@ type Config struct {
 	// SendBuffer is the number of messages queued per socket; a socket whose
 	// buffer is full is disconnected with 1008 as a slow consumer. Default 64.
 	SendBuffer int
-	// PingInterval is the period of WebSocket pings; a socket that does not
-	// answer one within WriteTimeout is closed. Default 20s.
+	// PingInterval is how long a socket may go without a message before it
+	// gets a WebSocket ping; one that does not answer within WriteTimeout is
+	// closed (writer.go: a socket that is sent messages needs no pings).
+	// Default 20s.
 	PingInterval time.Duration
 	// WriteTimeout bounds one write (and one ping round trip) on a socket.
 	// Default 5s.

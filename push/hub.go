@@ -260,7 +260,7 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	token := tokenFrom(r)
 	// The origin was checked above (Config.AllowedOrigins).
 	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true}
-	ws, err := websocket.Accept(w, r, opts)
+	ws, err := websocket.Accept(leanHijacker{w}, r, opts) // hijack.go: small buffers
 	if err != nil {
 		h.log.Debug("websocket accept", "err", err)
 		return
@@ -280,16 +280,17 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 		closeBounded(ws, nc, h.cfg.WriteTimeout, websocket.StatusGoingAway, "server shutting down")
 		return
 	}
-	defer h.unregister(c)
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
+	c.startPings()
 	c.sendRecent()
-	c.readLoop()
-	c.kill(websocket.StatusNormalClosure, "")
-	<-writerDone
+	// The socket's reader gets a goroutine of its own and this one, net/http's,
+	// ends with its request and its deeper stack: a waiting socket keeps one
+	// small goroutine (writer.go). This handler is still counted in wg, so
+	// the Add cannot race with shutdown's Wait.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		c.run()
+	}()
 }
 
 // originAllowed applies Config.AllowedOrigins to the request's Origin.
