@@ -18,7 +18,8 @@ import (
 
 // Config is every setting of the stampede binary. Each field is read from its
 // environment variable and may be overridden by the flag of the same name
-// (SPEC §7). The table in README.md lists them all.
+// (SPEC §7). docs/configuration.md, generated from bind (make docs), lists
+// them all.
 type Config struct {
 	Mode                string        // STAMPEDE_MODE, -mode: "production" (serve's default) or "development" (demo, bench: demo login and checkout, built-in keys)
 	HTTPAddr            string        // STAMPEDE_HTTP_ADDR, -http-addr: gateway listen address (127.0.0.1:8080)

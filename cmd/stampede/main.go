@@ -151,7 +151,7 @@ func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.
 		reads, narrow := commandSettings[name]
 		if !narrow {
 			fmt.Fprintln(w, "Flags. A flag overrides the environment variable named in brackets; a default shown")
-			fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). README.md \"Configuration\" has the table.")
+			fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). docs/configuration.md lists them all.")
 			fs.PrintDefaults()
 			return
 		}
