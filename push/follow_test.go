@@ -212,6 +212,7 @@ func TestHandshakeRateLimits(t *testing.T) {
 			t.Errorf("%d snapshot reads for 2 accepted sockets", got)
 		}
 		other := dial(t, h.url, token(t, 2), dialOpts{})
+		waitFor(t, wait, "the other user's socket", func() bool { return h.Stats().Sockets == 3 }) // 2 of user 1, 1 of user 2
 		h.PublishProduct(7, 1, false)
 		if m := other.next(wait); m.Type != "product" {
 			t.Fatalf("another user: %+v", m)
