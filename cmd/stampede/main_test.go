@@ -69,7 +69,10 @@ func TestDemoOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	args := append([]string{"demo", "--once", "--demo-pay-timeout", "2s", "--sweep-interval", "200ms"}, serviceArgs(t)...)
+	// The pay timeout must outlast the rush and the checkout that follows it
+	// (the orders locked first expire first): 2 s did not on a loaded 2-core
+	// machine, where the rush alone took 5.8 s.
+	args := append([]string{"demo", "--once", "--demo-pay-timeout", "15s", "--sweep-interval", "200ms"}, serviceArgs(t)...)
 	err := run(ctx, args, &out)
 	t.Log(out.String())
 	if err != nil {
