@@ -127,8 +127,8 @@ func appendTime(b []byte, t time.Time) []byte {
 // product id.
 func (s *Server) roomProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
 	raw, _ := ctx.UserValue("id").(string)
-	productID, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || productID <= 0 {
+	productID, ok := parseID(raw)
+	if !ok {
 		s.fail(ctx, errProductNotFound)
 		return 0, false
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/order"
 )
 
@@ -27,7 +28,8 @@ type conn struct {
 	ws     *websocket.Conn
 	nc     net.Conn // the hijacked connection, if the hub's own server accepted it
 	userID int64
-	seq    uint64 // registration order in the hub (the oldest socket has the lowest)
+	claims auth.Claims // of the token it was opened with (watchKeys)
+	seq    uint64      // registration order in the hub (the oldest socket has the lowest)
 
 	mu          sync.Mutex
 	closed      bool
@@ -37,6 +39,7 @@ type conn struct {
 	writing     bool             // a writer goroutine runs (writer.go)
 	pingDue     bool             // pingTimer fired: the writer sends a ping
 	pingTimer   *time.Timer      // fires PingInterval after the last ping's answer (writer.go)
+	expire      *time.Timer      // fires at the token's exp (expireAt)
 	lastSent    atomic.Int64     // Unix ns of the last message written, for pingTimer
 	writers     sync.WaitGroup   // the writer goroutine, for the reader to wait on
 	versions    map[string]int64 // orderNo → highest version queued
@@ -74,8 +77,23 @@ func (c *conn) allowLoad(now time.Time) bool {
 	return true
 }
 
-func newConn(h *Hub, ws *websocket.Conn, userID int64) *conn {
-	return &conn{hub: h, ws: ws, userID: userID}
+func newConn(h *Hub, ws *websocket.Conn, claims auth.Claims) *conn {
+	return &conn{hub: h, ws: ws, userID: claims.UserID, claims: claims}
+}
+
+// expireAt closes the socket with 4401 at exp, its token's expiry (the
+// client reconnects with a fresh token); the timer stops when the socket
+// closes (writeLoop).
+func (c *conn) expireAt(exp time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.expire = time.AfterFunc(time.Until(exp), func() {
+		c.hub.stats.expired.Add(1)
+		c.kill(StatusUnauthenticated, "token expired")
+	})
 }
 
 // load is one load in flight for a socket.

@@ -30,15 +30,20 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestTokenFromSubprotocolOrQuery(t *testing.T) {
+// The token comes from the subprotocol only: a valid token in ?token= (it
+// would end up in proxy logs) is refused with 4401 (issue 26).
+func TestTokenOnlyFromSubprotocol(t *testing.T) {
 	t.Parallel()
 	h := startHub(t, Config{}, newMemSnapshots(), "", nil)
 	viaProto := dial(t, h.url, token(t, 1), dialOpts{})
 	if got := viaProto.ws.Subprotocol(); got != Subprotocol {
 		t.Fatalf("subprotocol = %q, want %q", got, Subprotocol)
 	}
-	dial(t, h.url, token(t, 2), dialOpts{query: true})
-	waitFor(t, wait, "two sockets", func() bool { return h.Stats().Sockets == 2 })
+	viaQuery := dial(t, h.url, token(t, 2), dialOpts{query: true})
+	if code, reason := viaQuery.closeStatus(wait); code != StatusUnauthenticated {
+		t.Fatalf("valid token in ?token=: close %d %q, want 4401", code, reason)
+	}
+	waitFor(t, wait, "one socket", func() bool { return h.Stats().Sockets == 1 })
 }
 
 func TestUnauthenticatedClosed4401(t *testing.T) {

@@ -79,6 +79,9 @@ func (c *conn) writeLoop() {
 			if c.pingTimer != nil {
 				c.pingTimer.Stop()
 			}
+			if c.expire != nil {
+				c.expire.Stop()
+			}
 			c.mu.Unlock() // writing stays true: no writer starts after this one
 			c.finish(code, reason)
 			return
