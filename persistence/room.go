@@ -22,10 +22,6 @@ func (s *Store) CountProcessing(ctx context.Context, productID int64) (int64, er
 	return n, nil
 }
 
-// ActionRoom is the admin_audit action of a waiting-room change; change =
-// the room's terms after it (without the seed).
-const ActionRoom = "waiting-room"
-
 // RoomTerms is a row of product_drop: a product's waiting-room terms and its
 // shuffle seed (0012_drops.sql). Seed is secret until the opening's shuffle
 // publishes it; Commitment (hex SHA-256 of the seed) is public from the
@@ -46,7 +42,8 @@ type RoomTerms struct {
 // SaveRoom stores productID's room terms. The seed and commitment of t are
 // used only when the product has none yet: a stored seed never changes, and
 // the stored one is what the returned terms carry. With adminID > 0 the same
-// transaction writes the admin_audit entry ActionRoom.
+// transaction writes the admin_audit entry ActionRoom: the room's terms
+// after the change, with the commitment (never the seed).
 func (s *Store) SaveRoom(ctx context.Context, adminID int64, t RoomTerms) (RoomTerms, error) {
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO product_drop
