@@ -168,39 +168,13 @@ func runDraw(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if err != nil {
 		return s.fail(err)
 	}
-	now := time.Now().UTC()
-	status, body, err := t.api.do(ctx, "POST", "/api/admin/products", admin, map[string]any{
-		"name": fmt.Sprintf("bench draw %s %s", t.Label, r.id), "price": 100, "stock": p.DrawUnits, "perUserLimit": 1, "maxPerOrder": 1,
-		"saleStart": now.Add(6 * time.Hour).Format(time.RFC3339), "saleEnd": now.Add(24 * time.Hour).Format(time.RFC3339), "waitingRoom": true})
-	if err != nil || status != 201 {
-		return s.fail(fmt.Errorf("create the draw: %d %s %v", status, body, err))
-	}
-	var prod struct {
-		ID int64 `json:"id"`
-	}
-	_ = json.Unmarshal(body, &prod)
-	pid := prod.ID
-	s.ProductID = pid
-	if err := r.setRoom(ctx, t, pid, map[string]any{"mode": "draw", "reserve": p.DrawReserve, "windowSeconds": 300}); err != nil {
+	pid, err := r.createDraw(ctx, t, admin)
+	if err != nil {
 		return s.fail(err)
 	}
+	s.ProductID = pid
 	entries := min(p.DrawEntries, len(r.users.ids))
 	r.logf("   %d entrants, %d units, reserve list %d", entries, p.DrawUnits, p.DrawReserve)
-
-	// Sample sockets, subscribed once their buyer entered.
-	rr := &roomRun{r: r, t: t, pid: pid}
-	pushURL := rr.pushURL(ctx)
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var socks []*drawSocket
-	var closeAt atomic.Int64
-	var wg sync.WaitGroup
-	if pushURL != "" && p.DrawSockets > 0 {
-		every := max(entries/p.DrawSockets, 1)
-		for i := every / 2; i < entries && len(socks) < p.DrawSockets; i += every {
-			socks = append(socks, &drawSocket{buyer: i})
-		}
-	}
 
 	res, err := r.closedLoopCfg(ctx, t, int64(entries), r.queueBuilder(pid, func(i int64) int { return int(i) }), nil,
 		func(c *loadgen.Config) { c.Classify = ticketClass })
@@ -212,28 +186,105 @@ func runDraw(ctx context.Context, r *run, t *target) *ScenarioResult {
 	s.Headline = Figure{Name: "entries", Value: classRate(res, classTicket), Unit: "entries/s"}
 	s.HeadlineLatency = res.Service
 	s.figure("entries, closed loop", classRate(res, classTicket), "entries/s")
-	for _, ds := range socks {
-		wg.Go(func() { r.followDraw(sctx, pushURL, pid, ds, &closeAt) })
-	}
+
+	// Sample sockets, subscribed once their buyer entered.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var closeAt atomic.Int64
+	var wg sync.WaitGroup
+	socks := r.drawSockets(sctx, t, pid, entries, &closeAt, &wg)
 	// One entry per user: entering again answers the same ticket.
 	again := 0
 	for i := 0; i < min(entries, 200); i++ {
-		tk := r.queueTicket(ctx, t, pid, i)
-		if tk != "" && tk == r.queueTicket(ctx, t, pid, i) {
+		if tk := r.queueTicket(ctx, t, pid, i); tk != "" && tk == r.queueTicket(ctx, t, pid, i) {
 			again++
 		}
 	}
 	time.Sleep(time.Second) // the sample sockets subscribe
 
-	// The close.
-	closing := time.Now().Add(2 * time.Second).UTC().Truncate(time.Millisecond)
-	status, body, err = t.api.do(ctx, "PATCH", fmt.Sprintf("/api/admin/products/%d", pid), admin,
-		map[string]any{"saleStart": closing.Format(time.RFC3339Nano)})
-	if err != nil || status != 200 {
-		return s.fail(fmt.Errorf("close the draw: %d %s %v", status, body, err))
+	closing, st, err := r.closeDraw(ctx, t, pid, admin, s)
+	if err != nil {
+		return s.fail(err)
 	}
 	closeAt.Store(closing.UnixNano())
-	var published, admittedAll time.Time
+	sw, err := r.drawSweep(ctx, sctx, t, pid, entries, closing, s, &wg)
+	if err != nil {
+		return s.fail(err)
+	}
+	told, connected, slowest := socketsTold(socks, closing)
+	stop()
+	wg.Wait()
+	s.figure("sample sockets connected", float64(connected), "sockets")
+	s.figure("sample sockets told their result", float64(told), "sockets")
+	s.figure("close → slowest sample socket told", float64(slowest)/1e6, "ms")
+	s.figure("winners (ADMITTED)", float64(sw.won.Load()), "entrants")
+	s.figure("reserve list (WAITING)", float64(sw.reserve.Load()), "entrants")
+	s.figure("lost", float64(sw.lost.Load()), "entrants")
+	s.figure("orders answered 202", float64(sw.accepted.Load()), "orders")
+	wantReserve := min(p.DrawReserve, int64(entries)-min(p.DrawUnits, int64(entries)))
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		return []pipeline.Check{
+			ordersCheck(orderCount(pa), sw.accepted.Load(), 0),
+			check("every unit sold exactly once", sw.accepted.Load() == p.DrawUnits && sw.refused.Load() == 0,
+				"%d orders accepted (%d refused), %d units", sw.accepted.Load(), sw.refused.Load(), p.DrawUnits),
+			check("one entry per user", st.PreQueued == int64(entries) && again == min(entries, 200),
+				"%d entries for %d entrants; %d of %d entrants asked twice got the same ticket", st.PreQueued, entries, again, min(entries, 200)),
+			check("as many winners as units, then the reserve list, the rest lost", sw.won.Load() == p.DrawUnits &&
+				sw.reserve.Load() == wantReserve && sw.lost.Load() == int64(entries)-p.DrawUnits-wantReserve && sw.other.Load() == 0,
+				"%d won, %d reserve, %d lost, %d other answers", sw.won.Load(), sw.reserve.Load(), sw.lost.Load(), sw.other.Load()),
+			check("every sample socket told its result", told == connected, "%d of %d connected sample sockets (slowest %s after the close)",
+				told, connected, slowest.Round(time.Millisecond)),
+		}
+	})
+	return s
+}
+
+// createDraw creates the draw's product, opening in six hours (closeDraw
+// moves it), and sets its room: mode draw, the reserve list, a 5-minute win.
+func (r *run) createDraw(ctx context.Context, t *target, admin string) (int64, error) {
+	p := r.p
+	now := time.Now().UTC()
+	status, body, err := t.api.do(ctx, "POST", "/api/admin/products", admin, map[string]any{
+		"name": fmt.Sprintf("bench draw %s %s", t.Label, r.id), "price": 100, "stock": p.DrawUnits, "perUserLimit": 1, "maxPerOrder": 1,
+		"saleStart": now.Add(6 * time.Hour).Format(time.RFC3339), "saleEnd": now.Add(24 * time.Hour).Format(time.RFC3339), "waitingRoom": true})
+	if err != nil || status != 201 {
+		return 0, fmt.Errorf("create the draw: %d %s %v", status, body, err)
+	}
+	var prod struct {
+		ID int64 `json:"id"`
+	}
+	_ = json.Unmarshal(body, &prod)
+	return prod.ID, r.setRoom(ctx, t, prod.ID, map[string]any{"mode": "draw", "reserve": p.DrawReserve, "windowSeconds": 300})
+}
+
+// drawSockets opens DrawSockets sample entrants' sockets, spread over the
+// entrants, each following the draw (followDraw) in wg until ctx ends.
+func (r *run) drawSockets(ctx context.Context, t *target, pid int64, entries int, closeAt *atomic.Int64, wg *sync.WaitGroup) []*drawSocket {
+	rr := &roomRun{r: r, t: t, pid: pid}
+	pushURL := rr.pushURL(ctx)
+	var socks []*drawSocket
+	if pushURL == "" || r.p.DrawSockets == 0 {
+		return nil
+	}
+	every := max(entries/r.p.DrawSockets, 1)
+	for i := every / 2; i < entries && len(socks) < r.p.DrawSockets; i += every {
+		ds := &drawSocket{buyer: i}
+		socks = append(socks, ds)
+		wg.Go(func() { r.followDraw(ctx, pushURL, pid, ds, closeAt) })
+	}
+	return socks
+}
+
+// closeDraw moves the draw's opening to 2 s from now and waits until the
+// shuffle is published and every winner admitted, adding those times to s.
+func (r *run) closeDraw(ctx context.Context, t *target, pid int64, admin string, s *ScenarioResult) (time.Time, lua.RoomStatus, error) {
+	closing := time.Now().Add(2 * time.Second).UTC().Truncate(time.Millisecond)
+	status, body, err := t.api.do(ctx, "PATCH", fmt.Sprintf("/api/admin/products/%d", pid), admin,
+		map[string]any{"saleStart": closing.Format(time.RFC3339Nano)})
+	if err != nil || status != 200 {
+		return closing, lua.RoomStatus{}, fmt.Errorf("close the draw: %d %s %v", status, body, err)
+	}
+	var published time.Time
 	var st lua.RoomStatus
 	for deadline := closing.Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if st, err = lua.ReadRoom(ctx, r.env.Redis, pid); err != nil {
@@ -243,76 +294,79 @@ func runDraw(ctx context.Context, r *run, t *target) *ScenarioResult {
 			published = time.Now()
 		}
 		if st.Shuffled && st.Admitted >= st.Winners {
-			admittedAll = time.Now()
-			break
+			s.figure("close → shuffle published", float64(published.Sub(closing))/1e6, "ms")
+			s.figure("shuffle published (Redis clock) after the close", float64(st.ShuffledAt.Sub(closing))/1e6, "ms")
+			s.figure("close → every winner admitted", float64(time.Since(closing))/1e6, "ms")
+			return closing, st, nil
 		}
 	}
-	if admittedAll.IsZero() {
-		return s.fail(errors.New("the draw's winners were not all admitted within 2 minutes of the close"))
-	}
-	s.figure("close → shuffle published", float64(published.Sub(closing))/1e6, "ms")
-	s.figure("shuffle published (Redis clock) after the close", float64(st.ShuffledAt.Sub(closing))/1e6, "ms")
-	s.figure("close → every winner admitted", float64(admittedAll.Sub(closing))/1e6, "ms")
+	return closing, st, errors.New("the draw's winners were not all admitted within 2 minutes of the close")
+}
 
-	// Every entrant asks for its result; winners order at once.
-	var won, reserve, lost, other atomic.Int64
-	orders := make(chan int, p.DrawUnits+16)
-	var accepted, refused atomic.Int64
+// drawSweepResult counts the answers of the results sweep and the winners' orders.
+type drawSweepResult struct {
+	won, reserve, lost, other, accepted, refused atomic.Int64
+}
+
+// drawSweep has every entrant ask for its result once (closed loop) while
+// winners order at once (64 workers in wg, until octx ends); it adds the
+// time until the last entrant was told and the sweep's rate to s.
+func (r *run) drawSweep(ctx, octx context.Context, t *target, pid int64, entries int, closing time.Time, s *ScenarioResult, wg *sync.WaitGroup) (*drawSweepResult, error) {
+	sw := &drawSweepResult{}
+	orders := make(chan int, r.p.DrawUnits+16)
+	defer close(orders)
 	prefix := r.requestPrefix(t, "draw")
 	for range 64 {
 		wg.Go(func() {
 			for i := range orders {
-				rid := prefix + strconv.Itoa(i)
-				st, _, err := t.api.do(sctx, "POST", "/api/orders", string(bytes.TrimPrefix(r.users.bearer[i], []byte("Bearer "))),
-					map[string]any{"productId": pid, "quantity": 1, "requestId": rid})
+				st, _, err := t.api.do(octx, "POST", "/api/orders", string(bytes.TrimPrefix(r.users.bearer[i], []byte("Bearer "))),
+					map[string]any{"productId": pid, "quantity": 1, "requestId": prefix + strconv.Itoa(i)})
 				if err == nil && st == 202 {
-					accepted.Add(1)
+					sw.accepted.Add(1)
 				} else {
-					refused.Add(1)
+					sw.refused.Add(1)
 				}
 			}
 		})
 	}
 	var lastTold atomic.Int64
-	sweep, err := r.closedLoopCfg(ctx, t, int64(entries), r.queueBuilder(pid, func(i int64) int { return int(i) }),
-		func(o loadgen.Outcome, resp *fasthttp.Response) {
-			if o.Status != 200 {
-				other.Add(1)
-				return
-			}
-			b := resp.Body()
-			switch {
-			case bytes.Contains(b, []byte(`"state":"ADMITTED"`)):
-				won.Add(1)
-				orders <- int(o.Index)
-			case bytes.Contains(b, []byte(`"state":"WAITING"`)):
-				reserve.Add(1)
-			case bytes.Contains(b, []byte(`"state":"LOST"`)):
-				lost.Add(1)
-			default:
-				other.Add(1)
-				return
-			}
-			for {
-				last := lastTold.Load()
-				if o.Done.UnixNano() <= last || lastTold.CompareAndSwap(last, o.Done.UnixNano()) {
-					break
-				}
-			}
-		}, func(c *loadgen.Config) { c.Classify = ticketClass })
+	observe := func(o loadgen.Outcome, resp *fasthttp.Response) {
+		if o.Status != 200 {
+			sw.other.Add(1)
+			return
+		}
+		switch b := resp.Body(); {
+		case bytes.Contains(b, []byte(`"state":"ADMITTED"`)):
+			sw.won.Add(1)
+			orders <- int(o.Index)
+		case bytes.Contains(b, []byte(`"state":"WAITING"`)):
+			sw.reserve.Add(1)
+		case bytes.Contains(b, []byte(`"state":"LOST"`)):
+			sw.lost.Add(1)
+		default:
+			sw.other.Add(1)
+			return
+		}
+		for last := lastTold.Load(); o.Done.UnixNano() > last && !lastTold.CompareAndSwap(last, o.Done.UnixNano()); last = lastTold.Load() {
+		}
+	}
+	sweep, err := r.closedLoopCfg(ctx, t, int64(entries), r.queueBuilder(pid, func(i int64) int { return int(i) }), observe,
+		func(c *loadgen.Config) { c.Classify = ticketClass })
 	if err != nil || sweep == nil {
-		return s.fail(fmt.Errorf("results sweep: %w", err))
+		return sw, fmt.Errorf("results sweep: %w", err)
 	}
 	s.addPhase("results (POST queue, closed loop, after the shuffle)", 0, sweep)
 	r.logf("%s", closedLine("draw results", sweep, classTicket))
 	s.figure("close → every entrant told (its answer of the results sweep)", float64(lastTold.Load()-closing.UnixNano())/1e6, "ms")
 	s.figure("results sweep, closed loop", classRate(sweep, classTicket), "answers/s")
-	close(orders)
-	// The sample sockets: how long after the close each learned its result.
-	deadline := time.Now().Add(10 * time.Second)
-	var told, connected int64
-	var slowest time.Duration
-	for time.Now().Before(deadline) {
+	return sw, nil
+}
+
+// socketsTold waits up to 10 s for every connected sample socket to have
+// been told its result and returns how many were, of how many, and the
+// slowest after the close.
+func socketsTold(socks []*drawSocket, closing time.Time) (told, connected int64, slowest time.Duration) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		told, connected, slowest = 0, 0, 0
 		for _, ds := range socks {
 			if !ds.connected.Load() {
@@ -324,36 +378,10 @@ func runDraw(ctx context.Context, r *run, t *target) *ScenarioResult {
 				slowest = max(slowest, time.Duration(f-closing.UnixNano()))
 			}
 		}
-		if told == connected {
-			break
+		if told == connected || time.Now().After(deadline) {
+			return told, connected, slowest
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	stop()
-	wg.Wait()
-	s.figure("sample sockets connected", float64(connected), "sockets")
-	s.figure("sample sockets told their result", float64(told), "sockets")
-	s.figure("close → slowest sample socket told", float64(slowest)/1e6, "ms")
-	s.figure("winners (ADMITTED)", float64(won.Load()), "entrants")
-	s.figure("reserve list (WAITING)", float64(reserve.Load()), "entrants")
-	s.figure("lost", float64(lost.Load()), "entrants")
-	s.figure("orders answered 202", float64(accepted.Load()), "orders")
-	wantReserve := min(p.DrawReserve, int64(entries)-min(p.DrawUnits, int64(entries)))
-	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
-		return []pipeline.Check{
-			ordersCheck(orderCount(pa), accepted.Load(), 0),
-			check("every unit sold exactly once", accepted.Load() == p.DrawUnits && refused.Load() == 0,
-				"%d orders accepted (%d refused), %d units", accepted.Load(), refused.Load(), p.DrawUnits),
-			check("one entry per user", st.PreQueued == int64(entries) && again == min(entries, 200),
-				"%d entries for %d entrants; %d of %d entrants asked twice got the same ticket", st.PreQueued, entries, again, min(entries, 200)),
-			check("as many winners as units, then the reserve list, the rest lost", won.Load() == p.DrawUnits &&
-				reserve.Load() == wantReserve && lost.Load() == int64(entries)-p.DrawUnits-wantReserve && other.Load() == 0,
-				"%d won, %d reserve, %d lost, %d other answers", won.Load(), reserve.Load(), lost.Load(), other.Load()),
-			check("every sample socket told its result", told == connected, "%d of %d connected sample sockets (slowest %s after the close)",
-				told, connected, slowest.Round(time.Millisecond)),
-		}
-	})
-	return s
 }
 
 // queueTicket is buyer i's ticket id ("" on any failure).
