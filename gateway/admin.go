@@ -128,8 +128,9 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	if room {
+		// The create entry of admin_audit records waitingRoom: no room entry of its own.
 		t := persistence.RoomTerms{ProductID: p.ID, On: true, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
-		if _, err := s.saveRoom(c.UserID, t, p.Shards); err != nil {
+		if _, err := s.saveRoom(0, t, p.Shards); err != nil {
 			s.log.Error("product stored and loaded but its waiting room not turned on", "productId", p.ID, "err", err)
 			s.fail(ctx, err)
 			return

@@ -182,16 +182,25 @@ func TestDropPreQueueTwoGatewaysTwoPacers(t *testing.T) {
 		}
 		run(t, "pacer "+strconv.Itoa(i), pc.Run)
 	}
+	// The opening with the sale paused: the shuffle is published, nobody is
+	// admitted, so every served position is read while it cannot change.
+	admin := "/api/admin/products/" + strconv.FormatInt(pid, 10)
+	if a := g2.do("POST", admin+"/pause", gwAdmin, nil); a.status != 200 {
+		t.Fatalf("pause: %d %s", a.status, a.raw)
+	}
 	g1.open(pid)
 	seed, list, _ := g2.published(pid, commitment)
 	position := map[int64]int64{}
 	for u, tk := range tickets {
 		want, err := drop.Position(seed, list, tk)
 		a := gws[u%2].queue(u, pid)
-		if err != nil || want == 0 || a.num("shufflePosition") != int64(want) {
+		if err != nil || want == 0 || a.str("ticket") != tk || a.num("shufflePosition") != int64(want) || a.num("position") != int64(want) {
 			t.Fatalf("user %d: served %s, recomputed position %d (%v)", u, a.raw, want, err)
 		}
 		position[u] = int64(want)
+	}
+	if a := g1.do("POST", admin+"/resume", gwAdmin, nil); a.status != 200 {
+		t.Fatalf("resume: %d %s", a.status, a.raw)
 	}
 
 	// A pause once some are admitted: no admission until the resume.
@@ -204,7 +213,6 @@ func TestDropPreQueueTwoGatewaysTwoPacers(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	admin := "/api/admin/products/" + strconv.FormatInt(pid, 10)
 	if a := g2.do("POST", admin+"/pause", gwAdmin, nil); a.status != 200 {
 		t.Fatalf("pause: %d %s", a.status, a.raw)
 	}

@@ -134,7 +134,9 @@ func TestPacerAutoFollowsDrain(t *testing.T) {
 	defer stop()
 	waitRate := func(want float64) {
 		t.Helper()
-		deadline := time.Now().Add(8 * time.Second)
+		// From StartRate to the ceiling at least doubling per second takes
+		// about 4.3 s of steps; a loaded machine delays the steps.
+		deadline := time.Now().Add(30 * time.Second)
 		for pc.Rate(p.ID) != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("auto rate %v, want %v", pc.Rate(p.ID), want)
