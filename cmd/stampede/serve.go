@@ -146,6 +146,13 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", cfg.RedisAddr, err)
 	}
+	// A Redis DB of another deployment (another database's stock) is
+	// refused before any role touches it (deployment.go).
+	if err := checkDeployment(ctx, cfg, store, rdb, logger); err != nil {
+		store.Close()
+		rdb.Close()
+		return nil, err
+	}
 	// Refuse a Redis that may evict stock keys (gateway.CheckRedis), or
 	// that cannot give the durability asked for (gateway.CheckDurability).
 	err = gateway.CheckRedis(ctx, rdb, logger)
