@@ -46,10 +46,10 @@ type BrokerHealth struct {
 
 	mu      sync.Mutex
 	blocked map[string]blockedConn // connection key (name#generation) → its name and the broker's reason
-	since   time.Time         // of the first block of the current blocked spell
-	changed chan struct{}     // closed and replaced on every unblock
-	nacks   map[string]int    // queue → publishes nacked in a row
-	consume map[string]string // queue → last error consuming it, while failing
+	since   time.Time              // of the first block of the current blocked spell
+	changed chan struct{}          // closed and replaced on every unblock
+	nacks   map[string]int         // queue → publishes nacked in a row
+	consume map[string]string      // queue → last error consuming it, while failing
 }
 
 // NewBrokerHealth returns a BrokerHealth logging to log and exporting
