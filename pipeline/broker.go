@@ -89,7 +89,7 @@ func (h *BrokerHealth) setBlocked(key, name string, active bool, reason string) 
 	case !active && was:
 		delete(h.blocked, key)
 		if len(h.blocked) == 0 {
-			h.log.Info("amqp: broker unblocked publishers", "blockedFor", time.Since(h.since).Round(time.Millisecond).String(), "connection", name)
+			h.log.Warn("amqp: broker unblocked publishers", "blockedFor", time.Since(h.since).Round(time.Millisecond).String(), "connection", name)
 			close(h.changed)
 			h.changed = make(chan struct{})
 		}

@@ -78,7 +78,11 @@ func rabbitctlBin() string {
 	return "rabbitmqctl"
 }
 
-func startRabbitCluster() (*rabbitCluster, error) {
+func startRabbitCluster() (*rabbitCluster, error) { return startRabbitNodes("t", 3) }
+
+// startRabbitNodes starts n private nodes named stampede-<prefix><i>-PID
+// and, with n > 1, joins them into one cluster.
+func startRabbitNodes(prefix string, count int) (*rabbitCluster, error) {
 	home, err := os.MkdirTemp("", "stampede-rabbit-")
 	if err != nil {
 		return nil, err
@@ -94,14 +98,12 @@ func startRabbitCluster() (*rabbitCluster, error) {
 	if err := os.WriteFile(filepath.Join(home, ".erlang.cookie"), cookie, 0o400); err != nil {
 		return nil, err
 	}
-	for i := 1; i <= 3; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for i := 1; i <= count; i++ {
+		port, err := rabbitPort()
 		if err != nil {
 			return nil, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		n := &rabbitNode{name: fmt.Sprintf("stampede-t%d-%d@localhost", i, os.Getpid()), port: port, dir: filepath.Join(home, strconv.Itoa(i))}
+		n := &rabbitNode{name: fmt.Sprintf("stampede-%s%d-%d@localhost", prefix, i, os.Getpid()), port: port, dir: filepath.Join(home, strconv.Itoa(i))}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -145,6 +147,22 @@ func startRabbitCluster() (*rabbitCluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// rabbitPort is a free loopback port whose distribution port (+10000,
+// startNode) is a port too.
+func rabbitPort() (int, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port+10000 <= 65535 {
+			return port, nil
+		}
+	}
 }
 
 func (c *rabbitCluster) startNode(n *rabbitNode) error {
