@@ -225,7 +225,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"queue"}))
 	m.loopFailures = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_loop_failures_total",
-		Help: "Failed rounds of a background loop that talks to a dependency, by loop (relay_claim, pacer_list, pacer_step, push_products, push_lines, sweeper_close, sweeper_reconcile); each failure backs off, and only the first of a run of failures and the recovery are logged.",
+		Help: "Failed rounds of a background loop that talks to a dependency, by loop (relay_claim, relay_publish (batches with failed publishes), pacer_list, pacer_step, push_products, push_lines, sweeper_close, sweeper_reconcile); each failure backs off, and only the first of a run of failures and the recovery are logged.",
 	}, []string{"loop"}))
 	m.lostReleased = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_reservations_released_total",

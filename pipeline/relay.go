@@ -115,8 +115,9 @@ type Relay struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	mysql  *breaker // around ClaimOutbox
-	health *BrokerHealth
+	mysql    *breaker // around ClaimOutbox
+	health   *BrokerHealth
+	pubFails *FailureLog // batches with failed publishes (settle, Run's goroutine)
 }
 
 // NewRelay returns a Relay publishing through conn; cfg is completed with
@@ -127,8 +128,10 @@ func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, er
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "relay", "owner", cfg.Owner)
+	m := orNew(cfg.Metrics)
 	return &Relay{cfg: cfg, store: store, conn: conn, log: log, mysql: newBreaker("relay-mysql", log),
-		m: orNew(cfg.Metrics), health: conn.Health()}, nil
+		m: m, health: conn.Health(),
+		pubFails: NewFailureLog("relay_publish", "relay: publishing outbox rows (the failed ones go RETRY)", log, m, time.Second, time.Second)}, nil
 }
 
 // pubChannel is a confirm-mode channel with its return and close listeners.
@@ -445,9 +448,13 @@ func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
 		}
 	}
 	if len(failed) > 0 {
+		// The first batch of a run of failures is logged, the rest counted
+		// (stampede_relay_publishes_total by outcome, and
+		// stampede_loop_failures_total{loop="relay_publish"}).
 		i, cause := firstCause(failed)
-		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", cause,
-			"eventId", rows[i].EventID, "orderNo", rows[i].OrderNo)
+		r.pubFails.Fail(fmt.Errorf("%d rows failed, e.g. event %s of order %s: %s", len(failed), rows[i].EventID, rows[i].OrderNo, cause))
+	} else {
+		r.pubFails.OK()
 	}
 	byCause := map[string][]int{}
 	for i, cause := range failed {
