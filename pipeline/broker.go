@@ -59,8 +59,24 @@ func NewBrokerHealth(log *slog.Logger, m *Metrics) *BrokerHealth {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &BrokerHealth{log: log.With("component", "amqp"), m: orNew(m), blocked: map[string]blockedConn{},
+	h := &BrokerHealth{log: log.With("component", "amqp"), m: orNew(m), blocked: map[string]blockedConn{},
 		changed: make(chan struct{}), nacks: map[string]int{}, consume: map[string]string{}}
+	for _, q := range Topology() { // every series from the start (0), not only after a first problem
+		h.m.queueUnhealthy.WithLabelValues(q.Name).Set(0)
+	}
+	return h
+}
+
+// track exports connection name's stampede_amqp_blocked (0 until blocked).
+func (h *BrokerHealth) track(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range h.blocked {
+		if b.name == name {
+			return
+		}
+	}
+	h.m.amqpBlocked.WithLabelValues(name).Set(0)
 }
 
 func orNewHealth(h *BrokerHealth, log *slog.Logger, m *Metrics) *BrokerHealth {

@@ -130,6 +130,7 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Health.track(cfg.Name)
 	return &Conn{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), urls: SplitAMQPURLs(cfg.URL)}, nil
 }
 

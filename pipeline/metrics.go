@@ -116,6 +116,11 @@ type Metrics struct {
 	saleOrders     *prometheus.GaugeVec // product, status
 }
 
+// loopNames are the loop labels of stampede_loop_failures_total
+// (FailureLog), exported from the start.
+var loopNames = []string{"relay_claim", "relay_publish", "pacer_list", "pacer_step", "push_products", "push_lines",
+	"sweeper_close", "sweeper_reconcile"}
+
 // Bounds of the sale series (see Metrics).
 const (
 	// MaxSaleSeries is the most products that carry sale_* series.
@@ -227,6 +232,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_loop_failures_total",
 		Help: "Failed rounds of a background loop that talks to a dependency, by loop (relay_claim, relay_publish (batches with failed publishes), pacer_list, pacer_step, push_products, push_lines, sweeper_close, sweeper_reconcile); each failure backs off, and only the first of a run of failures and the recovery are logged.",
 	}, []string{"loop"}))
+	for _, l := range loopNames {
+		m.loopFailures.WithLabelValues(l)
+	}
 	m.lostReleased = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",

@@ -46,7 +46,7 @@ func sharedRabbitNode(t *testing.T, vhost string) (*rabbitCluster, string) {
 		t.Fatalf("private rabbitmq node: %v", alarmNodeErr)
 	}
 	n := alarmNode.nodes[0]
-	alarmNode.ctl(time.Minute, n, "delete_vhost", vhost) //nolint:errcheck // absent on the first run
+	_, _ = alarmNode.ctl(time.Minute, n, "delete_vhost", vhost) // absent on the first run
 	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"}} {
 		if out, err := alarmNode.ctl(time.Minute, n, args...); err != nil {
 			t.Fatalf("rabbitmqctl %v: %v %s", args, err, out)
@@ -79,13 +79,15 @@ func TestMemoryAlarmDuringDrain(t *testing.T) { alarmDuringDrain(t, memoryAlarm)
 // TestDiskAlarmDuringDrain is the same with a disk alarm.
 func TestDiskAlarmDuringDrain(t *testing.T) { alarmDuringDrain(t, diskAlarm) }
 
+// Bounds of the alarm tests.
+const (
+	alarmFor  = 40 * time.Second
+	lease     = 30 * time.Second // the relay's default (RelayConfig.Lease)
+	quietFrom = 12 * time.Second // after the block: the batches in flight timed out (5 s) and were marked
+)
+
 func alarmDuringDrain(t *testing.T, a alarm) {
-	const (
-		n         = 20000
-		alarmFor  = 40 * time.Second
-		lease     = 30 * time.Second // the relay's default (RelayConfig.Lease)
-		quietFrom = 12 * time.Second // after the block: the batches in flight timed out (5 s) and were marked
-	)
+	const n = 20000
 	rc, url := sharedRabbitNode(t, "stampede_alarm_"+a.kind)
 	node := rc.nodes[0]
 	e := newEnvFor(t, "alarm")
@@ -118,65 +120,91 @@ func alarmDuringDrain(t *testing.T, a alarm) {
 	if out, err := rc.ctl(time.Minute, node, a.raise...); err != nil {
 		t.Fatalf("raise the %s alarm: %v %s", a.kind, err, out)
 	}
-	raised := time.Now()
+	w := &alarmWatch{t: t, e: e, back: back, raised: time.Now()}
 	waitAlarm(t, rc, node, a.kind, true)
 	t.Logf("%s alarm on; %d orders WAITING_PAY, outbox %v", a.kind,
 		e.count(`SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, pid), e.outboxCounts())
+	w.watch()
+	clear()
+	end := time.Now()
+	waitAlarm(t, rc, node, a.kind, false)
+	w.check()
+	afterAlarm(t, e, back, pid, intents, end)
+}
 
-	var blockedAt time.Time
-	var claimedAtQuiet float64
-	maxStale, sendingAfterQuiet, readyBlocked := 0, 0, false
-	for time.Since(raised) < alarmFor {
-		if blockedAt.IsZero() {
-			blockedAt = logTime(t, back, "broker blocked publishers")
+// alarmWatch is what the relay process did during an alarm.
+type alarmWatch struct {
+	t      *testing.T
+	e      *env
+	back   *proc
+	raised time.Time
+
+	blockedAt                  time.Time // of its "blocked" log line
+	claimedAtQuiet, claimedEnd float64   // stampede_relay_claimed_rows_total quietFrom after the block and at the end
+	maxStale, sendingQuiet     int       // rows SENDING longer than the lease; rows SENDING after quietFrom
+	readyBlocked               bool      // /readyz said "broker blocked publishers"
+	outboxAtEnd                map[string]int64
+}
+
+// watch polls the outbox, the relay's log, metrics and /readyz every 200ms
+// until the alarm has lasted alarmFor.
+func (w *alarmWatch) watch() {
+	for time.Since(w.raised) < alarmFor {
+		if w.blockedAt.IsZero() {
+			w.blockedAt = logTime(w.t, w.back, "broker blocked publishers")
 		}
 		// No row stays SENDING longer than the lease (claimed before it).
-		maxStale = max(maxStale, e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING' AND updated_at < NOW(3) - INTERVAL ? SECOND`,
-			int(lease/time.Second)))
-		if !blockedAt.IsZero() && time.Since(blockedAt) > quietFrom {
-			if claimedAtQuiet == 0 {
-				claimedAtQuiet = back.metric(t, "stampede_relay_claimed_rows_total")
+		w.maxStale = max(w.maxStale, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'
+			AND updated_at < NOW(3) - INTERVAL ? SECOND`, int(lease/time.Second)))
+		if !w.blockedAt.IsZero() && time.Since(w.blockedAt) > quietFrom {
+			if w.claimedAtQuiet == 0 {
+				w.claimedAtQuiet = w.back.metric(w.t, "stampede_relay_claimed_rows_total")
 			}
-			sendingAfterQuiet = max(sendingAfterQuiet, e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'`))
-			if code, body := getReadyz(back); code == http.StatusServiceUnavailable && strings.Contains(body, "broker blocked publishers") {
-				readyBlocked = true
+			w.sendingQuiet = max(w.sendingQuiet, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'`))
+			if code, body := getReadyz(w.back); code == http.StatusServiceUnavailable && strings.Contains(body, "broker blocked publishers") {
+				w.readyBlocked = true
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	claimedAtEnd := back.metric(t, "stampede_relay_claimed_rows_total")
-	outboxInAlarm := e.outboxCounts()
-	clear()
-	end := time.Now()
-	waitAlarm(t, rc, node, a.kind, false)
+	w.claimedEnd = w.back.metric(w.t, "stampede_relay_claimed_rows_total")
+	w.outboxAtEnd = w.e.outboxCounts()
+}
 
+// check fails the test for what the relay must not have done while blocked.
+func (w *alarmWatch) check() {
+	t := w.t
 	switch {
-	case blockedAt.IsZero():
+	case w.blockedAt.IsZero():
 		t.Errorf("the relay never logged that the broker blocked publishers")
-	case blockedAt.Sub(raised) > time.Second:
-		t.Errorf("the relay logged the block %s after the alarm, want within 1s", blockedAt.Sub(raised).Round(time.Millisecond))
+	case w.blockedAt.Sub(w.raised) > time.Second:
+		t.Errorf("the relay logged the block %s after the alarm, want within 1s", w.blockedAt.Sub(w.raised).Round(time.Millisecond))
 	default:
-		t.Logf("relay logged the block %s after the alarm: %s", blockedAt.Sub(raised).Round(time.Millisecond),
-			back.logLines("broker blocked publishers")[0])
+		t.Logf("relay logged the block %s after the alarm: %s", w.blockedAt.Sub(w.raised).Round(time.Millisecond),
+			w.back.logLines("broker blocked publishers")[0])
 	}
-	if maxStale > 0 {
-		t.Errorf("%d outbox rows SENDING for more than the %s lease during the alarm", maxStale, lease)
+	if w.maxStale > 0 {
+		t.Errorf("%d outbox rows SENDING for more than the %s lease during the alarm", w.maxStale, lease)
 	}
-	if sendingAfterQuiet > 0 {
-		t.Errorf("%d outbox rows SENDING more than %s into the alarm: the relay held them while blocked", sendingAfterQuiet, quietFrom)
+	if w.sendingQuiet > 0 {
+		t.Errorf("%d outbox rows SENDING more than %s into the alarm: the relay held them while blocked", w.sendingQuiet, quietFrom)
 	}
-	if claimedAtEnd != claimedAtQuiet {
-		t.Errorf("the relay claimed %v rows while blocked (%v → %v)", claimedAtEnd-claimedAtQuiet, claimedAtQuiet, claimedAtEnd)
+	if !w.blockedAt.IsZero() && w.claimedEnd != w.claimedAtQuiet {
+		t.Errorf("the relay claimed %v rows while blocked (%v → %v)", w.claimedEnd-w.claimedAtQuiet, w.claimedAtQuiet, w.claimedEnd)
 	}
-	if !readyBlocked {
+	if !w.readyBlocked {
 		t.Errorf("the relay's /readyz never said the broker blocked publishers")
 	}
-	t.Logf("outbox at the end of the alarm %v; relay blocked pauses %v", outboxInAlarm,
-		back.metric(t, "stampede_relay_blocked_pauses_total"))
-	if len(back.logLines("broker blocked publishers")) != 1 {
-		t.Errorf("block log lines: %q, want one", back.logLines("broker blocked publishers"))
+	t.Logf("outbox at the end of the alarm %v; relay blocked pauses %v", w.outboxAtEnd,
+		w.back.metric(t, "stampede_relay_blocked_pauses_total"))
+	if lines := w.back.logLines("broker blocked publishers"); len(lines) != 1 {
+		t.Errorf("block log lines: %q, want one", lines)
 	}
+}
 
+// afterAlarm checks the drain's end: SPEC §5, every order WAITING_PAY once
+// (one consume-log row each), every outbox row SENT, /readyz ready again.
+func afterAlarm(t *testing.T, e *env, back *proc, pid int64, intents []*intent, end time.Time) {
 	rep := e.settle(pid, end, 3*time.Minute)
 	e.checkIntents(pid, intents, rep)
 	orders := len(e.orders(pid))

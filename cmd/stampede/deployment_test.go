@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/lua/luatest"
@@ -110,6 +112,34 @@ func postJSON(t *testing.T, url, token string, body any) (int, map[string]any) {
 	return resp.StatusCode, m
 }
 
+// sellTheirs runs the other deployment's gateway on the shared Redis DB:
+// it creates product 1 and accepts one order that no writer stores. It
+// returns the identity it claimed the Redis DB with.
+func sellTheirs(t *testing.T, rdb *redis.Client, theirs []string, admin string) string {
+	t.Helper()
+	srv := serveUntil("gateway", theirs)
+	defer srv.stop(t)
+	base := "http://" + flagValue(theirs, "--http-addr")
+	srv.ready(t, base)
+	now := time.Now().UTC()
+	st, p := postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Theirs", "price": 100, "stock": 10,
+		"saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
+	if st != 201 {
+		t.Fatalf("their product: %d %v", st, p)
+	}
+	buyer, _ := auth.Issue([]byte(deploymentTestSecret), 77, false, time.Hour)
+	if st, o := postJSON(t, base+"/api/orders", buyer, map[string]any{"productId": p["id"], "quantity": 1, "requestId": "theirs-1"}); st != 202 {
+		t.Fatalf("their order: %d %v", st, o)
+	}
+	id, err := rdb.Get(context.Background(), lua.DeploymentKey).Result()
+	if err != nil {
+		t.Fatalf("their identity: %v", err)
+	}
+	return id
+}
+
+const deploymentTestSecret = "deployment-test-secret-0123456789abcdef"
+
 // TestWrongRedisDBRefused is finding 1 of issue 27 end to end: a Redis DB
 // that holds another database's stock (and one of its reservations not
 // yet written) makes every role of this deployment refuse to start with a
@@ -123,33 +153,16 @@ func TestWrongRedisDBRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the roles")
 	}
-	ours := append(serviceArgs(t), "--jwt-secret", "deployment-test-secret-0123456789abcdef")
+	ours := append(serviceArgs(t), "--jwt-secret", deploymentTestSecret)
 	theirs := otherDeployment(t, ours)
-	admin, err := auth.Issue([]byte("deployment-test-secret-0123456789abcdef"), 1, true, time.Hour)
+	admin, err := auth.Issue([]byte(deploymentTestSecret), 1, true, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := luatest.New(t, luatest.DBCmd)
 	ctx := context.Background()
 
-	// The other deployment sells from Redis DB 5 and accepts one order its
-	// writer has not stored.
-	srv := serveUntil("gateway", theirs)
-	defer srv.stop(t)
-	base := "http://" + flagValue(theirs, "--http-addr")
-	srv.ready(t, base)
-	now := time.Now().UTC()
-	st, p := postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Theirs", "price": 100, "stock": 10,
-		"saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
-	if st != 201 {
-		t.Fatalf("their product: %d %v", st, p)
-	}
-	buyer, _ := auth.Issue([]byte("deployment-test-secret-0123456789abcdef"), 77, false, time.Hour)
-	if st, o := postJSON(t, base+"/api/orders", buyer, map[string]any{"productId": p["id"], "quantity": 1, "requestId": "theirs-1"}); st != 202 {
-		t.Fatalf("their order: %d %v", st, o)
-	}
-	srv.stop(t)
-	theirID, _ := rdb.Get(ctx, lua.DeploymentKey).Result()
+	theirID := sellTheirs(t, rdb, theirs, admin)
 
 	// Every role of ours refuses, naming both identities and the ways out.
 	for _, role := range allRoles {
@@ -181,9 +194,29 @@ func TestWrongRedisDBRefused(t *testing.T) {
 		t.Fatalf("demo --once on their Redis DB: %v\n%s", err, out.String())
 	}
 
+	checkTakeover(t, rdb, ours, theirs, theirID)
+	// Ours starts now and sells its own product 1.
+	mine := serveUntil("gateway", ours)
+	defer mine.stop(t)
+	base := "http://" + flagValue(ours, "--http-addr")
+	mine.ready(t, base)
+	now := time.Now().UTC()
+	st, p := postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Ours", "price": 100, "stock": 3,
+		"saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
+	if st != 201 || fmt.Sprint(p["available"]) != "3" {
+		t.Fatalf("our product after the takeover: %d %v", st, p)
+	}
+}
+
+// checkTakeover: `stampede redis-takeover` refuses while their reservation
+// is live (nothing changed) and hands the Redis DB over once their writer
+// stored it, their product's stock gone.
+func checkTakeover(t *testing.T, rdb *redis.Client, ours, theirs []string, theirID string) {
+	t.Helper()
+	ctx := context.Background()
+	var out bytes.Buffer
 	// The takeover refuses while their reservation is live…
-	out.Reset()
-	err = run(ctx, append([]string{"redis-takeover"}, ours...), &out)
+	err := run(ctx, append([]string{"redis-takeover"}, ours...), &out)
 	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "1 intake entries") {
 		t.Fatalf("takeover with a live reservation: %v %s", err, out.String())
 	}
@@ -211,15 +244,5 @@ func TestWrongRedisDBRefused(t *testing.T) {
 	t.Log(strings.TrimSpace(out.String()))
 	if n, _ := rdb.Exists(ctx, lua.ShardKeys(1, 0).Stock()).Result(); n != 0 {
 		t.Fatal("their product's stock survived the takeover")
-	}
-	// Ours starts now and sells its own product 1.
-	mine := serveUntil("gateway", ours)
-	defer mine.stop(t)
-	base = "http://" + flagValue(ours, "--http-addr")
-	mine.ready(t, base)
-	st, p = postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Ours", "price": 100, "stock": 3,
-		"saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
-	if st != 201 || fmt.Sprint(p["available"]) != "3" {
-		t.Fatalf("our product after the takeover: %d %v", st, p)
 	}
 }
