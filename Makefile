@@ -5,7 +5,7 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 GOLANGCI_LINT ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 ARGS ?=
 
-.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-scale bench-services fmt clean
+.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-push-line bench-scale bench-services docs docs-check funclen fmt clean
 
 services:
 	bash scripts/services.sh
@@ -22,15 +22,34 @@ migrate: services build
 demo: services build
 	STAMPEDE_MODE=development bin/stampede demo $(ARGS)
 
-# Everything CI runs: Go tests (race detector on), the client's unit tests and
-# the browser end-to-end test (installs Debian's chromium and the client's npm
-# packages when they are missing).
-test: test-go test-client test-e2e
+# Everything CI runs: the docs check first (seconds: a broken page fails
+# before the long suites start), Go tests (race detector on), the client's
+# unit tests and the browser end-to-end test (installs Debian's chromium and
+# the client's npm packages when they are missing).
+test: docs-check test-go test-client test-e2e
+
+# The docs check (docs/doc.go): every relative link and anchor of README.md,
+# docs/*.md and */README.md resolves, every make target and stampede command
+# of their shell blocks exists, every figure cites a report in bench/results
+# that exists, and docs/configuration.md matches the flags. No services;
+# -race so that test-go reuses the build. go test ./... runs these tests too.
+docs-check:
+	$(GO) test -race -count=1 ./docs/
+	$(GO) test -race -count=1 -run '^(TestDocsCommands|TestConfigurationPage)' ./cmd/stampede/
+
+# Regenerate docs/configuration.md from the flag definitions of
+# cmd/stampede/config.go, after adding or changing a setting.
+docs:
+	$(GO) test -count=1 -run '^TestConfigurationPage$$' ./cmd/stampede/ -update
+
+# Functions longer than 80 lines, longest first (ARGS='-max 60 -tests=false ./pipeline').
+funclen:
+	$(GO) run ./scripts/funclen $(ARGS)
 
 test-go: services lint
 	bash scripts/tools.sh
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 40m ./...
 	$(MAKE) test-fuzz
 
 # The house rules (.golangci.yml: a small linter set, depguard's import
@@ -78,6 +97,12 @@ bench: bench-services build
 
 bench-push: bench-services build
 	STAMPEDE_MODE=development bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
+
+# The waiting room at sale-day scale (issue 28): a push hub in the bench
+# process, --sockets (100,000) client sockets in child processes; needs no
+# services, only file descriptors (README "Many sockets per push process").
+bench-push-line: build
+	STAMPEDE_MODE=development bin/stampede bench-push --line $(ARGS)
 
 # 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).
 bench-scale: bench-services build

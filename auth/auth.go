@@ -1,155 +1,255 @@
-// Package auth issues and verifies Stampede's bearer tokens (SPEC §3): the
-// sub claim is the decimal userId, and a caller is an admin when its role
-// claim is "admin" or, if Options.AdminGroup is set, when its groups claim
-// lists that group. Two kinds of tokens are accepted side by side:
+// Package auth issues and verifies Stampede's bearer tokens (SPEC §3) and
+// turns a verified token into the caller: Stampede's internal int64 user id
+// and whether the caller is an admin. Two kinds of tokens:
 //
-//   - HS256 tokens signed with the shared secret (Issue makes them: the demo
-//     login, `stampede token`, the load generator);
-//   - RS256 and ES256 tokens of an identity provider, verified against the
-//     keys it publishes at a JWKS URL (Options.JWKSURL; jwks.go), with the
-//     configured issuer and audience.
+//   - HS256 tokens signed with the shared secret (Signer makes them: the demo
+//     login, `stampede token`, the load generator). They are held to their
+//     own issuer and audience (Options.HS256Issuer and HS256Audience, both
+//     "stampede" by default) and to a lifetime bound (MaxTokenTTL, shorter
+//     for admins: MaxAdminTokenTTL). Their sub is the user id itself, in
+//     canonical decimal ("42", never "+42" or "042"), 1 … MaxDirectUserID.
+//   - RS256 and ES256 tokens of identity providers (Options.Providers). A
+//     provider is an issuer and the JWKS URL where it publishes its public
+//     keys (jwks.go). The token's iss picks the provider, only that
+//     provider's keys verify it, and Options.Audience must be among its aud.
+//     Its sub is whatever the provider issues (a UUID, an opaque string: 1 to
+//     255 bytes of printable UTF-8); the pair (iss, sub) is mapped once to an
+//     internal user id, FirstMappedUserID and up (subjects.go; the table is
+//     persistence's user_identity), so the two id spaces never meet.
 //
-// Each signing method only ever gets its own kind of key: an HS256 token is
-// checked with the secret alone (never with a public key), an RS256 token only
-// with an RSA key of the JWKS, an ES256 token only with a P-256 key; "none"
-// and every other alg fail. The gateway, push and the load generator share
-// the package. Only a Verifier with a JWKS URL does I/O.
+// An admin is a caller whose token lists Options.AdminGroup in its groups
+// claim when an admin group is configured, and otherwise one whose role claim
+// is "admin". Each signing method only ever gets its own kind of key: an
+// HS256 token is checked with the secret alone (never with a public key), an
+// RS256 token only with an RSA key of its provider's set, an ES256 token only
+// with a P-256 key; "none" and every other alg fail, and so does a token
+// with a crit header (RFC 7515 §4.1.11: no extension is understood here).
+// The gateway and push share one Verifier per process.
 package auth
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/lestrrat-go/jwx/v3/jwk"
+
+	"github.com/stampede-sh/stampede/order"
 )
 
-// RoleAdmin is the role claim of administrators.
+// RoleAdmin is the role claim of administrators (when no admin group is
+// configured).
 const RoleAdmin = "admin"
 
-// ErrUnauthenticated is returned for a missing, malformed, expired or
-// wrongly signed token.
-var ErrUnauthenticated = errors.New("auth: unauthenticated")
+// The two user id spaces (order.FirstMappedUserID says more): HS256 tokens
+// carry the id itself, 1 … MaxDirectUserID; identity-provider subjects are
+// mapped to FirstMappedUserID and up.
+const (
+	FirstMappedUserID = order.FirstMappedUserID
+	MaxDirectUserID   = order.MaxDirectUserID
+)
 
-// Claims is what a verified token says.
+// Lifetime bounds of HS256 tokens (exp − now, checked by Signer and by the
+// Verifier): a buyer's token at most MaxTokenTTL, an admin's at most
+// MaxAdminTokenTTL.
+const (
+	MaxTokenTTL      = 24 * time.Hour
+	MaxAdminTokenTTL = time.Hour
+)
+
+// MaxSubjectBytes bounds the sub of an identity provider's token.
+const MaxSubjectBytes = 255
+
+// Errors of Verify. A token that cannot be trusted is ErrUnauthenticated
+// (401); a valid token whose subject could not be mapped to a user id
+// because the mapping store failed is ErrIdentityUnavailable (503: the
+// caller may retry).
+var (
+	ErrUnauthenticated     = errors.New("auth: unauthenticated")
+	ErrIdentityUnavailable = errors.New("auth: identity mapping unavailable")
+)
+
+// Claims is what a verified token says about its caller.
 type Claims struct {
-	UserID int64
-	Admin  bool
+	UserID  int64     // Stampede's internal user id
+	Admin   bool      // admin group (or role admin without a group)
+	Issuer  string    // iss: the HS256 issuer or the identity provider's
+	Subject string    // sub as the token carries it
+	Expires time.Time // exp: the token is refused from then on
+
+	key *keyRef // JWKS-verified: the key it was checked with; nil for HS256
 }
 
-type jwtClaims struct {
-	Role string `json:"role,omitempty"`
-	jwt.RegisteredClaims
-}
-
-// Issuer is the iss claim of the tokens Issue makes.
-const Issuer = "stampede"
-
-// Issue signs a token for userID (> 0) valid for ttl.
-func Issue(secret []byte, userID int64, admin bool, ttl time.Duration) (string, error) {
-	if userID <= 0 {
-		return "", fmt.Errorf("auth: userId must be positive")
-	}
-	now := time.Now()
-	c := jwtClaims{RegisteredClaims: jwt.RegisteredClaims{
-		Subject:   strconv.FormatInt(userID, 10),
-		IssuedAt:  jwt.NewNumericDate(now),
-		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
-		Issuer:    Issuer,
-	}}
-	if admin {
-		c.Role = RoleAdmin
-	}
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
+// hs256 is the check of HS256 tokens.
+type hs256 struct {
+	secret []byte
+	parser *jwt.Parser // HS256 only, issuer and audience required
 }
 
 // Verifier checks tokens: HS256 ones with its secret, RS256 and ES256 ones
-// against its JWKS (if it has one). Safe for concurrent use.
+// with the keys of the provider their iss names. Safe for concurrent use.
 type Verifier struct {
-	secret     []byte
-	hs         *jwt.Parser // HS256 only
-	idp        *jwt.Parser // RS256 and ES256 only, with issuer and audience; nil without a JWKS
-	keys       *jwks       // nil without a JWKS
+	hs         *hs256               // nil: HS256 tokens are refused
+	providers  map[string]*provider // by issuer; empty without identity providers
+	subjects   *subjectCache        // nil without identity providers
 	adminGroup string
 	groups     string // name of the groups claim
 	peek       *jwt.Parser
 	cache      *tokenCache      // nil: every token is checked in full
 	clock      func() time.Time // nil: time.Now (tests set it)
+	checks     atomic.Int64     // full checks made (tests)
 }
 
-// NewVerifier returns a Verifier of HS256 tokens signed with secret, with
-// the default cache of verified tokens (CacheOptions).
+// NewVerifier returns a Verifier of HS256 tokens signed with secret, issuer
+// and audience DefaultHS256Issuer and DefaultHS256Audience, with the default
+// cache of verified tokens (CacheOptions) and no identity provider.
 func NewVerifier(secret []byte) *Verifier {
-	v := &Verifier{secret: secret, peek: jwt.NewParser(), cache: newTokenCache(CacheOptions{})}
-	v.hs = jwt.NewParser(
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithExpirationRequired(),
-		jwt.WithLeeway(5*time.Second),
-		jwt.WithTimeFunc(v.now),
-	)
+	v := &Verifier{peek: jwt.NewParser(), cache: newTokenCache(CacheOptions{}), groups: "groups"}
+	v.hs = v.newHS256(secret, DefaultHS256Issuer, DefaultHS256Audience)
 	return v
 }
 
-// proof is what a full check learnt besides the claims: the token's exp
-// and, for a JWKS-verified token, the key of the set it was checked with.
-type proof struct {
-	exp time.Time
-	kid string
-	key jwk.Key // nil for HS256
+func (v *Verifier) newHS256(secret []byte, issuer, audience string) *hs256 {
+	return &hs256{secret: secret, parser: jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuer(issuer),
+		jwt.WithAudience(audience),
+		jwt.WithLeeway(hsLeeway),
+		jwt.WithTimeFunc(v.now),
+	)}
 }
 
-// check verifies token in full.
-func (v *Verifier) check(token string) (Claims, proof, error) {
+// Leeways of the exp checks: HS256 tokens come from the shop's own clock;
+// providers' clocks may be further off.
+const (
+	hsLeeway  = 5 * time.Second
+	idpLeeway = 30 * time.Second
+)
+
+func unauthenticated(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnauthenticated, fmt.Sprintf(format, args...))
+}
+
+// check verifies token in full and maps its subject to a user id.
+func (v *Verifier) check(token string) (Claims, error) {
+	v.checks.Add(1)
 	// The unverified header only picks the path; each path accepts its own
 	// algorithms and keys only, so a lying header gains nothing.
 	t, _, err := v.peek.ParseUnverified(token, jwt.MapClaims{})
 	if err != nil {
-		return Claims{}, proof{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+		return Claims{}, unauthenticated("%v", err)
+	}
+	if _, ok := t.Header["crit"]; ok {
+		return Claims{}, unauthenticated("crit header: no extension is supported")
 	}
 	var c jwt.MapClaims
-	var pr proof
+	var key *keyRef
 	switch alg, _ := t.Header["alg"].(string); {
 	case alg == jwt.SigningMethodHS256.Alg():
-		if len(v.secret) == 0 {
-			return Claims{}, proof{}, fmt.Errorf("%w: HS256 tokens are not accepted", ErrUnauthenticated)
+		if v.hs == nil {
+			return Claims{}, unauthenticated("HS256 tokens are not accepted")
 		}
-		_, err = v.hs.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.secret, nil })
-	case v.idp != nil && (alg == jwt.SigningMethodRS256.Alg() || alg == jwt.SigningMethodES256.Alg()):
-		_, err = v.idp.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
-			key, pub, err := v.keys.keyOf(t)
-			pr.kid, _ = t.Header["kid"].(string)
-			pr.key = key
+		_, err = v.hs.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.hs.secret, nil })
+	case alg == jwt.SigningMethodRS256.Alg() || alg == jwt.SigningMethodES256.Alg():
+		iss, _ := t.Claims.(jwt.MapClaims)["iss"].(string)
+		p := v.providers[iss]
+		if p == nil {
+			return Claims{}, unauthenticated("issuer %q is not a configured identity provider", iss)
+		}
+		_, err = p.parser.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+			ref, pub, err := p.keys.keyOf(t)
+			key = ref
 			return pub, err
 		})
 	default:
-		return Claims{}, proof{}, fmt.Errorf("%w: alg %q is not accepted", ErrUnauthenticated, alg)
+		return Claims{}, unauthenticated("alg %q is not accepted", alg)
 	}
 	if err != nil {
-		return Claims{}, proof{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+		return Claims{}, unauthenticated("%v", err)
 	}
-	sub, _ := c.GetSubject()
-	uid, err := strconv.ParseInt(sub, 10, 64)
-	if err != nil || uid <= 0 {
-		return Claims{}, proof{}, fmt.Errorf("%w: bad subject", ErrUnauthenticated)
-	}
-	exp, err := c.GetExpirationTime()
-	if err != nil || exp == nil { // the parsers require exp: not reached
-		return Claims{}, proof{}, fmt.Errorf("%w: no exp", ErrUnauthenticated)
-	}
-	pr.exp = exp.Time
-	return Claims{UserID: uid, Admin: v.isAdmin(c)}, pr, nil
+	return v.claims(c, key)
 }
 
-// isAdmin: role "admin", or the admin group among the groups claim (a list
-// of strings or one string).
-func (v *Verifier) isAdmin(c jwt.MapClaims) bool {
-	if r, _ := c["role"].(string); r == RoleAdmin {
-		return true
+// claims turns verified JWT claims into Claims: the subject rules and
+// lifetime bounds of the token's kind, the user id, the admin flag.
+func (v *Verifier) claims(c jwt.MapClaims, key *keyRef) (Claims, error) {
+	sub, _ := c.GetSubject()
+	iss, _ := c.GetIssuer()
+	exp, err := c.GetExpirationTime()
+	if err != nil || exp == nil { // the parsers require exp: not reached
+		return Claims{}, unauthenticated("no exp")
 	}
-	if v.adminGroup == "" {
+	out := Claims{Admin: v.isAdmin(c), Issuer: iss, Subject: sub, Expires: exp.Time, key: key}
+	if key == nil { // HS256: the subject is the user id
+		uid, ok := ParseDecimalID(sub)
+		if !ok || uid > MaxDirectUserID {
+			return Claims{}, unauthenticated("HS256 subject must be a user id from 1 to %d in canonical decimal", MaxDirectUserID)
+		}
+		bound := MaxTokenTTL
+		if out.Admin {
+			bound = MaxAdminTokenTTL
+		}
+		if exp.Sub(v.now()) > bound+hsLeeway {
+			return Claims{}, unauthenticated("HS256 token lives beyond %s", bound)
+		}
+		out.UserID = uid
+		return out, nil
+	}
+	if !ValidSubject(sub) {
+		return Claims{}, unauthenticated("subject must be 1 to %d bytes of printable UTF-8", MaxSubjectBytes)
+	}
+	uid, err := v.subjects.userID(iss, sub)
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %v", ErrIdentityUnavailable, err)
+	}
+	out.UserID = uid
+	return out, nil
+}
+
+// ValidSubject reports whether sub is an identity provider's subject
+// Stampede accepts: 1 to MaxSubjectBytes bytes of valid UTF-8, every
+// character printable (letters, marks, numbers, punctuation, symbols and
+// the ASCII space; no control or format characters).
+func ValidSubject(sub string) bool {
+	if sub == "" || len(sub) > MaxSubjectBytes || !utf8.ValidString(sub) {
 		return false
+	}
+	for _, r := range sub {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseDecimalID parses a positive int64 written in canonical decimal: digits
+// only, no sign, no leading zero, no spaces ("1001", never "+1001",
+// "0001001" or "1001 "). Every text that names a number names it one way.
+func ParseDecimalID(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// isAdmin: with an admin group configured, only that group among the groups
+// claim (a list of strings or one string) makes an admin; without one, role
+// "admin" does.
+func (v *Verifier) isAdmin(c jwt.MapClaims) bool {
+	if v.adminGroup == "" {
+		r, _ := c["role"].(string)
+		return r == RoleAdmin
 	}
 	switch g := c[v.groups].(type) {
 	case string:
@@ -163,3 +263,9 @@ func (v *Verifier) isAdmin(c jwt.MapClaims) bool {
 	}
 	return false
 }
+
+// KeyCurrent reports whether the key that verified c is still in its
+// provider's key set as last fetched (no fetch is made): false once the
+// provider withdrew it. Always true for HS256 claims. Push closes a socket
+// whose claims stop being current.
+func (v *Verifier) KeyCurrent(c Claims) bool { return c.key == nil || c.key.current() }

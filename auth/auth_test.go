@@ -11,12 +11,12 @@ import (
 func TestIssueVerify(t *testing.T) {
 	secret := []byte("s3cret")
 	v := auth.NewVerifier(secret)
-	tok, err := auth.Issue(secret, 9007199254740993, true, time.Minute) // > 2^53
+	tok, err := auth.Issue(secret, auth.MaxDirectUserID, true, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := v.Verify(tok)
-	if err != nil || c.UserID != 9007199254740993 || !c.Admin {
+	if err != nil || c.UserID != auth.MaxDirectUserID || !c.Admin {
 		t.Fatalf("claims %+v err %v", c, err)
 	}
 	for name, bad := range map[string]string{

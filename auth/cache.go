@@ -6,31 +6,30 @@ import (
 	"unsafe"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
-	"github.com/lestrrat-go/jwx/v3/jwk"
 )
 
 // Verified tokens are cached (issue 19): in a retry storm one buyer sends the
 // same token many times a second, and parsing and checking it (base64, JSON,
 // HMAC or RSA/ECDSA) was the largest CPU cost of an answer from memory. The
-// cache maps SHA-256(token) to the claims and a deadline: the token's exp
-// (never later, whatever the leeway of the full check), or MaxAge after the
-// check if that is sooner. A hit before the deadline is the answer; at or
-// after it the entry is dropped and the token is checked in full again, so an
-// expired token is refused even if it was cached. Keying by a hash keeps the
-// lookup free of allocations and the cache free of bearer tokens; only
-// tokens that verified are cached (a flood of bad tokens cannot evict good
-// ones faster than it could be verified).
+// cache maps SHA-256(token) to the claims (user id already mapped) and a
+// deadline: the token's exp (never later, whatever the leeway of the full
+// check), or MaxAge after the check if that is sooner. A hit before the
+// deadline is the answer; at or after it the entry is dropped and the token
+// is checked in full again, so an expired token is refused even if it was
+// cached. Keying by a hash keeps the lookup free of allocations and the
+// cache free of bearer tokens; only tokens that verified are cached (a flood
+// of bad tokens cannot evict good ones faster than it could be verified).
 //
-// A JWKS-verified entry also remembers the key of the set it was checked
-// with, and a hit needs that very key still in the cached set: once the set
-// was fetched again (rotation, a key withdrawn, the periodic refresh) the
-// token is checked in full once more, so a withdrawn key is refused as soon
-// as the verifier knows of it.
+// A JWKS-verified entry also names the key it was checked with (set, kid,
+// RFC 7638 thumbprint), and a hit needs that key still in its provider's set
+// as last fetched: a withdrawn key is refused as soon as the verifier knows
+// of it, while a refetch that keeps the key (the periodic refresh, a rotation
+// that adds a key) keeps its tokens cached.
 //
 // The LRU is hashicorp/golang-lru's expirable.LRU without its cache-wide
 // TTL: the deadline is per token, and the TTL mode starts a goroutine per
 // cache that never stops (v2.0.7). Expired entries are removed when met and
-// otherwise age out of the LRU order; Size bounds the memory (about 150 bytes
+// otherwise age out of the LRU order; Size bounds the memory (about 200 bytes
 // an entry).
 
 // CacheOptions size the cache of verified tokens.
@@ -44,9 +43,7 @@ type CacheOptions struct {
 
 type cachedClaims struct {
 	c     Claims
-	until int64   // unix ns: the entry is valid strictly before
-	kid   string  // JWKS-verified: the token's kid
-	key   jwk.Key // JWKS-verified: the key it was checked with; nil for HS256
+	until int64 // unix ns: the entry is valid strictly before
 }
 
 type tokenCache struct {
@@ -67,56 +64,54 @@ func newTokenCache(o CacheOptions) *tokenCache {
 	return &tokenCache{lru: expirable.NewLRU[[sha256.Size]byte, cachedClaims](o.Size, nil, 0), maxAge: o.MaxAge}
 }
 
-func (tc *tokenCache) get(key [sha256.Size]byte, now time.Time, keys *jwks) (Claims, bool) {
+func (tc *tokenCache) get(key [sha256.Size]byte, now time.Time) (Claims, bool) {
 	e, ok := tc.lru.Get(key)
 	if !ok {
 		return Claims{}, false
 	}
-	if now.UnixNano() >= e.until || (e.key != nil && (keys == nil || !keys.holds(e.kid, e.key))) {
+	if now.UnixNano() >= e.until || (e.c.key != nil && !e.c.key.current()) {
 		tc.lru.Remove(key)
 		return Claims{}, false
 	}
 	return e.c, true
 }
 
-func (tc *tokenCache) add(key [sha256.Size]byte, c Claims, pr proof, now time.Time) {
-	until := min(pr.exp.UnixNano(), now.Add(tc.maxAge).UnixNano())
+func (tc *tokenCache) add(key [sha256.Size]byte, c Claims, now time.Time) {
+	until := min(c.Expires.UnixNano(), now.Add(tc.maxAge).UnixNano())
 	if now.UnixNano() >= until {
 		return
 	}
-	tc.lru.Add(key, cachedClaims{c: c, until: until, kid: pr.kid, key: pr.key})
+	tc.lru.Add(key, cachedClaims{c: c, until: until})
 }
 
 // VerifyBytes is Verify of a token held in a byte slice (an HTTP header),
 // without copying it to a string when the token is cached.
 func (v *Verifier) VerifyBytes(token []byte) (Claims, error) {
 	if v.cache == nil {
-		return v.verify(string(token))
+		return v.check(string(token))
 	}
 	key := sha256.Sum256(token)
 	now := v.now()
-	if c, ok := v.cache.get(key, now, v.keys); ok {
+	if c, ok := v.cache.get(key, now); ok {
 		return c, nil
 	}
-	c, pr, err := v.check(string(token))
+	c, err := v.check(string(token))
 	if err == nil {
-		v.cache.add(key, c, pr, now)
+		v.cache.add(key, c, now)
 	}
 	return c, err
 }
 
-// Verify returns the claims of a valid token, or ErrUnauthenticated. A token
-// verified before is answered from the cache until its exp (CacheOptions).
+// Verify returns the claims of a valid token; ErrUnauthenticated for a
+// token that is missing, malformed, expired, wrongly signed or outside the
+// rules of its kind; ErrIdentityUnavailable when a provider's subject could
+// not be mapped (the mapping store failed). A token verified before is
+// answered from the cache until its exp (CacheOptions).
 func (v *Verifier) Verify(token string) (Claims, error) {
 	if v.cache == nil {
-		return v.verify(token)
+		return v.check(token)
 	}
 	return v.VerifyBytes(unsafe.Slice(unsafe.StringData(token), len(token))) // read only
-}
-
-func (v *Verifier) verify(token string) (Claims, error) {
-	c, _, err := v.check(token)
-	return c, err
 }
 
 // now is the verifier's clock (tests replace it).

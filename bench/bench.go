@@ -239,6 +239,10 @@ func QuickParams() Params {
 	p.DrainOrders, p.DrainRate, p.DrainPayTimeout = 2_000, 2_000, 10*time.Second
 	p.RoomBuyers, p.RoomStock, p.RoomArrival, p.RoomSockets = 2_000, 200, 2*time.Second, 20
 	p.CeilingRequests = 20_000
+	// A smoke run checks that every scenario runs and audits, on whatever
+	// machine: a slow or loaded one answers late, never wrongly, so a
+	// request is only given up (an error in the audit) after 30 s.
+	p.Timeout = 30 * time.Second
 	return p
 }
 

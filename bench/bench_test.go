@@ -153,6 +153,10 @@ func newTestRun(t *testing.T, f *fakeGateway, breakAudit bool) *run {
 	p.Users, p.SpikeBuyers, p.SpikeStock, p.SpikeRate = 300, 300, 25, 1_000
 	p.SustainedRates, p.SustainedWarmup, p.SustainedStep = []float64{200, 400}, 100*time.Millisecond, 200*time.Millisecond
 	p.SoldOutStock, p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration = 10, 500, 100*time.Millisecond, 200*time.Millisecond
+	// These tests check what the scenarios do and report, not how fast this
+	// machine is: every step's latency counts as clean (a test of the
+	// verdict itself sets its own limit).
+	p.SustainedP99 = time.Minute
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}

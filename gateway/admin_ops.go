@@ -86,8 +86,9 @@ func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 //
 // It sets the outbox rows of the selected dead events back to NEW (the relay
 // publishes them again; consumers deduplicate by event id) and removes their
-// messages from the dead-letter queue. 200 with what it did; 400.
-func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+// messages from the dead-letter queue. 200 with what it did, also written
+// to admin_audit (action replay) with the admin; 400.
+func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.cfg.Ops == nil {
 		s.fail(ctx, errNoOps)
 		return
@@ -115,14 +116,23 @@ func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, invalidArg("at most 10000 eventIds per call"))
 		return
 	}
-	c, cancel := s.callCtx(adminOpsTimeout)
+	octx, cancel := s.callCtx(adminOpsTimeout)
 	defer cancel()
-	res, err := s.cfg.Ops.ReplayDLQ(c, req.EventIDs, req.All, req.DropPoison)
+	res, err := s.cfg.Ops.ReplayDLQ(octx, req.EventIDs, req.All, req.DropPoison)
 	if err != nil {
 		s.fail(ctx, err)
 		return
 	}
-	s.log.Info("dead letters replayed", "eventIds", len(req.EventIDs), "all", req.All)
+	// Audited after the replay (it moved messages in RabbitMQ): a failed
+	// audit answers 503; replaying the same events again finds them no
+	// longer dead and changes nothing but the audit.
+	change := map[string]any{"eventIds": req.EventIDs, "all": req.All, "dropPoison": req.DropPoison, "result": res}
+	if err := s.store.Audit(octx, c.UserID, persistence.ActionReplay, 0, change); err != nil {
+		s.log.Error("dead letters replayed but not audited", append(adminAttrs(c), "eventIds", len(req.EventIDs), "all", req.All, "err", err)...)
+		s.fail(ctx, err)
+		return
+	}
+	s.log.Info("dead letters replayed", append(adminAttrs(c), "eventIds", len(req.EventIDs), "all", req.All)...)
 	s.writeJSON(ctx, fasthttp.StatusOK, res)
 }
 
@@ -153,8 +163,8 @@ type adjustJSON struct {
 // again is safe and completes the Redis half (the MySQL half is then a no-op);
 // otherwise the sweeper applies it (pipeline.RepairAdjustments).
 func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	pid, err := strconv.ParseInt(ctx.UserValue("id").(string), 10, 64)
-	if err != nil || pid <= 0 {
+	pid, ok := parseID(ctx.UserValue("id").(string))
+	if !ok {
 		s.fail(ctx, errProductNotFound)
 		return
 	}

@@ -51,8 +51,8 @@ func (s *Server) adminPulse(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	var ids []int64
 	if v := ctx.QueryArgs().Peek("products"); v != nil {
 		for _, part := range bytes.Split(v, []byte(",")) {
-			id, err := strconv.ParseInt(string(part), 10, 64)
-			if err != nil || id <= 0 {
+			id, ok := parseID(string(part))
+			if !ok {
 				s.fail(ctx, invalidArg("products must be a comma-separated list of product ids"))
 				return
 			}

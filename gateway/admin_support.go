@@ -1,8 +1,8 @@
 package gateway
 
 import (
+	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -25,10 +25,18 @@ type adminOrderJSON struct {
 	UserID int64 `json:"userId"`
 }
 
+// buyerJSON names an identity provider's buyer (the single-order read; absent
+// for a user id of the direct range).
+type buyerJSON struct {
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject,omitempty"`
+}
+
 // adminOrderHistoryJSON is the single-order read: adminOrderJSON plus its
 // history, always present ([] while the order is only in Redis).
 type adminOrderHistoryJSON struct {
 	adminOrderJSON
+	buyerJSON
 	History []historyEntry `json:"history"`
 }
 
@@ -66,8 +74,8 @@ func positiveArg(ctx *fasthttp.RequestCtx, name string) (int64, error) {
 	if v == nil {
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || n <= 0 {
+	n, ok := parseID(string(v))
+	if !ok {
 		return 0, invalidArg("%s must be a positive integer", name)
 	}
 	return n, nil
@@ -86,12 +94,15 @@ func timeArg(ctx *fasthttp.RequestCtx, name string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// adminSearchOrders is GET /api/admin/orders?userId=&productId=&status=&from=&to=&limit=&cursor=
+// adminSearchOrders is GET /api/admin/orders?userId=&subject=&issuer=&productId=&status=&from=&to=&limit=&cursor=
 //
 // It searches the orders stored in MySQL (an order accepted but not yet
 // written is found by GET /api/admin/orders/{orderNo} only), newest first
 // by (createdAt, id), keyset-paged. Every filter is optional: userId and
-// productId positive integers, status one of PROCESSING, WAITING_PAY, PAID,
+// productId positive integers; subject (an identity provider's sub, with
+// its issuer or alone when no other issuer has that subject: 400 otherwise;
+// not with userId) names the buyer as the provider does, a subject never
+// seen has no orders; status one of PROCESSING, WAITING_PAY, PAID,
 // CANCELLED, FAILED, from (inclusive) and to (exclusive) RFC 3339 times on
 // createdAt. limit 1…200 (50); cursor the previous page's nextCursor.
 // 200 {"orders": [Order + "userId"], "nextCursor": "..." ("" on the last
@@ -105,6 +116,10 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	}
 	if err == nil {
 		f.ProductID, err = positiveArg(ctx, "productId")
+	}
+	var unknownSubject bool
+	if err == nil {
+		unknownSubject, err = s.subjectArg(ctx, &f)
 	}
 	if err == nil {
 		f.From, err = timeArg(ctx, "from")
@@ -127,6 +142,11 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
+	if unknownSubject {
+		ctx.Response.Header.Set("Cache-Control", "no-store")
+		s.writeJSON(ctx, fasthttp.StatusOK, adminOrderList{Orders: []adminOrderJSON{}})
+		return
+	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	orders, next, err := s.store.SearchOrders(sctx, f, limit, cursor)
 	cancel()
@@ -142,9 +162,42 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	s.writeJSON(ctx, fasthttp.StatusOK, out)
 }
 
+// subjectArg applies ?subject= (and ?issuer=) to f.UserID: unknown is true
+// for a subject never seen (no orders).
+func (s *Server) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter) (unknown bool, err error) {
+	args := ctx.QueryArgs()
+	sub, iss := args.Peek("subject"), args.Peek("issuer")
+	switch {
+	case sub == nil && iss == nil:
+		return false, nil
+	case sub == nil:
+		return false, invalidArg("issuer is given only with subject")
+	case f.UserID != 0:
+		return false, invalidArg("give userId or subject, not both")
+	case !auth.ValidSubject(string(sub)):
+		return false, invalidArg("subject must be 1 to %d bytes of printable UTF-8", auth.MaxSubjectBytes)
+	case iss != nil && !auth.ValidSubject(string(iss)):
+		return false, invalidArg("issuer must be 1 to %d bytes of printable UTF-8", auth.MaxSubjectBytes)
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	ids, err := s.store.FindSubject(sctx, string(iss), string(sub))
+	cancel()
+	switch {
+	case err != nil:
+		return false, err
+	case len(ids) == 0:
+		return true, nil
+	case len(ids) > 1:
+		return false, invalidArg("subject %q is known under %d issuers: give issuer", sub, len(ids))
+	}
+	f.UserID = ids[0]
+	return false, nil
+}
+
 // adminGetOrder is GET /api/admin/orders/{orderNo}: any buyer's order, from
 // MySQL or, while the writers have not stored it yet, from its pending
-// record in Redis (status PROCESSING, empty history), with userId and
+// record in Redis (status PROCESSING, empty history), with userId (and, for
+// a buyer of an identity provider, its issuer and subject) and
 // "history": [{"status", "at", "event"}], the statuses it went through in
 // order, read from its outbox events (persistence.Store.OrderHistory: events
 // purged after the outbox retention are missing). 404 NOT_FOUND (the code
@@ -164,7 +217,12 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		case perr != nil:
 			err = perr
 		case owner != 0:
-			s.writeJSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{orderJSON: p, UserID: owner}, []historyEntry{}})
+			buyer, berr := s.buyer(sctx, owner)
+			if berr != nil {
+				s.fail(ctx, berr)
+				return
+			}
+			s.writeJSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{orderJSON: p, UserID: owner}, buyer, []historyEntry{}})
 			return
 		default:
 			// The writer may have stored it between the two reads.
@@ -180,12 +238,24 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	out := adminOrderHistoryJSON{adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID}, make([]historyEntry, 0, len(hist))}
+	buyer, err := s.buyer(sctx, o.UserID)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	out := adminOrderHistoryJSON{adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID}, buyer, make([]historyEntry, 0, len(hist))}
 	for _, h := range hist {
 		out.History = append(out.History, historyEntry{Status: h.Status, At: h.At, Event: h.Event})
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
+
+// buyer is the identity provider's name of userID ("" fields for an id of
+// the direct range).
+func (s *Server) buyer(ctx context.Context, userID int64) (buyerJSON, error) {
+	id, _, err := s.store.IdentityOf(ctx, userID)
+	return buyerJSON{Issuer: id.Issuer, Subject: id.Subject}, err
 }
 
 // refundJSON is one entry of the refund queue.
@@ -244,7 +314,8 @@ type refundedJSON struct {
 // adminRefund is POST /api/admin/payments/{paymentNo}/refund {"refundNo": "..."}:
 // it records that the REFUND_PENDING payment was refunded (the money went
 // back through the provider; Stampede records it), REFUNDED, refundNo and
-// refundedAt, once (persistence.Store.Refund). refundNo: 1–64 characters of
+// refundedAt, once, with its admin_audit entry naming the admin
+// (persistence.Store.Refund). refundNo: 1–64 characters of
 // [A-Za-z0-9._:-], the operator's idempotency key.
 //
 // 200 {"paymentNo", "orderNo", "status": "REFUNDED", "refundNo",
@@ -270,7 +341,7 @@ func (s *Server) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	r, err := s.store.Refund(sctx, paymentNo, refundNo)
+	r, err := s.store.Refund(sctx, c.UserID, paymentNo, refundNo)
 	cancel()
 	switch {
 	case errors.Is(err, persistence.ErrNotFound):
@@ -290,7 +361,7 @@ func (s *Server) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	if r.Applied {
-		s.log.Info("payment refunded", "paymentNo", r.PaymentNo, "orderNo", r.OrderNo, "refundNo", r.RefundNo, "adminId", c.UserID)
+		s.log.Info("payment refunded", append(adminAttrs(c), "paymentNo", r.PaymentNo, "orderNo", r.OrderNo, "refundNo", r.RefundNo)...)
 	}
 	s.writeJSON(ctx, fasthttp.StatusOK, refundedJSON{PaymentNo: r.PaymentNo, OrderNo: r.OrderNo, Status: r.Status,
 		RefundNo: r.RefundNo, RefundedAt: r.RefundedAt})

@@ -59,3 +59,13 @@ func (s *Server) authenticate(ctx *fasthttp.RequestCtx) (auth.Claims, error) {
 	}
 	return s.verifier.Verify(string(tok))
 }
+
+// adminAttrs are the log attributes naming the admin behind an action: the
+// user id and, for an identity provider's admin, its issuer and subject.
+func adminAttrs(c auth.Claims) []any {
+	attrs := []any{"adminId", c.UserID}
+	if c.UserID >= auth.FirstMappedUserID {
+		attrs = append(attrs, "adminIssuer", c.Issuer, "adminSubject", c.Subject)
+	}
+	return attrs
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/order"
 )
 
@@ -17,9 +18,14 @@ type Config struct {
 	// Addr is the TCP address Run listens on. Default "127.0.0.1:8080".
 	Addr string
 
-	// JWTSecret signs and verifies bearer tokens (HS256). Required; push and
-	// the load generator must use the same secret.
+	// JWTSecret signs the demo login's tokens and, without a Verifier,
+	// verifies bearer tokens (HS256). Required unless a Verifier is set and
+	// the demo login is off (production with an identity provider only);
+	// push and the load generator must use the same secret.
 	JWTSecret []byte
+	// Signer makes the demo login's tokens. Nil: auth.Signer{Secret:
+	// JWTSecret} (the default HS256 issuer and audience).
+	Signer *auth.Signer
 	// PaymentSecret is the HMAC-SHA256 key of payment callbacks (the
 	// X-Signature header) and of the demo checkout. Required.
 	PaymentSecret []byte
@@ -42,7 +48,9 @@ type Config struct {
 	// JWTSecret only (auth.NewVerifier). Set it to also accept an identity
 	// provider's tokens (an *auth.Verifier from auth.New with a JWKS URL).
 	Verifier TokenVerifier
-	// TokenTTL is the life of a token issued by the demo login. Default 24h.
+	// TokenTTL is the life of a token issued by the demo login, at most
+	// auth.MaxTokenTTL; an admin's token lives at most auth.MaxAdminTokenTTL.
+	// Default 24h.
 	TokenTTL time.Duration
 
 	// PayTimeout is how long an order may wait for payment (SPEC §7,
@@ -233,12 +241,12 @@ func (c *Config) Validate() error {
 		return errors.New("invalid config: " + fmt.Sprintf(format, args...))
 	}
 	switch {
-	case len(c.JWTSecret) == 0:
-		return bad("JWTSecret is empty")
+	case len(c.JWTSecret) == 0 && (c.Verifier == nil || !c.DisableDemoLogin):
+		return bad("JWTSecret is empty (it is needed without a Verifier and by the demo login)")
 	case len(c.PaymentSecret) == 0:
 		return bad("PaymentSecret is empty")
-	case c.TokenTTL < time.Second:
-		return bad("TokenTTL %v is below 1s", c.TokenTTL)
+	case c.TokenTTL < time.Second || c.TokenTTL > auth.MaxTokenTTL:
+		return bad("TokenTTL %v is outside 1s..%v", c.TokenTTL, auth.MaxTokenTTL)
 	case c.PayTimeout < time.Second:
 		return bad("PayTimeout %v is below 1s", c.PayTimeout)
 	case c.RequestTTL < c.PayTimeout:

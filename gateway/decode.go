@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
 )
 
 // Every request body goes through decodeBody: a strict decoder for the flat
@@ -554,3 +556,8 @@ func (d *decoder) hex4() (rune, bool) {
 	d.pos += 4
 	return r, true
 }
+
+// parseID parses an id in a path or query: a positive int64 in canonical
+// decimal only ("7", never "+7", "007" or " 7"), so each id has one
+// spelling (auth.ParseDecimalID).
+func parseID(s string) (int64, bool) { return auth.ParseDecimalID(s) }

@@ -134,6 +134,7 @@ var errorTable = []struct {
 	{persistence.ErrAmount, 409, CodeAmountMismatch, "amount differs from the order's amount"},
 	{persistence.ErrPaymentReused, 409, CodePaymentNoReused, "paymentNo was already used for another order"},
 	{auth.ErrUnauthenticated, 401, CodeUnauthenticated, "missing or invalid bearer token"},
+	{auth.ErrIdentityUnavailable, 503, CodeUnavailable, "your sign-in could not be looked up; retry shortly"},
 	{errBadSignature, 401, CodeBadSignature, "missing or invalid X-Signature"},
 	{errForbidden, 403, CodeForbidden, "admin role required"},
 	{errLoginDisabled, 404, CodeNotFound, "demo login is disabled"},

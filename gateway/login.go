@@ -15,8 +15,9 @@ type loginResponse struct {
 }
 
 // login is POST /api/auth/login {"userId": 42}: the demo identity provider.
-// Anyone may log in as any positive userId; ids in Config.AdminUsers get
-// role admin. 404 when Config.DisableDemoLogin is set.
+// Anyone may log in as any userId of the direct range (1 …
+// auth.MaxDirectUserID); ids in Config.AdminUsers get admin tokens (at most
+// auth.MaxAdminTokenTTL). 404 when Config.DisableDemoLogin is set.
 func (s *Server) login(ctx *fasthttp.RequestCtx) {
 	if s.cfg.DisableDemoLogin {
 		s.fail(ctx, errLoginDisabled)
@@ -28,11 +29,15 @@ func (s *Server) login(ctx *fasthttp.RequestCtx) {
 		s.fail(ctx, err)
 		return
 	}
-	if userID <= 0 {
-		s.fail(ctx, invalidArg("userId must be a positive integer"))
+	if userID <= 0 || userID > auth.MaxDirectUserID {
+		s.fail(ctx, invalidArg("userId must be an integer from 1 to %d", auth.MaxDirectUserID))
 		return
 	}
-	token, err := auth.Issue(s.cfg.JWTSecret, userID, s.admins[userID], s.cfg.TokenTTL)
+	admin, ttl := s.admins[userID], s.cfg.TokenTTL
+	if admin {
+		ttl = min(ttl, auth.MaxAdminTokenTTL)
+	}
+	token, err := s.signer.Issue(userID, admin, ttl)
 	if err != nil {
 		s.fail(ctx, fmt.Errorf("gateway: issue token: %w", err))
 		return

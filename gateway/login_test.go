@@ -19,7 +19,7 @@ func TestLogin(t *testing.T) {
 	for _, tc := range []struct {
 		user  int64
 		admin bool
-	}{{42, false}, {adminID, true}, {9223372036854775807, false}} {
+	}{{42, false}, {adminID, true}, {auth.MaxDirectUserID, false}} {
 		r := e.do("POST", "/api/auth/login", "", map[string]int64{"userId": tc.user})
 		if r.status != 200 {
 			t.Fatalf("login %d: %s", tc.user, r)
@@ -37,10 +37,20 @@ func TestLogin(t *testing.T) {
 		if err != nil || c.UserID != tc.user || c.Admin != tc.admin || b.UserID.String() != json.Number(itoa(tc.user)).String() {
 			t.Fatalf("login %d: claims %+v %v, body %s", tc.user, c, err, r.body)
 		}
+		// Admin tokens live at most an hour, buyers' at most a day.
+		bound := auth.MaxTokenTTL
+		if tc.admin {
+			bound = auth.MaxAdminTokenTTL
+		}
+		if left := time.Until(c.Expires); left > bound || left < bound-time.Minute {
+			t.Errorf("login %d: token valid %v more, want about %v", tc.user, left, bound)
+		}
 	}
 	for _, body := range []string{
 		`{"userId":0}`, `{"userId":-1}`, `{"userId":1.0}`, `{"userId":"42"}`, `{"userId":9223372036854775808}`,
 		`{"userId":1,"role":"admin"}`, `{}`, `{"userid":1}`,
+		// The mapped range belongs to identity-provider subjects.
+		`{"userId":1000000000000000}`, `{"userId":9223372036854775807}`,
 	} {
 		r := e.do("POST", "/api/auth/login", "", malformed(body))
 		msg := r.wantError(t, 400, CodeInvalidArgument)

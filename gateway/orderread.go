@@ -165,7 +165,7 @@ func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	cursor := string(args.Peek("cursor"))
 	if cursor != "" {
-		if n, err := strconv.ParseInt(cursor, 10, 64); err != nil || n <= 0 {
+		if _, ok := parseID(cursor); !ok {
 			s.fail(ctx, invalidArg("cursor is not a cursor returned by this endpoint"))
 			return
 		}

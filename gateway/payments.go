@@ -15,7 +15,7 @@ import (
 	"github.com/stampede-sh/stampede/persistence"
 )
 
-// HeaderSignature carries the hex HMAC-SHA256 of a payment callback's raw
+// HeaderSignature carries the lower-case hex HMAC-SHA256 of a payment callback's raw
 // body, keyed with Config.PaymentSecret.
 const HeaderSignature = "X-Signature"
 
@@ -84,11 +84,17 @@ func (s *Server) applyPayment(body, signature []byte) (persistence.PayOutcome, p
 	return out, o, err
 }
 
-// validSignature checks X-Signature in constant time.
+// validSignature checks X-Signature in constant time: exactly 64 lower-case
+// hex digits (the one form the API documents; upper case is refused).
 func (s *Server) validSignature(body, signature []byte) bool {
 	var got [sha256.Size]byte
 	if len(signature) != hex.EncodedLen(sha256.Size) {
 		return false
+	}
+	for _, c := range signature {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
 	}
 	if _, err := hex.Decode(got[:], signature); err != nil {
 		return false

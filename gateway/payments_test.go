@@ -117,10 +117,14 @@ func TestPaymentCallback(t *testing.T) {
 	e.callback(no, "p1", 3998, func(b []byte) string { return Sign([]byte("wrong"), b) }).wantError(t, 401, CodeBadSignature)
 	e.badCallback(no, "p1", 3998, func([]byte) string { return "zz" + strings.Repeat("0", 62) }).wantError(t, 401, CodeBadSignature)
 	e.callback(no, "p1", 3998, func([]byte) string { return Sign(testPaySecret, []byte("{}")) }).wantError(t, 401, CodeBadSignature)
-	// Upper-case hex is the same signature.
-	if r := e.callback(no, "p0", 1, func(b []byte) string { return strings.ToUpper(Sign(testPaySecret, b)) }); r.status != 409 {
-		t.Fatalf("upper-case hex: %s", r)
-	}
+	// The signature is lower-case hex, as documented: the same bytes in
+	// upper case (accepted before issue 26), or mixed, are refused.
+	e.callback(no, "p0", 1, func(b []byte) string { return strings.ToUpper(Sign(testPaySecret, b)) }).wantError(t, 401, CodeBadSignature)
+	e.callback(no, "p0", 1, func(b []byte) string {
+		s := Sign(testPaySecret, b)
+		i := strings.IndexAny(s, "abcdef") // one letter upper-cased
+		return s[:i] + strings.ToUpper(s[i:i+1]) + s[i+1:]
+	}).wantError(t, 401, CodeBadSignature)
 
 	e.callback(no, "p1", 3997, nil).wantError(t, 409, CodeAmountMismatch)
 	e.callback(no[:len(no)-1]+"8", "p1", 3998, nil).wantError(t, 404, CodeNotFound)

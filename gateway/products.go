@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,8 +101,8 @@ func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
 // getProduct is GET /api/products/{id}; 404 PRODUCT_NOT_FOUND.
 func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
 	raw, _ := ctx.UserValue("id").(string)
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := parseID(raw)
+	if !ok {
 		s.fail(ctx, errProductNotFound)
 		return
 	}

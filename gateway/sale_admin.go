@@ -58,8 +58,8 @@ const endSkew = time.Second
 // productID is the route's {id}, or errProductNotFound.
 func productID(ctx *fasthttp.RequestCtx) (int64, error) {
 	raw, _ := ctx.UserValue("id").(string)
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := parseID(raw)
+	if !ok {
 		return 0, errProductNotFound
 	}
 	return id, nil
@@ -75,8 +75,8 @@ func pageQuery(ctx *fasthttp.RequestCtx, kind string, errs *[]fieldError) (limit
 	}
 	if raw := string(args.Peek("cursor")); raw != "" {
 		b, err := base64.RawURLEncoding.DecodeString(raw)
-		id, perr := strconv.ParseInt(strings.TrimPrefix(string(b), kind+":"), 10, 64)
-		if err != nil || !strings.HasPrefix(string(b), kind+":") || perr != nil || id <= 0 {
+		id, ok := parseID(strings.TrimPrefix(string(b), kind+":"))
+		if err != nil || !strings.HasPrefix(string(b), kind+":") || !ok {
 			*errs = append(*errs, fieldError{"cursor", "cursor must be a nextCursor of this list"})
 		} else {
 			before = id
@@ -435,12 +435,16 @@ func (s *Server) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action stri
 
 // auditEntryJSON is one entry of GET /api/admin/audit.
 type auditEntryJSON struct {
-	ID        int64           `json:"id"`
-	At        time.Time       `json:"at"`
-	AdminID   int64           `json:"adminId"`
-	Action    string          `json:"action"` // create, patch, pause, resume, end, adjust
-	ProductID *int64          `json:"productId"`
-	Change    json.RawMessage `json:"change"` // patch: {field: {from, to}}; create: the terms; adjust: {repairNo, delta, reason}
+	ID      int64     `json:"id"`
+	At      time.Time `json:"at"`
+	AdminID int64     `json:"adminId"`
+	// AdminIssuer and AdminSubject name an identity provider's admin (absent
+	// for an admin of the direct id range: HS256 tokens).
+	AdminIssuer  string          `json:"adminIssuer,omitempty"`
+	AdminSubject string          `json:"adminSubject,omitempty"`
+	Action       string          `json:"action"` // create, patch, pause, resume, end, adjust, refund, room, replay
+	ProductID    *int64          `json:"productId"`
+	Change       json.RawMessage `json:"change"` // patch: {field: {from, to}}; create: the terms; adjust: {repairNo, delta, reason}
 }
 
 // auditListJSON is the answer of GET /api/admin/audit.
@@ -450,15 +454,16 @@ type auditListJSON struct {
 }
 
 // adminAudit is GET /api/admin/audit?productId=&limit=&cursor=: every admin
-// change (product creation, PATCH, pause, resume, end, stock adjustment),
-// newest first; only productId's with productId. 200; 400.
+// change (product creation, PATCH, pause, resume, end, stock adjustment,
+// refund, waiting-room setting, dead-letter replay), newest first; only
+// productId's with productId. 200; 400.
 func (s *Server) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	var errs []fieldError
 	limit, before := pageQuery(ctx, "a", &errs)
 	var pid int64
 	if raw := ctx.QueryArgs().Peek("productId"); raw != nil {
-		n, err := strconv.ParseInt(string(raw), 10, 64)
-		if err != nil || n <= 0 {
+		n, ok := parseID(string(raw))
+		if !ok {
 			errs = append(errs, fieldError{"productId", "productId must be a positive integer"})
 		}
 		pid = n
@@ -480,7 +485,8 @@ func (s *Server) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 			out.NextCursor = pageCursor("a", rows[limit-1].ID)
 			break
 		}
-		e := auditEntryJSON{ID: r.ID, At: r.At, AdminID: r.AdminID, Action: r.Action, Change: r.Change}
+		e := auditEntryJSON{ID: r.ID, At: r.At, AdminID: r.AdminID, AdminIssuer: r.Admin.Issuer, AdminSubject: r.Admin.Subject,
+			Action: r.Action, Change: r.Change}
 		if r.ProductID > 0 {
 			id := r.ProductID
 			e.ProductID = &id

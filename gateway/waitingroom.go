@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
 )
 
 // The waiting room (lua/waitingroom.go). A product created with
@@ -99,8 +99,8 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		}
 	}
 	raw, _ := ctx.UserValue("id").(string)
-	productID, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || productID <= 0 {
+	productID, ok := parseID(raw)
+	if !ok {
 		s.fail(ctx, errProductNotFound)
 		return
 	}
@@ -151,14 +151,15 @@ const (
 //	 own ceiling only), "windowSeconds" (optional, 1…3600, default Config.RoomWindow)}
 //
 // 200 {"productId","on","ceiling","windowSeconds"}; 400 (also for a sharded
-// product); 403; 404. Turning the room off lets every buyer order directly;
+// product); 403; 404; every change leaves an admin_audit entry (action
+// room) naming the admin. Turning the room off lets every buyer order directly;
 // the line is kept and is used again if the room is turned back on. Other
 // gateways learn of a room turned on from their next order request for the
 // product (ROOM_ON, answered again with the admission check).
-func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	raw, _ := ctx.UserValue("id").(string)
-	productID, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || productID <= 0 {
+	productID, ok := parseID(raw)
+	if !ok {
 		s.fail(ctx, errProductNotFound)
 		return
 	}
@@ -200,6 +201,17 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	s.log.Info("waiting room set", "productId", productID, "on", on, "ceiling", ceiling, "windowSeconds", window)
+	// Audited after the change (it lives in Redis): a failed audit answers
+	// 503, and sending the same settings again is harmless and audits them.
+	change := map[string]any{"on": on, "ceiling": ceiling, "windowSeconds": window}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	err = s.store.Audit(sctx, c.UserID, persistence.ActionRoom, productID, change)
+	cancel()
+	if err != nil {
+		s.log.Error("waiting room set but not audited", append(adminAttrs(c), "productId", productID, "on", on, "err", err)...)
+		s.fail(ctx, err)
+		return
+	}
+	s.log.Info("waiting room set", append(adminAttrs(c), "productId", productID, "on", on, "ceiling", ceiling, "windowSeconds", window)...)
 	s.writeJSON(ctx, fasthttp.StatusOK, map[string]any{"productId": productID, "on": on, "ceiling": ceiling, "windowSeconds": window})
 }

@@ -99,37 +99,54 @@ type RefundResult struct {
 // at most; of two concurrent refunds of one payment exactly one updates the
 // row.
 //
+// The refund that changes the row writes its admin_audit entry (adminID,
+// ActionRefund, {paymentNo, orderNo, refundNo}) in the same transaction; a
+// replay writes none.
+//
 // Errors: ErrNotFound (no such payment), ErrAlreadyRefunded (refunded under
 // another refundNo), ErrNotRefundable (PAID), ErrRefundNoReused (refundNo
 // refunded another payment).
-func (s *Store) Refund(ctx context.Context, paymentNo, refundNo string) (RefundResult, error) {
-	res, err := s.DB.ExecContext(ctx, `UPDATE payment SET status = ?, refund_no = ?, refunded_at = NOW(3)
-		WHERE payment_no = ? AND status = ?`, PaymentRefunded, refundNo, paymentNo, PaymentRefundPending)
-	if IsDuplicate(err) {
-		return RefundResult{}, fmt.Errorf("persistence: refund %s: %w", paymentNo, ErrRefundNoReused)
-	}
-	if err != nil {
-		return RefundResult{}, fmt.Errorf("persistence: refund %s: %w", paymentNo, err)
-	}
-	applied, _ := res.RowsAffected()
+func (s *Store) Refund(ctx context.Context, adminID int64, paymentNo, refundNo string) (RefundResult, error) {
 	var r RefundResult
-	var rno sql.NullString
-	var at sql.NullTime
-	err = s.DB.QueryRowContext(ctx, `SELECT payment_no, order_no, status, refund_no, refunded_at FROM payment WHERE payment_no = ?`,
-		paymentNo).Scan(&r.PaymentNo, &r.OrderNo, &r.Status, &rno, &at)
-	if errors.Is(err, sql.ErrNoRows) {
+	err := s.WithTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE payment SET status = ?, refund_no = ?, refunded_at = NOW(3)
+			WHERE payment_no = ? AND status = ?`, PaymentRefunded, refundNo, paymentNo, PaymentRefundPending)
+		if IsDuplicate(err) {
+			return ErrRefundNoReused
+		}
+		if err != nil {
+			return err
+		}
+		applied, _ := res.RowsAffected()
+		var rno sql.NullString
+		var at sql.NullTime
+		err = tx.QueryRowContext(ctx, `SELECT payment_no, order_no, status, refund_no, refunded_at FROM payment WHERE payment_no = ?`,
+			paymentNo).Scan(&r.PaymentNo, &r.OrderNo, &r.Status, &rno, &at)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case r.Status == PaymentRefunded && rno.String == refundNo:
+			r.RefundNo, r.RefundedAt, r.Applied = rno.String, at.Time.UTC(), applied == 1
+		case r.Status == PaymentRefunded:
+			return fmt.Errorf("%w (refundNo %s)", ErrAlreadyRefunded, rno.String)
+		default: // PAID (a REFUND_PENDING row was updated above, or by a racing refund that then shows as REFUNDED)
+			return fmt.Errorf("%w: payment is %s", ErrNotRefundable, r.Status)
+		}
+		if !r.Applied {
+			return nil
+		}
+		return insertAudit(ctx, tx, adminID, ActionRefund, 0,
+			map[string]any{"paymentNo": r.PaymentNo, "orderNo": r.OrderNo, "refundNo": r.RefundNo})
+	})
+	if errors.Is(err, ErrNotFound) {
 		return RefundResult{}, ErrNotFound
 	}
 	if err != nil {
 		return RefundResult{}, fmt.Errorf("persistence: refund %s: %w", paymentNo, err)
 	}
-	switch {
-	case r.Status == PaymentRefunded && rno.String == refundNo:
-		r.RefundNo, r.RefundedAt, r.Applied = rno.String, at.Time.UTC(), applied == 1
-		return r, nil
-	case r.Status == PaymentRefunded:
-		return RefundResult{}, fmt.Errorf("persistence: refund %s: %w (refundNo %s)", paymentNo, ErrAlreadyRefunded, rno.String)
-	default: // PAID (a REFUND_PENDING row was updated above, or by a racing refund that then shows as REFUNDED)
-		return RefundResult{}, fmt.Errorf("persistence: refund %s: %w: payment is %s", paymentNo, ErrNotRefundable, r.Status)
-	}
+	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestRefundRacesAndConstraints(t *testing.T) {
 	applied, refused := 0, 0
 	for i := range 10 {
 		wg.Go(func() {
-			r, err := s.Refund(ctx, "late-0", fmt.Sprintf("RF-%d", i))
+			r, err := s.Refund(ctx, 7, "late-0", fmt.Sprintf("RF-%d", i))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -57,18 +58,34 @@ func TestRefundRacesAndConstraints(t *testing.T) {
 	}
 	var rno string
 	s.DB.QueryRow(`SELECT refund_no FROM payment WHERE payment_no = 'late-0'`).Scan(&rno)
-	again, err := s.Refund(ctx, "late-0", rno)
+	again, err := s.Refund(ctx, 7, "late-0", rno)
 	if err != nil || again.Applied || again.RefundNo != rno || again.RefundedAt.IsZero() {
 		t.Fatalf("replay of the winner: %+v %v", again, err)
 	}
-	if _, err := s.Refund(ctx, "late-1", rno); !errors.Is(err, persistence.ErrRefundNoReused) {
+	if _, err := s.Refund(ctx, 7, "late-1", rno); !errors.Is(err, persistence.ErrRefundNoReused) {
 		t.Fatalf("refundNo of another payment: %v", err)
 	}
-	if _, err := s.Refund(ctx, "nope", "RF-x"); !errors.Is(err, persistence.ErrNotFound) {
+	if _, err := s.Refund(ctx, 7, "nope", "RF-x"); !errors.Is(err, persistence.ErrNotFound) {
 		t.Fatalf("unknown payment: %v", err)
 	}
 	if n, _, _ := s.RefundBacklog(ctx); n != 2 {
 		t.Fatalf("backlog %d after one refund", n)
+	}
+	// The one refund that changed the payment left one audit entry with the
+	// admin; the replays and refusals none (issue 26).
+	audit, err := s.ListAudit(ctx, 0, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refunds []persistence.AuditEntry
+	for _, e := range audit {
+		if e.Action == persistence.ActionRefund {
+			refunds = append(refunds, e)
+		}
+	}
+	if len(refunds) != 1 || refunds[0].AdminID != 7 || !strings.Contains(string(refunds[0].Change), `"refundNo":"`+rno+`"`) ||
+		!strings.Contains(string(refunds[0].Change), `"paymentNo":"late-0"`) {
+		t.Fatalf("refund audit entries: %+v", refunds)
 	}
 	for what, q := range map[string]string{
 		"an unknown status":          `UPDATE payment SET status = 'LOST' WHERE payment_no = 'late-1'`,

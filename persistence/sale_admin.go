@@ -17,18 +17,30 @@ const (
 	ActionResume = "resume" // change = {paused: {from: true, to: false}}
 	ActionEnd    = "end"    // change = {saleEnd: {from, to}}
 	ActionAdjust = "adjust" // stock repair; change = {repairNo, delta, reason}
+	ActionRefund = "refund" // a REFUND_PENDING payment refunded; change = {paymentNo, orderNo, refundNo}
+	ActionRoom   = "room"   // waiting-room settings; change = {on, ceiling, windowSeconds}
+	ActionReplay = "replay" // dead letters replayed; change = {eventIds | all, dropPoison, result}
 )
 
-// AuditEntry is a row of admin_audit: who (AdminID) did what (Action,
+// AuditEntry is a row of admin_audit: who (AdminID, and the identity
+// provider's name of that admin when it has one: Admin) did what (Action,
 // Change, a JSON object) to which product (ProductID, 0 = none) when (At,
 // database clock, UTC).
 type AuditEntry struct {
 	ID        int64
 	At        time.Time
 	AdminID   int64
+	Admin     Identity // zero for an admin of the direct id range (HS256)
 	Action    string
 	ProductID int64
 	Change    json.RawMessage
+}
+
+// Audit writes one admin_audit entry on its own, for an admin action whose
+// effect is not in MySQL (a waiting-room setting in Redis, a dead-letter
+// replay through RabbitMQ): written after the action succeeded.
+func (s *Store) Audit(ctx context.Context, adminID int64, action string, productID int64, change any) error {
+	return s.WithTx(ctx, func(tx *sql.Tx) error { return insertAudit(ctx, tx, adminID, action, productID, change) })
 }
 
 // FromTo is one field's change in an audit entry.
@@ -138,13 +150,15 @@ func (s *Store) ListAudit(ctx context.Context, productID, beforeID int64, limit 
 	if beforeID <= 0 {
 		beforeID = 1<<63 - 1
 	}
-	q := "SELECT id, at, admin_id, action, COALESCE(product_id, 0), `change` FROM admin_audit WHERE id < ?"
-	args := []any{beforeID}
+	// The identity join is a primary-key lookup per entry (userIDOf).
+	q := "SELECT a.id, a.at, a.admin_id, COALESCE(u.issuer, ''), COALESCE(u.subject, ''), a.action, COALESCE(a.product_id, 0), a.`change`" +
+		" FROM admin_audit a LEFT JOIN user_identity u ON u.seq = a.admin_id - ? WHERE a.id < ?"
+	args := []any{userIDOf(0), beforeID}
 	if productID > 0 {
-		q += " AND product_id = ?"
+		q += " AND a.product_id = ?"
 		args = append(args, productID)
 	}
-	q += " ORDER BY id DESC LIMIT ?"
+	q += " ORDER BY a.id DESC LIMIT ?"
 	args = append(args, limit)
 	rows, err := s.DB.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -155,7 +169,7 @@ func (s *Store) ListAudit(ctx context.Context, productID, beforeID int64, limit 
 	for rows.Next() {
 		var e AuditEntry
 		var change string
-		if err := rows.Scan(&e.ID, &e.At, &e.AdminID, &e.Action, &e.ProductID, &change); err != nil {
+		if err := rows.Scan(&e.ID, &e.At, &e.AdminID, &e.Admin.Issuer, &e.Admin.Subject, &e.Action, &e.ProductID, &change); err != nil {
 			return nil, err
 		}
 		e.At, e.Change = e.At.UTC(), json.RawMessage(change)

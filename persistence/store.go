@@ -69,14 +69,13 @@ func NormalizeDSN(dsn string) (*mysql.Config, error) {
 	return cfg, nil
 }
 
-// Open connects to dsn (see NormalizeDSN), creating the database if it does
-// not exist, and pings it.
+// Open connects to dsn (see NormalizeDSN) and pings it, creating the
+// database first only if it does not exist: a least-privilege user (DML on
+// the database, docker-compose.yml's "stampede") can open an existing
+// database, which CREATE DATABASE IF NOT EXISTS would refuse it.
 func Open(ctx context.Context, dsn string) (*Store, error) {
 	cfg, err := NormalizeDSN(dsn)
 	if err != nil {
-		return nil, err
-	}
-	if err := EnsureDatabase(ctx, cfg); err != nil {
 		return nil, err
 	}
 	db, err := sql.Open("mysql", cfg.FormatDSN())
@@ -86,11 +85,24 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxOpenConns(64)
 	db.SetMaxIdleConns(64)
 	db.SetConnMaxLifetime(30 * time.Minute)
-	if err := db.PingContext(ctx); err != nil {
+	err = db.PingContext(ctx)
+	if isUnknownDatabase(err) {
+		if err = EnsureDatabase(ctx, cfg); err == nil {
+			err = db.PingContext(ctx)
+		}
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("persistence: ping: %w", err)
 	}
 	return &Store{DB: db}, nil
+}
+
+// isUnknownDatabase reports whether err is MySQL error 1049 (unknown
+// database).
+func isUnknownDatabase(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1049
 }
 
 // EnsureDatabase creates cfg.DBName (utf8mb4, binary collation) if missing.

@@ -122,7 +122,7 @@ func TestSweeperSaleAndRefundGauges(t *testing.T) {
 	}
 
 	// The refund empties the queue: the gauges follow at the next round.
-	if _, err := e.store.Refund(ctx, "late-3", "RF-late-3"); err != nil {
+	if _, err := e.store.Refund(ctx, 1, "late-3", "RF-late-3"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ReconcileOnce(ctx); err != nil {

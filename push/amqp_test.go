@@ -17,7 +17,7 @@ func TestOwnershipOverRabbitMQ(t *testing.T) {
 	ex := exchangeName(t)
 	h := startHub(t, Config{Exchange: ex}, newMemSnapshots(), amqpURL(t), nil)
 	a1 := dial(t, h.url, token(t, 1), dialOpts{})
-	a2 := dial(t, h.url, token(t, 1), dialOpts{query: true})
+	a2 := dial(t, h.url, token(t, 1), dialOpts{})
 	b := dial(t, h.url, token(t, 2), dialOpts{})
 	waitFor(t, wait, "three sockets", func() bool { return h.Stats().Sockets == 3 })
 

@@ -25,8 +25,10 @@ type Config struct {
 	// SendBuffer is the number of messages queued per socket; a socket whose
 	// buffer is full is disconnected with 1008 as a slow consumer. Default 64.
 	SendBuffer int
-	// PingInterval is the period of WebSocket pings; a socket that does not
-	// answer one within WriteTimeout is closed. Default 20s.
+	// PingInterval is how long a socket may go without a message before it
+	// gets a WebSocket ping; one that does not answer within WriteTimeout is
+	// closed (writer.go: a socket that is sent messages needs no pings).
+	// Default 20s.
 	PingInterval time.Duration
 	// WriteTimeout bounds one write (and one ping round trip) on a socket.
 	// Default 5s.
@@ -64,6 +66,23 @@ type Config struct {
 	// socket over the cap closes the user's oldest one with
 	// StatusTooManySockets (4429). Default 8; -1: no cap.
 	MaxSocketsPerUser int
+
+	// HandshakeUserRate is how many sockets per second one user may open
+	// (a token bucket of ten seconds' worth), checked after the token and
+	// before any database read: a handshake over it is closed with 1013
+	// (try again later). Default 1; negative: no limit.
+	HandshakeUserRate float64
+	// HandshakeAddrRate is how many handshakes per second one client
+	// address may start (a bucket of ten seconds' worth), checked before the
+	// token is: over it, 429 with Retry-After before the upgrade. Loopback
+	// peers are not limited (a proxy on the same host shows every client
+	// as loopback: limit at the proxy). Default 10; negative: no limit.
+	HandshakeAddrRate float64
+
+	// KeyCheckInterval is how often an open socket checks that the key its
+	// token was verified with is still in the provider's key set (as last
+	// fetched); one that left it closes the socket with 4401. Default 5s.
+	KeyCheckInterval time.Duration
 
 	// MaxHeaderBytes bounds the request headers of a socket's handshake
 	// (net/http's MaxHeaderBytes; larger ones get 431). Default 4096, as
@@ -119,6 +138,15 @@ func (c *Config) setDefaults() {
 	if c.MaxSocketsPerUser == 0 {
 		c.MaxSocketsPerUser = 8
 	}
+	if c.HandshakeUserRate == 0 {
+		c.HandshakeUserRate = 1
+	}
+	if c.HandshakeAddrRate == 0 {
+		c.HandshakeAddrRate = 10
+	}
+	if c.KeyCheckInterval == 0 {
+		c.KeyCheckInterval = 5 * time.Second
+	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = 4096
 	}
@@ -142,7 +170,7 @@ func (c *Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"PingInterval": c.PingInterval, "WriteTimeout": c.WriteTimeout, "ProductThrottle": c.ProductThrottle,
 		"SnapshotTimeout": c.SnapshotTimeout, "ReconnectMin": c.ReconnectMin, "ReconnectMax": c.ReconnectMax,
-		"ShutdownTimeout": c.ShutdownTimeout,
+		"ShutdownTimeout": c.ShutdownTimeout, "KeyCheckInterval": c.KeyCheckInterval,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v < 0", name, d))

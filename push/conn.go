@@ -7,39 +7,47 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/order"
 )
 
-// conn is one open socket of an authenticated user. Messages go through send,
-// a bounded buffer drained by writeLoop; whoever fills it up evicts the socket
-// instead of waiting. Order messages pass the version check under mu in the
-// same step as they are queued, so the queue holds every order's versions in
-// increasing order.
+// conn is one open socket of an authenticated user. Messages go through
+// queue, a bounded buffer drained by a writer goroutine that runs only while
+// there is something to send (writer.go); whoever fills it up evicts the
+// socket instead of waiting. Order messages pass the version check under mu
+// in the same step as they are queued, so the queue holds every order's
+// versions in increasing order. Maps and the queue are made on first use:
+// most sockets of a waiting room never get an order message.
 type conn struct {
 	hub    *Hub
 	ws     *websocket.Conn
 	nc     net.Conn // the hijacked connection, if the hub's own server accepted it
 	userID int64
-	seq    uint64 // registration order in the hub (the oldest socket has the lowest)
-	send   chan []byte
-
-	ctx    context.Context // cancelled by kill; bounds snapshot loads
-	cancel context.CancelFunc
+	claims auth.Claims // of the token it was opened with (watchKeys)
+	seq    uint64      // registration order in the hub (the oldest socket has the lowest)
 
 	mu          sync.Mutex
 	closed      bool
 	closeCode   websocket.StatusCode
 	closeReason string
-	done        chan struct{}    // closed by kill
+	queue       [][]byte         // messages to send, oldest first, at most Config.SendBuffer
+	writing     bool             // a writer goroutine runs (writer.go)
+	pingDue     bool             // pingTimer fired: the writer sends a ping
+	pingTimer   *time.Timer      // fires PingInterval after the last ping's answer (writer.go)
+	expire      *time.Timer      // fires at the token's exp (expireAt)
+	lastSent    atomic.Int64     // Unix ns of the last message written, for pingTimer
+	writers     sync.WaitGroup   // the writer goroutine, for the reader to wait on
 	versions    map[string]int64 // orderNo → highest version queued
 	holdAll     int              // > 0: a load of the recent orders is in flight
 	holdOrders  map[string]int   // orderNo → loads of that order in flight
 	pending     []outgoing       // order messages held back by a load
 	subs        []string         // subscribed orderNos, oldest first, at most MaxSubscriptions
+	loads       []*load          // loads in flight (loadContext), cancelled by kill
 
 	// Token bucket of snapshot loads asked for by subscribe; used by the
 	// reader goroutine only.
@@ -69,25 +77,68 @@ func (c *conn) allowLoad(now time.Time) bool {
 	return true
 }
 
-func newConn(h *Hub, ws *websocket.Conn, userID int64) *conn {
-	ctx, cancel := context.WithCancel(h.ctx)
-	return &conn{
-		hub: h, ws: ws, userID: userID,
-		send:     make(chan []byte, h.cfg.SendBuffer),
-		ctx:      ctx,
-		cancel:   cancel,
-		done:     make(chan struct{}),
-		versions: make(map[string]int64), holdOrders: make(map[string]int),
+func newConn(h *Hub, ws *websocket.Conn, claims auth.Claims) *conn {
+	return &conn{hub: h, ws: ws, userID: claims.UserID, claims: claims}
+}
+
+// expireAt closes the socket with 4401 at exp, its token's expiry (the
+// client reconnects with a fresh token); the timer stops when the socket
+// closes (writeLoop).
+func (c *conn) expireAt(exp time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
 	}
+	c.expire = time.AfterFunc(time.Until(exp), func() {
+		c.hub.stats.expired.Add(1)
+		c.kill(StatusUnauthenticated, "token expired")
+	})
+}
+
+// load is one load in flight for a socket.
+type load struct{ cancel context.CancelFunc }
+
+// loadContext returns the context of one load for the socket (snapshots,
+// tickets): bounded by SnapshotTimeout and cancelled when the socket is
+// killed or the hub has shut down. The caller calls done when the load
+// ends. The socket keeps no context of its own between loads.
+func (c *conn) loadContext() (ctx context.Context, done func()) {
+	ctx, cancel := context.WithTimeout(c.hub.ctx, c.hub.cfg.SnapshotTimeout)
+	l := &load{cancel: cancel}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel()
+		return ctx, cancel
+	}
+	c.loads = append(c.loads, l)
+	return ctx, func() {
+		c.mu.Lock()
+		if i := slices.Index(c.loads, l); i >= 0 {
+			c.loads = slices.Delete(c.loads, i, i+1)
+		}
+		if len(c.loads) == 0 {
+			c.loads = nil
+		}
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// gone reports whether the socket was killed or the hub has shut down: a
+// load that failed then is no news for anyone.
+func (c *conn) gone() bool {
+	return c.isClosed() || c.hub.ctx.Err() != nil
 }
 
 // maxPending bounds the order messages held back while a snapshot loads; a
 // socket that exceeds it is closed with 1013 and reconnects for a fresh
 // snapshot.
-func (c *conn) maxPending() int { return 4 * cap(c.send) }
+func (c *conn) maxPending() int { return 4 * c.hub.cfg.SendBuffer }
 
-// kill marks the socket closed with code and reason; writeLoop sends the close
-// frame. Only the first call counts.
+// kill marks the socket closed with code and reason; the writer sends the
+// close frame. Only the first call counts.
 func (c *conn) kill(code websocket.StatusCode, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -101,8 +152,11 @@ func (c *conn) killLocked(code websocket.StatusCode, reason string) {
 	c.closed = true
 	c.closeCode, c.closeReason = code, reason
 	c.pending = nil
-	close(c.done)
-	c.cancel()
+	for _, l := range c.loads {
+		l.cancel()
+	}
+	c.loads = nil
+	c.startWriterLocked() // to send the close frame
 }
 
 // deliver queues m unless a snapshot load holds it back. Never blocks.
@@ -133,17 +187,21 @@ func (c *conn) offerLocked(m outgoing) {
 		c.hub.stats.stale.Add(1)
 		return
 	}
-	select {
-	case c.send <- m.data:
-		c.hub.stats.sent.Add(1)
-		if m.orderNo != "" {
-			c.versions[m.orderNo] = m.version
-		}
-	default:
+	if len(c.queue) >= c.hub.cfg.SendBuffer {
 		c.hub.stats.evicted.Add(1)
-		c.hub.log.Info("evicting slow socket", "user", c.userID, "buffer", cap(c.send))
+		c.hub.log.Info("evicting slow socket", "user", c.userID, "buffer", c.hub.cfg.SendBuffer)
 		c.killLocked(websocket.StatusPolicyViolation, "slow consumer: send buffer full")
+		return
 	}
+	c.queue = append(c.queue, m.data)
+	c.hub.stats.sent.Add(1)
+	if m.orderNo != "" {
+		if c.versions == nil {
+			c.versions = make(map[string]int64)
+		}
+		c.versions[m.orderNo] = m.version
+	}
+	c.startWriterLocked()
 }
 
 // hold holds back events of orderNo ("" = of every order) until release.
@@ -152,6 +210,9 @@ func (c *conn) hold(orderNos ...string) {
 	defer c.mu.Unlock()
 	if len(orderNos) == 0 {
 		c.holdAll++
+	}
+	if len(orderNos) > 0 && c.holdOrders == nil {
+		c.holdOrders = make(map[string]int)
 	}
 	for _, no := range orderNos {
 		c.holdOrders[no]++
@@ -197,10 +258,10 @@ func (c *conn) release(snaps []Snapshot, orderNos ...string) {
 // orders it subscribed to, then ends the hold on all events. The caller has
 // taken the hold (holdAll) before the socket could receive events.
 func (c *conn) sendRecent() {
-	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
-	defer cancel()
+	ctx, done := c.loadContext()
+	defer done()
 	snaps, err := c.hub.snap.RecentOrders(ctx, c.userID, c.hub.cfg.SnapshotOrders)
-	if err != nil && c.ctx.Err() == nil {
+	if err != nil && !c.gone() {
 		c.hub.log.Warn("load recent orders", "user", c.userID, "err", err)
 		c.deliver(outgoing{data: encodeError(codeUnavailable, "", "order snapshots are unavailable; poll the orders API")})
 	}
@@ -238,9 +299,9 @@ func (c *conn) subscribe(no string) {
 		return
 	}
 	c.hold(no)
-	ctx, cancel := context.WithTimeout(c.ctx, c.hub.cfg.SnapshotTimeout)
+	ctx, done := c.loadContext()
 	s, err := c.hub.snap.OrderSnapshot(ctx, c.userID, no)
-	cancel()
+	done()
 	var snaps []Snapshot
 	switch {
 	case err == nil && s.UserID == c.userID && s.OrderNo == no:
@@ -251,7 +312,7 @@ func (c *conn) subscribe(no string) {
 		c.deliver(outgoing{data: encodeError(codeNotFound, no, "no such order (it may still be processing)")})
 		c.remember(no) // its events will still come; resync should find it once written
 	default:
-		if c.ctx.Err() == nil {
+		if !c.gone() {
 			c.hub.log.Warn("load order snapshot", "user", c.userID, "orderNo", no, "err", err)
 			c.deliver(outgoing{data: encodeError(codeUnavailable, no, "order snapshot unavailable; poll the orders API")})
 		}
@@ -273,7 +334,10 @@ func (c *conn) remember(no string) {
 
 // readLoop handles client messages until the socket closes. It reads with a
 // background context: the socket ends when the close handshake started by
-// writeLoop completes (or times out), not the moment kill is called.
+// the writer completes (or times out), not the moment kill is called. The
+// loads a message asks for run on a goroutine of their own (offload), so the
+// reader, which lives as long as the socket, keeps the small stack of a
+// goroutine waiting in a read.
 func (c *conn) readLoop() {
 	for {
 		typ, data, err := c.ws.Read(context.Background())
@@ -287,54 +351,22 @@ func (c *conn) readLoop() {
 		}
 		switch m.Type {
 		case "subscribe":
-			c.subscribe(m.OrderNo)
+			offload(func() { c.subscribe(m.OrderNo) })
 		case "ping":
 			c.deliver(outgoing{data: pongMessage})
 		case "queue": // line.go
-			c.followLine(m.ProductID)
+			offload(func() { c.followLine(m.ProductID) })
 		default:
 			c.deliver(outgoing{data: encodeError(codeBadMessage, "", "unknown message type")})
 		}
 	}
 }
 
-// writeLoop is the socket's only writer: it sends queued messages and pings,
-// and the close frame once the socket is killed.
-func (c *conn) writeLoop() {
-	ping := time.NewTicker(c.hub.cfg.PingInterval)
-	defer ping.Stop()
-	for {
-		select {
-		case <-c.done:
-			c.hub.unregister(c) // no more messages: leave the registry now, not after the handshake
-			c.mu.Lock()
-			code, reason := c.closeCode, c.closeReason
-			c.mu.Unlock()
-			if code == websocket.StatusNormalClosure && reason == "" {
-				c.ws.CloseNow() // the peer went away first
-				return
-			}
-			closeBounded(c.ws, c.nc, c.hub.cfg.WriteTimeout, code, reason)
-			return
-		case data := <-c.send:
-			ctx, cancel := context.WithTimeout(context.Background(), c.hub.cfg.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, data)
-			cancel()
-			if err != nil {
-				c.kill(websocket.StatusNormalClosure, "")
-				c.ws.CloseNow()
-				return
-			}
-		case <-ping.C:
-			ctx, cancel := context.WithTimeout(context.Background(), c.hub.cfg.WriteTimeout)
-			err := c.ws.Ping(ctx)
-			cancel()
-			if err != nil {
-				c.hub.log.Debug("ping failed", "user", c.userID, "err", err)
-				c.kill(websocket.StatusNormalClosure, "")
-				c.ws.CloseNow()
-				return
-			}
-		}
-	}
+// run is the socket's reader goroutine: it handles client messages until
+// the socket closes, then waits for the writer to finish the close.
+func (c *conn) run() {
+	c.readLoop()
+	c.kill(websocket.StatusNormalClosure, "")
+	c.writers.Wait()
+	c.hub.unregister(c)
 }

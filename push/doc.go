@@ -21,9 +21,13 @@
 // "sold out", "back in stock", throttled per product and ordered by seq; the
 // ticket is looked up through Config.Lines, never taken from the client.
 //
-// Each socket has a bounded send buffer drained by its own writer goroutine;
-// a client that cannot keep up is disconnected (close 1008) instead of slowing
-// the hub or other clients. Heartbeats are WebSocket pings; shutdown closes
+// Each socket has a bounded send buffer drained by a writer goroutine that
+// runs only while there is something to send (writer.go); a client that
+// cannot keep up is disconnected (close 1008) instead of slowing the hub or
+// other clients. A waiting socket costs one parked reader goroutine and small
+// buffers (hijack.go), no more (README "Waiting room" has the measured cost).
+// Heartbeats are WebSocket pings to sockets that were sent nothing for
+// PingInterval; shutdown closes
 // every socket with 1001 and a reason; an unauthenticated socket is closed with
 // 4401. A user may hold Config.MaxSocketsPerUser sockets (8): one more closes
 // the user's oldest with 4429 ("too many sockets for this user …"). Browser

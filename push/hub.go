@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,8 @@ type Hub struct {
 
 	lines lineBook // line.go: waiting-room places
 
+	addrLimit, userLimit *handshakeLimiter // handshake.go; nil: no limit
+
 	started   atomic.Bool
 	consuming atomic.Bool
 	stats     counters
@@ -51,7 +54,7 @@ type Hub struct {
 
 type counters struct {
 	sockets, received, malformed, sent, stale, evicted, unauthenticated, reconnects atomic.Int64
-	originRefused, overCap                                                          atomic.Int64
+	originRefused, overCap, rateLimited, expired, keyWithdrawn                      atomic.Int64
 	seq                                                                             atomic.Uint64 // order of registration (oldest socket first)
 }
 
@@ -68,6 +71,9 @@ type Stats struct {
 	AMQPReconnects  int64 // RabbitMQ connections made after the first
 	OriginRefused   int64 // handshakes refused (403) for their Origin
 	OverCap         int64 // sockets closed with 4429: their user opened more than MaxSocketsPerUser
+	RateLimited     int64 // handshakes refused by HandshakeAddrRate (429) or HandshakeUserRate (1013)
+	Expired         int64 // sockets closed with 4401 at their token's exp
+	KeyWithdrawn    int64 // sockets closed with 4401 because their token's key left the provider's set
 }
 
 // New returns a Hub. verifier checks the bearer tokens; snap reads order
@@ -89,8 +95,10 @@ func New(cfg Config, verifier *auth.Verifier, snap Snapshotter, amqpURL string, 
 	return &Hub{
 		cfg: cfg, verifier: verifier, snap: snap, amqpURL: amqpURL, log: logger.With("component", "push"),
 		ctx: ctx, cancel: cancel,
-		users:    make(map[int64]map[*conn]struct{}),
-		products: make(map[int64]*productState),
+		users:     make(map[int64]map[*conn]struct{}),
+		products:  make(map[int64]*productState),
+		addrLimit: newHandshakeLimiter(cfg.HandshakeAddrRate),
+		userLimit: newHandshakeLimiter(cfg.HandshakeUserRate),
 	}, nil
 }
 
@@ -131,6 +139,11 @@ func (h *Hub) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(consumeDone)
 		h.Consume(consumeCtx)
 	}()
+	keysDone := make(chan struct{})
+	go func() {
+		defer close(keysDone)
+		h.watchKeys(consumeCtx)
+	}()
 	h.log.Info("push serving", "addr", ln.Addr().String())
 
 	var err error
@@ -150,6 +163,7 @@ func (h *Hub) Serve(ctx context.Context, ln net.Listener) error {
 		err = cerr
 	}
 	<-consumeDone
+	<-keysDone
 	if err == nil {
 		select {
 		case e := <-serveErr:
@@ -208,9 +222,13 @@ func (h *Hub) shutdown(ctx context.Context) error {
 
 // Handler serves GET /ws (SPEC §3). The token is taken from the
 // Sec-WebSocket-Protocol header (["stampede", "<token>"]; the server answers
-// "stampede") or from the token query parameter. A socket without a valid
-// token is accepted and closed at once with 4401, since browsers do not expose
-// the status of a refused upgrade.
+// "stampede"), never from the URL (a ?token= would end up in proxy logs). A
+// socket without a valid token is accepted and closed at once with 4401,
+// since browsers do not expose the status of a refused upgrade. A socket
+// follows its token: it is closed with 4401 at the token's exp (the client
+// reconnects with a fresh token) and once the key that signed it left the
+// provider's key set (KeyCheckInterval). Handshakes are rate-limited per
+// client address and per user (handshake.go).
 //
 // Serve uses it. To mount it on another net/http server instead, also run
 // Consume and call Close at shutdown; close handshakes with clients that
@@ -225,7 +243,8 @@ func (h *Hub) Handler() http.Handler {
 // netConnKey is the request context key of the connection Serve accepted.
 type netConnKey struct{}
 
-// tokenFrom returns the bearer token of a socket request.
+// tokenFrom returns the bearer token of a socket request: the offered
+// subprotocol that is not Subprotocol ("" without one).
 func tokenFrom(r *http.Request) string {
 	var offered []string
 	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
@@ -240,7 +259,7 @@ func tokenFrom(r *http.Request) string {
 			return p
 		}
 	}
-	return r.URL.Query().Get("token")
+	return ""
 }
 
 func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
@@ -257,39 +276,79 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "push: origin not allowed", http.StatusForbidden)
 		return
 	}
+	if ok, wait := h.addrLimit.allow(clientAddr(r), time.Now()); !ok {
+		h.stats.rateLimited.Add(1)
+		w.Header().Set("Retry-After", retryAfter(wait))
+		http.Error(w, "push: too many handshakes from this address", http.StatusTooManyRequests)
+		return
+	}
 	token := tokenFrom(r)
 	// The origin was checked above (Config.AllowedOrigins).
 	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true}
-	ws, err := websocket.Accept(w, r, opts)
+	ws, err := websocket.Accept(leanHijacker{w}, r, opts) // hijack.go: small buffers
 	if err != nil {
 		h.log.Debug("websocket accept", "err", err)
 		return
 	}
 	nc, _ := r.Context().Value(netConnKey{}).(net.Conn)
 	claims, err := h.verifier.Verify(token)
+	if errors.Is(err, auth.ErrIdentityUnavailable) { // a valid token, the mapping store is down: retry
+		closeBounded(ws, nc, h.cfg.WriteTimeout, websocket.StatusTryAgainLater, "sign-in lookup unavailable; retry shortly")
+		return
+	}
 	if err != nil {
 		h.stats.unauthenticated.Add(1)
 		closeBounded(ws, nc, h.cfg.WriteTimeout, StatusUnauthenticated, "unauthenticated")
 		return
 	}
+	if ok, wait := h.userLimit.allow(strconv.FormatInt(claims.UserID, 10), time.Now()); !ok {
+		h.stats.rateLimited.Add(1)
+		closeBounded(ws, nc, h.cfg.WriteTimeout, websocket.StatusTryAgainLater,
+			fmt.Sprintf("too many sockets opened by this user; retry in %ss", retryAfter(wait)))
+		return
+	}
 	ws.SetReadLimit(4096)
-	c := newConn(h, ws, claims.UserID)
+	c := newConn(h, ws, claims)
 	c.nc = nc
 	c.holdAll = 1 // released once the connect snapshots are queued
 	if !h.register(c) {
 		closeBounded(ws, nc, h.cfg.WriteTimeout, websocket.StatusGoingAway, "server shutting down")
 		return
 	}
-	defer h.unregister(c)
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		c.writeLoop()
-	}()
+	c.startPings()
+	c.expireAt(claims.Expires) // at exp the token is no longer valid: neither is the socket
 	c.sendRecent()
-	c.readLoop()
-	c.kill(websocket.StatusNormalClosure, "")
-	<-writerDone
+	// The socket's reader gets a goroutine of its own and this one, net/http's,
+	// ends with its request and its deeper stack: a waiting socket keeps one
+	// small goroutine (writer.go). This handler is still counted in wg, so
+	// the Add cannot race with shutdown's Wait.
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		c.run()
+	}()
+}
+
+// watchKeys closes with 4401, every KeyCheckInterval until ctx ends, the
+// sockets whose token was signed with a key that has left its provider's key
+// set (as last fetched: auth.Verifier.KeyCurrent makes no request). One loop
+// for every socket: a socket keeps no timer of its own for it.
+func (h *Hub) watchKeys(ctx context.Context) {
+	t := time.NewTicker(h.cfg.KeyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range h.conns() {
+			if !h.verifier.KeyCurrent(c.claims) {
+				h.stats.keyWithdrawn.Add(1)
+				c.kill(StatusUnauthenticated, "the token's signing key was withdrawn")
+			}
+		}
+	}
 }
 
 // originAllowed applies Config.AllowedOrigins to the request's Origin.
@@ -446,6 +505,9 @@ func (h *Hub) Stats() Stats {
 		AMQPReconnects:  h.stats.reconnects.Load(),
 		OriginRefused:   h.stats.originRefused.Load(),
 		OverCap:         h.stats.overCap.Load(),
+		RateLimited:     h.stats.rateLimited.Load(),
+		Expired:         h.stats.expired.Load(),
+		KeyWithdrawn:    h.stats.keyWithdrawn.Load(),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,15 +30,20 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestTokenFromSubprotocolOrQuery(t *testing.T) {
+// The token comes from the subprotocol only: a valid token in ?token= (it
+// would end up in proxy logs) is refused with 4401 (issue 26).
+func TestTokenOnlyFromSubprotocol(t *testing.T) {
 	t.Parallel()
 	h := startHub(t, Config{}, newMemSnapshots(), "", nil)
 	viaProto := dial(t, h.url, token(t, 1), dialOpts{})
 	if got := viaProto.ws.Subprotocol(); got != Subprotocol {
 		t.Fatalf("subprotocol = %q, want %q", got, Subprotocol)
 	}
-	dial(t, h.url, token(t, 2), dialOpts{query: true})
-	waitFor(t, wait, "two sockets", func() bool { return h.Stats().Sockets == 2 })
+	viaQuery := dial(t, h.url, token(t, 2), dialOpts{query: true})
+	if code, reason := viaQuery.closeStatus(wait); code != StatusUnauthenticated {
+		t.Fatalf("valid token in ?token=: close %d %q, want 4401", code, reason)
+	}
+	waitFor(t, wait, "one socket", func() bool { return h.Stats().Sockets == 1 })
 }
 
 func TestUnauthenticatedClosed4401(t *testing.T) {
@@ -374,6 +380,53 @@ func TestHeartbeat(t *testing.T) {
 	}
 	if h.Stats().Sockets != 1 {
 		t.Fatalf("answering socket dropped: %+v", h.Stats())
+	}
+}
+
+// A socket that is sent messages gets no pings; an idle one does.
+func TestPingOnlyIdleSockets(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	h := startHub(t, Config{PingInterval: interval, WriteTimeout: time.Second}, newMemSnapshots(), "", nil)
+	var pings [2]atomic.Int64
+	for i := range pings {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ws, _, err := websocket.Dial(ctx, h.url, &websocket.DialOptions{
+			Subprotocols:   []string{Subprotocol, token(t, int64(1+i))},
+			OnPingReceived: func(context.Context, []byte) bool { pings[i].Add(1); return true },
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.CloseNow() })
+		go func() { // reading answers the pings
+			for {
+				if _, _, err := ws.Read(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, wait, "two sockets", func() bool { return h.Stats().Sockets == 2 })
+	no := orderNo()
+	gaps := 0 // pauses between two messages long enough for a due ping (a busy machine)
+	last := time.Now()
+	for v := int64(1); v <= 80; v++ { // user 1: a message every 10 ms
+		h.dispatch(statusEvent(1, no, order.WaitingPay, v))
+		if now := time.Now(); now.Sub(last) > interval/2 {
+			gaps++
+		}
+		last = time.Now()
+		time.Sleep(10 * time.Millisecond)
+	}
+	busy, idle := pings[0].Load(), pings[1].Load()
+	t.Logf("pings: busy socket %d, idle socket %d; %d long pauses between messages", busy, idle, gaps)
+	if idle < 3 {
+		t.Fatalf("idle socket got %d pings in 80 × 10 ms at a %v interval", idle, interval)
+	}
+	if busy > int64(1+gaps) { // the first may come before the messages began
+		t.Fatalf("busy socket got %d pings (%d long pauses)", busy, gaps)
 	}
 }
 

@@ -164,12 +164,12 @@ func (c *conn) followLine(productID int64) {
 		c.deliver(outgoing{data: encodeError(codeRateLimited, "", "too many subscribes; slow down")})
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, h.cfg.SnapshotTimeout)
+	ctx, done := c.loadContext()
 	ticket, err := h.cfg.Lines.Ticket(ctx, c.userID, productID)
-	cancel()
+	done()
 	switch {
 	case err != nil:
-		if c.ctx.Err() == nil {
+		if !c.gone() {
 			h.log.Warn("load waiting-room ticket", "user", c.userID, "productId", productID, "err", err)
 			c.deliver(outgoing{data: encodeError(codeUnavailable, "", "waiting-room place unavailable; poll the queue API")})
 		}

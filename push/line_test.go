@@ -2,8 +2,12 @@ package push
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // memTickets is the test's ticket book (the binary reads Redis).
@@ -85,4 +89,96 @@ func TestLineMessagesInOrder(t *testing.T) {
 	}
 	a.quiet(100 * time.Millisecond) // admitted: no more line messages
 	c.quiet(10 * time.Millisecond)
+}
+
+// lineGot is a queue message to socket i of TestLineReachesEverySocket.
+type lineGot struct {
+	i int
+	m msg
+}
+
+// A move of the line reaches every one of many sockets, each with its own
+// place (ticket − upTo), once per move; sockets whose turn came get
+// ADMITTED once and no later moves.
+func TestLineReachesEverySocket(t *testing.T) {
+	t.Parallel()
+	const (
+		pid   = 9
+		n     = 600 // both ends in this process, under the race detector's goroutine limit
+		first = int64(10_000)
+	)
+	tickets := memTickets{}
+	for i := range n {
+		tickets[[2]int64{int64(1000 + i), pid}] = first + int64(i)
+	}
+	h := startHub(t, Config{Lines: tickets, ProductThrottle: time.Millisecond}, newMemSnapshots(), "", nil)
+	h.PublishLine(LineState{ProductID: pid, UpTo: 0, Rate: 100})
+
+	got := make(chan lineGot, 4*n)
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ws, _, err := websocket.Dial(ctx, h.url, &websocket.DialOptions{Subprotocols: []string{Subprotocol, token(t, int64(1000+i))}})
+		cancel()
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		done := make(chan struct{})
+		t.Cleanup(func() { ws.CloseNow(); <-done })
+		go func() {
+			defer close(done)
+			for {
+				_, b, err := ws.Read(context.Background())
+				if err != nil {
+					return
+				}
+				var m msg
+				if json.Unmarshal(b, &m) == nil && m.Type == "queue" {
+					got <- lineGot{i, m}
+				}
+			}
+		}()
+		if err := ws.Write(context.Background(), websocket.MessageText, []byte(`{"type":"queue","productId":9}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// expect takes one message for each of the sockets from..n-1: its place
+	// after a move to upTo. Then no socket gets anything more.
+	expect := func(upTo int64, from int, what string) {
+		t.Helper()
+		seen := make([]bool, n)
+		for left := n - from; left > 0; left-- {
+			select {
+			case g := <-got:
+				ticket := first + int64(g.i)
+				state, pos := "WAITING", ticket-upTo
+				if ticket <= upTo {
+					state, pos = "ADMITTED", 0
+				}
+				if g.i < from || seen[g.i] || g.m.Ticket != ticket || g.m.State != state || g.m.Position != pos {
+					t.Fatalf("%s: socket %d (ticket %d) got %+v (seen before: %v); want %s at %d", what, g.i, ticket, g.m, seen[g.i], state, pos)
+				}
+				seen[g.i] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: %d of %d sockets got no place", what, left, n-from)
+			}
+		}
+		select {
+		case g := <-got:
+			t.Fatalf("%s: another message to socket %d: %+v", what, g.i, g.m)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	expect(0, 0, "subscribe")
+	for _, upTo := range []int64{500, 5_000, 9_999} {
+		h.PublishLine(LineState{ProductID: pid, UpTo: upTo, Rate: 100})
+		expect(upTo, 0, fmt.Sprintf("move to %d", upTo))
+	}
+	// The turn of the first half comes; then the line moves once more for
+	// the other half only.
+	upTo := first + n/2 - 1
+	h.PublishLine(LineState{ProductID: pid, UpTo: upTo, Rate: 100})
+	expect(upTo, 0, "admission of half")
+	h.PublishLine(LineState{ProductID: pid, UpTo: upTo + 1, Rate: 100})
+	expect(upTo+1, n/2, "move after the admission")
 }

@@ -261,7 +261,20 @@ type testHub struct {
 // listener.
 func startHub(t testing.TB, cfg Config, snap Snapshotter, amqpURL string, wrap func(net.Listener) net.Listener) *testHub {
 	t.Helper()
-	h, err := New(cfg, auth.NewVerifier(testSecret), snap, amqpURL, nil)
+	return startHubWith(t, cfg, auth.NewVerifier(testSecret), snap, amqpURL, wrap)
+}
+
+// startHubWith is startHub with the verifier given. The handshake limits are
+// off unless cfg sets them: tests of other things open sockets in bursts.
+func startHubWith(t testing.TB, cfg Config, v *auth.Verifier, snap Snapshotter, amqpURL string, wrap func(net.Listener) net.Listener) *testHub {
+	t.Helper()
+	if cfg.HandshakeUserRate == 0 {
+		cfg.HandshakeUserRate = -1
+	}
+	if cfg.HandshakeAddrRate == 0 {
+		cfg.HandshakeAddrRate = -1
+	}
+	h, err := New(cfg, v, snap, amqpURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +351,7 @@ type client struct {
 }
 
 type dialOpts struct {
-	query  bool // token in ?token= instead of the subprotocol
+	query  bool // token in ?token= instead of the subprotocol (refused since issue 26)
 	noRead bool
 	http   *http.Client
 	protos []string // overrides the subprotocols

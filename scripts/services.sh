@@ -6,7 +6,7 @@
 #
 # For each service, in order:
 #   1. something already answers on the port  -> use it;
-#   2. Docker engine running + docker-compose.yml -> docker compose up -d <svc>;
+#   2. Docker engine running + deploy/services.compose.yml -> docker compose up -d <svc>;
 #   3. otherwise apt-get install the Debian package if its binary is missing
 #      and start it in the background on 127.0.0.1.
 #
@@ -27,7 +27,7 @@ MYSQL_PORT=${STAMPEDE_MYSQL_PORT:-3306}
 NO_INSTALL=${STAMPEDE_SERVICES_NO_INSTALL:-0}
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-COMPOSE_FILE="$REPO_ROOT/docker-compose.yml"
+COMPOSE_FILE="$REPO_ROOT/deploy/services.compose.yml" # passwordless, loopback: development only
 APT_UPDATED=0
 
 log() { printf '%s\n' "$*"; }

@@ -111,6 +111,10 @@ type env struct {
 	// tokenFor, if set, makes the buyers' bearer tokens (default: HS256
 	// with jwtSecret).
 	tokenFor func(user int64) string
+	// procEnv is added to the environment of the processes started from
+	// then on (KEY=value; without STAMPEDE_ variables of the test's own
+	// environment when set).
+	procEnv []string
 }
 
 func newEnv(t *testing.T) *env {
@@ -359,6 +363,9 @@ func (e *env) serveAt(name, roles, httpAddr string, extra ...string) *proc {
 		"--shutdown-timeout", "5s",
 	}, extra...)
 	p.cmd = exec.Command(e.bin, args...)
+	if len(e.procEnv) > 0 {
+		p.cmd.Env = append(cleanEnv(), e.procEnv...)
+	}
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)

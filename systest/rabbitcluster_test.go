@@ -25,6 +25,7 @@ import (
 type rabbitNode struct {
 	name string // stampede-tN@localhost
 	port int    // AMQP
+	dist int    // Erlang distribution
 	dir  string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -64,6 +65,21 @@ func sharedRabbitCluster(t *testing.T) *rabbitCluster {
 	return rabbitShared
 }
 
+// freePorts returns n distinct loopback ports that nothing listened on: all
+// n are held open together, so the kernel never hands out one twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
 func rabbitServerBin() string {
 	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err == nil {
 		return "/usr/lib/rabbitmq/bin/rabbitmq-server" // not the wrapper, which switches user
@@ -98,12 +114,16 @@ func startRabbitNodes(prefix string, count int) (*rabbitCluster, error) {
 	if err := os.WriteFile(filepath.Join(home, ".erlang.cookie"), cookie, 0o400); err != nil {
 		return nil, err
 	}
+	// Both ports of every node are free ports the kernel hands out (not
+	// AMQP port + 10000: ephemeral ports reach 60999, and a distribution
+	// port past 65535 makes the node exit before it logs anything).
+	ports, err := freePorts(2 * count)
+	if err != nil {
+		return nil, err
+	}
 	for i := 1; i <= count; i++ {
-		port, err := rabbitPort()
-		if err != nil {
-			return nil, err
-		}
-		n := &rabbitNode{name: fmt.Sprintf("stampede-%s%d-%d@localhost", prefix, i, os.Getpid()), port: port, dir: filepath.Join(home, strconv.Itoa(i))}
+		n := &rabbitNode{name: fmt.Sprintf("stampede-%s%d-%d@localhost", prefix, i, os.Getpid()), port: ports[2*i-2], dist: ports[2*i-1],
+			dir: filepath.Join(home, strconv.Itoa(i))}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return nil, err
 		}
@@ -149,22 +169,6 @@ func startRabbitNodes(prefix string, count int) (*rabbitCluster, error) {
 	return c, nil
 }
 
-// rabbitPort is a free loopback port whose distribution port (+10000,
-// startNode) is a port too.
-func rabbitPort() (int, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port+10000 <= 65535 {
-			return port, nil
-		}
-	}
-}
-
 func (c *rabbitCluster) startNode(n *rabbitNode) error {
 	n.cmd = exec.Command(rabbitServerBin())
 	n.cmd.Env = append(os.Environ(),
@@ -172,7 +176,7 @@ func (c *rabbitCluster) startNode(n *rabbitNode) error {
 		"RABBITMQ_NODENAME="+n.name,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_NODE_PORT="+strconv.Itoa(n.port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(n.port+10000),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(n.dist),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(n.dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(n.dir, "log"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(n.dir, "enabled_plugins"),

@@ -42,13 +42,16 @@ function b64(obj) {
 
 const tokens = new Map();
 
-// token returns a bearer token for userId (cached per VU, 12 h).
+// token returns a bearer token for userId (cached per VU; 12 h, an admin's
+// 1 h: gateways refuse HS256 tokens beyond 24 h, admins' beyond 1 h). iss and
+// aud are the gateway's HS256 defaults (STAMPEDE_JWT_HS256_ISSUER/_AUDIENCE).
 export function token(userId, admin = false) {
   const key = `${userId}:${admin}`;
   let t = tokens.get(key);
   if (t) return t;
   const now = Math.floor(Date.now() / 1000);
-  const claims = { sub: String(userId), iat: now, exp: now + 12 * 3600, iss: 'stampede' };
+  const life = admin ? 3600 : 12 * 3600;
+  const claims = { sub: String(userId), iat: now, exp: now + life, iss: 'stampede', aud: 'stampede' };
   if (admin) claims.role = 'admin';
   const unsigned = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(claims)}`;
   t = `${unsigned}.${crypto.hmac('sha256', SECRET, unsigned, 'base64rawurl')}`;

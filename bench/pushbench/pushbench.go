@@ -125,18 +125,16 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// fdBudget raises RLIMIT_NOFILE to its hard limit and returns how many
-// subscribers fit: one descriptor per socket, two when push is this process.
+// fdBudget raises RLIMIT_NOFILE to what want sockets need (one descriptor
+// per socket, two when push is this process) and returns how many fit. The
+// soft limit goes up to the hard one; a hard limit below the need is raised
+// too, which only a process with CAP_SYS_RESOURCE may do (and never past
+// /proc/sys/fs/nr_open) — otherwise the sockets are reduced and the note
+// says why.
 func fdBudget(want int, inProcess bool) (int, string, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, "", fmt.Errorf("pushbench: getrlimit: %w", err)
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return 0, "", fmt.Errorf("pushbench: setrlimit: %w", err)
-		}
 	}
 	open := 0
 	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
@@ -147,6 +145,21 @@ func fdBudget(want int, inProcess bool) (int, string, error) {
 		per = 2
 	}
 	const margin = 256
+	need := uint64(want)*uint64(per) + uint64(open) + margin
+	var refused error
+	if need > lim.Max {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: need, Max: need}); err == nil {
+			lim.Cur, lim.Max = need, need
+		} else {
+			refused = err
+		}
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return 0, "", fmt.Errorf("pushbench: setrlimit: %w", err)
+		}
+	}
 	fit := (int(lim.Cur) - open - margin) / per
 	if fit >= want {
 		return want, "", nil
@@ -154,8 +167,9 @@ func fdBudget(want int, inProcess bool) (int, string, error) {
 	if fit < 1 {
 		return 0, "", fmt.Errorf("pushbench: no file descriptors left (limit %d, %d open)", lim.Cur, open)
 	}
-	return fit, fmt.Sprintf("subscribers reduced from %d to %d: RLIMIT_NOFILE hard limit is %d (%d fd per socket, %d open, %d spare)",
-		want, fit, lim.Cur, per, open, margin), nil
+	return fit, fmt.Sprintf("sockets reduced from %d to %d: RLIMIT_NOFILE hard limit is %d (%d fd per socket, %d open, %d spare), "+
+		"and raising it to %d was refused (%v; it takes CAP_SYS_RESOURCE, or a higher hard limit from whoever starts the process)",
+		want, fit, lim.Cur, per, open, margin, need, refused), nil
 }
 
 // VmRSS returns the resident set size of pid in KB, from /proc/<pid>/status.

@@ -9,6 +9,9 @@
 # Environment (all optional):
 #   E2E_HTTP_ADDR   gateway address (127.0.0.1:18480, or the next even port nothing listens on)
 #   E2E_PUSH_ADDR   push address    (127.0.0.1:18481, or the next odd port nothing listens on)
+#   E2E_LIMITED_ADDR a second gateway (gateway role only) whose per-user bucket
+#                   refills one token per 10 s, burst 1, for the 429 step
+#                   (127.0.0.1:18580, or the next even port nothing listens on)
 #   E2E_REDIS_DB    Redis database, flushed first (9)
 #   E2E_NAME        MySQL database and RabbitMQ vhost name (stampede_e2e)
 #   E2E_ROLES       roles to run (the binary's default: all)
@@ -28,6 +31,8 @@ free_port() {
 }
 if [[ -n ${E2E_HTTP_ADDR:-} ]]; then HTTP_ADDR=$E2E_HTTP_ADDR; else HTTP_ADDR=127.0.0.1:$(free_port 18480); fi
 if [[ -n ${E2E_PUSH_ADDR:-} ]]; then PUSH_ADDR=$E2E_PUSH_ADDR; else PUSH_ADDR=127.0.0.1:$(free_port 18481); fi
+# The second gateway of the 429 step: one token per 10 s per user (burst 1).
+if [[ -n ${E2E_LIMITED_ADDR:-} ]]; then LIMITED_ADDR=$E2E_LIMITED_ADDR; else LIMITED_ADDR=127.0.0.1:$(free_port 18580); fi
 REDIS_DB=${E2E_REDIS_DB:-9}
 NAME=${E2E_NAME:-stampede_e2e}
 mkdir -p "$ART"
@@ -82,6 +87,20 @@ args=(serve --migrate --static-dir client/dist)
 [[ -n ${E2E_ROLES:-} ]] && args+=(--roles "$E2E_ROLES")
 bin/stampede "${args[@]}" >"$ART/stampede.log" 2>&1 &
 pids+=($!)
+# The 429 step's gateway: same services, its own listener and token buckets
+# (they are per gateway process). It starts once the first is ready (it has
+# applied the migrations).
+for i in $(seq 360); do
+	curl -fs -o /dev/null --max-time 5 "http://$HTTP_ADDR/readyz" && break
+	if ! kill -0 "${pids[0]}" 2>/dev/null; then
+		echo "e2e: stampede serve exited; last lines of $ART/stampede.log"; tail -n 30 "$ART/stampede.log"; exit 1
+	fi
+	sleep 0.5
+done
+STAMPEDE_HTTP_ADDR=$LIMITED_ADDR STAMPEDE_RATE_USER=0.1 STAMPEDE_RATE_USER_BURST=1 \
+	bin/stampede serve --roles gateway --static-dir client/dist >"$ART/stampede-limited.log" 2>&1 &
+pids+=($!)
+export E2E_LIMITED_URL="http://$LIMITED_ADDR"
 if [[ -n ${E2E_PUSH_CMD:-} ]]; then
 	bash -c "$E2E_PUSH_CMD" >"$ART/push.log" 2>&1 &
 	pids+=($!)

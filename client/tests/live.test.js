@@ -154,6 +154,24 @@ describe('LiveClient', () => {
     expect(FakeWS.all).toHaveLength(1)
   })
 
+  it('reconnects at once with a fresh token when 4401 closes a socket of an expired one', async () => {
+    let tok = 'tok-1'
+    const { live } = setup({ token: () => tok })
+    live.watch(NO)
+    live.start()
+    await vi.advanceTimersByTimeAsync(0)
+    last().open()
+    tok = 'tok-2' // the session refreshed its token
+    last().serverClose(4401, 'token expired')
+    await vi.advanceTimersByTimeAsync(0)
+    expect(FakeWS.all).toHaveLength(2)
+    expect(last().protocols).toEqual(['stampede', 'tok-2'])
+    last().open()
+    expect(live.state).toBe(State.OPEN)
+    expect(last().sent).toContainEqual({ type: 'subscribe', orderNo: NO })
+    live.stop()
+  })
+
   it('shows the current state right after reconnecting when the order changed while dropped', async () => {
     const { live, book, server, fetchOrder } = setup()
     live.watch(NO)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,17 +24,29 @@ import (
 // publishes --events status events at --rate per second, prints the result
 // (a table row and JSON), appends it to bench/results/push-<date>.md and
 // stops the child.
+//
+// With --line it runs the waiting room at sale-day scale instead (issue 28,
+// benchLine): a hub in this process, --sockets client sockets in child
+// processes, the line moved --moves times.
 func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	var subscribers, events, rate int
 	var resultsDir string
+	var lf lineFlags
 	cfg, err := parse("bench-push", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&subscribers, "subscribers", 10000, "concurrent WebSocket subscribers (reduced if the fd limit is too low)")
 		fs.IntVar(&events, "events", 20000, "order status events to publish")
 		fs.IntVar(&rate, "rate", 2000, "events published per second")
 		fs.StringVar(&resultsDir, "results-dir", "bench/results", "directory of the push-<date>.md results file (empty: do not write)")
+		lf.register(fs)
 	})
 	if err != nil {
 		return err
+	}
+	if lf.client != "" {
+		return pushbench.RunLineClient(ctx, lf.client, os.Stdin, stdout)
+	}
+	if lf.line {
+		return benchLine(ctx, cfg, lf, resultsDir, stdout)
 	}
 	if subscribers < 1 || events < 1 || rate < 1 {
 		return fmt.Errorf("%w: --subscribers, --events and --rate must be positive", errUsage)
@@ -42,6 +55,7 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench-push: find own binary: %w", err)
 	}
+	load0 := loadAverage()
 	addr, err := benchPushFreeAddr()
 	if err != nil {
 		return err
@@ -91,7 +105,8 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	row := fmt.Sprintf("| %s | %d | %d/%d | %.2f | %.2f | %.2f | %.1f | %s | %s |%s",
 		time.Now().UTC().Format(time.RFC3339), res.Subscribers, res.Delivered, res.Expected,
-		res.P50Ms, res.P99Ms, res.MaxMs, res.KBPerConn, yesNo(res.LatencyTargetMet), yesNo(res.MemoryTargetMet), noteCell(res.Note))
+		res.P50Ms, res.P99Ms, res.MaxMs, res.KBPerConn, yesNo(res.LatencyTargetMet), yesNo(res.MemoryTargetMet),
+		noteCell(strings.TrimPrefix(res.Note+"; load average "+load0+" at the start", "; ")))
 	fmt.Fprintln(stdout, "| time | subscribers | delivered | p50 ms | p99 ms | max ms | KB/conn | p99 ≤ 100ms | ≤ 50KB/conn | note |")
 	fmt.Fprintln(stdout, row)
 	js, _ := json.MarshalIndent(res, "", "  ")
@@ -115,24 +130,46 @@ func noteCell(note string) string {
 	return " " + note + " |"
 }
 
-// appendResult appends row to <dir>/push-<date>.md, with a header when new.
+// eventsHeader is the header of the event runs' table in push-<date>.md.
+const eventsHeader = "| time | subscribers | delivered | p50 ms | p99 ms | max ms | KB/conn | p99 ≤ 100ms | ≤ 50KB/conn | note |"
+
+// appendResult appends row to <dir>/push-<date>.md, with the table's header
+// when the file is new or ends with something else (a --line block).
 func appendResult(dir, row string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	path := filepath.Join(dir, "push-"+time.Now().UTC().Format("2006-01-02")+".md")
-	_, statErr := os.Stat(path)
+	old, readErr := os.ReadFile(path)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		fmt.Fprint(f, "# Push benchmark (issue 6)\n\nTargets: p99 ≤ 100 ms from status change to client receipt; ≤ 50 KB push RSS per connection.\n\n")
-		fmt.Fprintln(f, "| time | subscribers | delivered | p50 ms | p99 ms | max ms | KB/conn | p99 ≤ 100ms | ≤ 50KB/conn | note |")
+	if errors.Is(readErr, os.ErrNotExist) {
+		fmt.Fprint(f, "# Push benchmark\n")
+	}
+	if !endsWithEventsTable(string(old)) {
+		fmt.Fprint(f, "\n## Status events (issue 6)\n\nTargets: p99 ≤ 100 ms from status change to client receipt; ≤ 50 KB push RSS per connection.\n\n")
+		fmt.Fprintln(f, eventsHeader)
 		fmt.Fprintln(f, "|---|---|---|---|---|---|---|---|---|---|")
 	}
 	fmt.Fprintln(f, row)
 	return f.Close()
+}
+
+// endsWithEventsTable reports whether md's last lines are a table under
+// eventsHeader.
+func endsWithEventsTable(md string) bool {
+	lines := strings.Split(strings.TrimRight(md, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		switch {
+		case lines[i] == eventsHeader:
+			return true
+		case !strings.HasPrefix(lines[i], "|"):
+			return false
+		}
+	}
+	return false
 }
 
 // benchPushFreeAddr returns a loopback address with a port free right now.

@@ -5,12 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
@@ -18,11 +18,13 @@ import (
 
 // Config is every setting of the stampede binary. Each field is read from its
 // environment variable and may be overridden by the flag of the same name
-// (SPEC §7). The table in README.md lists them all.
+// (SPEC §7). docs/configuration.md, generated from bind (make docs), lists
+// them all.
 type Config struct {
 	Mode                string        // STAMPEDE_MODE, -mode: "production" (serve's default) or "development" (demo, bench: demo login and checkout, built-in keys)
 	HTTPAddr            string        // STAMPEDE_HTTP_ADDR, -http-addr: gateway listen address (127.0.0.1:8080)
 	RedisAddr           string        // STAMPEDE_REDIS_ADDR, -redis-addr: host:port; a comma-separated list = Redis Cluster
+	RedisPassword       string        // STAMPEDE_REDIS_PASSWORD, -redis-password: Redis AUTH password ("": none)
 	RedisDB             int           // STAMPEDE_REDIS_DB, -redis-db: database number (0; ignored on a cluster)
 	RedisSentinelMaster string        // STAMPEDE_REDIS_SENTINEL_MASTER, -redis-sentinel-master: Sentinel master name; RedisAddr then lists the Sentinels ("")
 	RedisDurability     string        // STAMPEDE_REDIS_DURABILITY, -redis-durability: none, aof or replicated (none)
@@ -33,10 +35,13 @@ type Config struct {
 	AMQPURL             string        // STAMPEDE_AMQP_URL, -amqp-url
 	AMQPQueueType       string        // STAMPEDE_AMQP_QUEUE_TYPE, -amqp-queue-type: "quorum" (production default) or "classic" (quorum)
 	JWTSecret           string        // STAMPEDE_JWT_SECRET, -jwt-secret: HS256 key of bearer tokens (development: a built-in key)
-	JWKSURL             string        // STAMPEDE_JWT_JWKS_URL, -jwt-jwks-url: identity provider's key set for RS256/ES256 tokens ("": HS256 only)
-	JWTIssuer           string        // STAMPEDE_JWT_ISSUER, -jwt-issuer: required iss of JWKS tokens
+	JWTHS256            bool          // STAMPEDE_JWT_HS256, -jwt-hs256: accept HS256 tokens (default: only without a JWKS)
+	JWTHS256Issuer      string        // STAMPEDE_JWT_HS256_ISSUER, -jwt-hs256-issuer: required iss of HS256 tokens (stampede)
+	JWTHS256Audience    string        // STAMPEDE_JWT_HS256_AUDIENCE, -jwt-hs256-audience: required aud of HS256 tokens (stampede)
+	JWKSURL             string        // STAMPEDE_JWT_JWKS_URL, -jwt-jwks-url: identity providers' key sets for RS256/ES256 tokens, comma-separated, one per issuer ("": HS256 only)
+	JWTIssuer           string        // STAMPEDE_JWT_ISSUER, -jwt-issuer: the iss of each JWKS's tokens, comma-separated, in the same order
 	JWTAudience         string        // STAMPEDE_JWT_AUDIENCE, -jwt-audience: required aud of JWKS tokens
-	JWTAdminGroup       string        // STAMPEDE_JWT_ADMIN_GROUP, -jwt-admin-group: a token listing this group in its groups claim is an admin
+	JWTAdminGroup       string        // STAMPEDE_JWT_ADMIN_GROUP, -jwt-admin-group: a token listing this group in its groups claim is an admin (then the only way to be one)
 	JWTGroupsClaim      string        // STAMPEDE_JWT_GROUPS_CLAIM, -jwt-groups-claim: name of that claim (groups)
 	TokenCache          int           // STAMPEDE_TOKEN_CACHE, -token-cache: verified tokens kept (gateway and push), 0 = none (262144)
 	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
@@ -63,6 +68,8 @@ type Config struct {
 	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = development: ws://<host>:<push port>/ws; production: the client's own fallback)
 	PushMaxSockets      int           // STAMPEDE_PUSH_MAX_SOCKETS, -push-max-sockets: open sockets per user per push process, -1 = no cap (8)
 	PushOrigins         string        // STAMPEDE_PUSH_ALLOWED_ORIGINS, -push-allowed-origins: comma-separated Origin host patterns ("": the page's own host)
+	PushUserRate        float64       // STAMPEDE_PUSH_HANDSHAKE_USER_RATE, -push-handshake-user-rate: sockets/s one user may open, 0 = no limit (1)
+	PushAddrRate        float64       // STAMPEDE_PUSH_HANDSHAKE_ADDR_RATE, -push-handshake-addr-rate: handshakes/s per client address, 0 = no limit (10)
 	Currency            string        // STAMPEDE_CURRENCY, -currency: ISO 4217 code of prices, shown by the client (USD)
 	StaticDir           string        // STAMPEDE_STATIC_DIR, -static-dir: built client files served at / ("client/dist" if present)
 	LogLevel            string        // STAMPEDE_LOG_LEVEL, -log-level: debug, info, warn, error (info)
@@ -123,8 +130,8 @@ const minSecretBytes = 32
 // secretFlags are never shown with their values in -h; for dsnFlags the
 // password is masked.
 var (
-	secretFlags = map[string]bool{"jwt-secret": true, "payment-secret": true}
-	dsnFlags    = map[string]bool{"mysql-dsn": true, "amqp-url": true}
+	secretFlags = map[string]bool{"jwt-secret": true, "payment-secret": true, "redis-password": true}
+	dsnFlags    = map[string]bool{"mysql-dsn": true, "amqp-url": true, "jwt-jwks-url": true}
 )
 
 // Roles the binary can run.
@@ -188,6 +195,17 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 		}
 		fs.BoolVar(p, name, def, help(env, text))
 	}
+	f64 := func(p *float64, name, env string, def float64, text string) {
+		if v, ok := os.LookupEnv(env); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				*errs = append(*errs, fmt.Errorf("%s=%q: not a number", env, v))
+			} else {
+				def = f
+			}
+		}
+		fs.Float64Var(p, name, def, help(env, text))
+	}
 	static := ""
 	if st, err := os.Stat("client/dist/index.html"); err == nil && !st.IsDir() {
 		static = "client/dist"
@@ -195,6 +213,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	str(&c.Mode, "mode", "STAMPEDE_MODE", mode, "production (no demo login or checkout; real secrets required; /metrics only on the metrics listener) or development (demo login and checkout, built-in keys)")
 	str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
 	str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
+	str(&c.RedisPassword, "redis-password", "STAMPEDE_REDIS_PASSWORD", "", "Redis AUTH password (requirepass; empty: none)")
 	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
 	str(&c.RedisSentinelMaster, "redis-sentinel-master", "STAMPEDE_REDIS_SENTINEL_MASTER", "", "Redis Sentinel master name: -redis-addr then lists the Sentinels and every process follows the current primary through failovers (empty: no Sentinel)")
 	str(&c.RedisDurability, "redis-durability", "STAMPEDE_REDIS_DURABILITY", "none", "what an accepted reservation must reach before its 202: none, aof (every Redis master must run appendonly yes) or replicated (WAIT for -redis-replica-acks replicas, else 503)")
@@ -204,12 +223,15 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
 	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL; the nodes of a cluster as a comma-separated list of URLs (same vhost and credentials): each connection goes to the first that answers, and to another one when its node dies")
 	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
-	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes in production (development: a built-in key); prefer the variable: a flag shows in the process list")
-	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes in production (development: a built-in key)")
-	str(&c.JWKSURL, "jwt-jwks-url", "STAMPEDE_JWT_JWKS_URL", "", "identity provider's JWKS URL: RS256/ES256 tokens verified against its keys (cached, refreshed, refetched on an unknown kid), next to HS256 ones")
-	str(&c.JWTIssuer, "jwt-issuer", "STAMPEDE_JWT_ISSUER", "", "required iss claim of JWKS-verified tokens")
+	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes of high entropy in production, not the payment secret (development: a built-in key); prefer the variable: a flag shows in the process list")
+	boolean(&c.JWTHS256, "jwt-hs256", "STAMPEDE_JWT_HS256", false, "accept HS256 tokens of -jwt-secret (default: true without -jwt-jwks-url, false with it: production with an identity provider is JWKS-only unless this says otherwise)")
+	str(&c.JWTHS256Issuer, "jwt-hs256-issuer", "STAMPEDE_JWT_HS256_ISSUER", auth.DefaultHS256Issuer, "required iss claim of HS256 tokens (what stampede token and the demo login put in)")
+	str(&c.JWTHS256Audience, "jwt-hs256-audience", "STAMPEDE_JWT_HS256_AUDIENCE", auth.DefaultHS256Audience, "required aud claim of HS256 tokens")
+	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes of high entropy in production (development: a built-in key)")
+	str(&c.JWKSURL, "jwt-jwks-url", "STAMPEDE_JWT_JWKS_URL", "", "identity providers' JWKS URLs, comma-separated, one per -jwt-issuer: RS256/ES256 tokens verified against the keys of the provider their iss names (cached, refreshed on the provider's cache headers or every 15 min, refetched on an unknown kid); https in production (http only on loopback)")
+	str(&c.JWTIssuer, "jwt-issuer", "STAMPEDE_JWT_ISSUER", "", "the iss of each -jwt-jwks-url's tokens, comma-separated, in the same order")
 	str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
-	str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin (besides role: admin)")
+	str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin; when set, the only way to be one (role: admin then counts for nothing)")
 	str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
 	integer(&c.TokenCache, "token-cache", "STAMPEDE_TOKEN_CACHE", 1<<18, "verified bearer tokens kept in memory, about 150 bytes each (0: every token checked in full); an LRU smaller than the buyers who retry in turn hits nothing, so size it for a sale's active buyers")
 	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
@@ -235,27 +257,18 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers by GET /api/config (empty: development ws://<request host>:<push port>/ws; production none, the client uses its own host and port 8081)")
 	integer(&c.PushMaxSockets, "push-max-sockets", "STAMPEDE_PUSH_MAX_SOCKETS", 8, "open WebSockets per user per push process; one more closes the user's oldest with 4429 (-1: no cap)")
 	str(&c.PushOrigins, "push-allowed-origins", "STAMPEDE_PUSH_ALLOWED_ORIGINS", "", "comma-separated Origin host patterns allowed to open WebSockets, e.g. shop.example.com,*.example.com:8443 (empty: the page's own host; *: any)")
+	f64(&c.PushUserRate, "push-handshake-user-rate", "STAMPEDE_PUSH_HANDSHAKE_USER_RATE", 1, "WebSockets per second one user may open (a bucket of 10 s worth, checked before any database read; over it: close 1013); 0: no limit")
+	f64(&c.PushAddrRate, "push-handshake-addr-rate", "STAMPEDE_PUSH_HANDSHAKE_ADDR_RATE", 10, "WebSocket handshakes per second one client address may start (a bucket of 10 s worth; over it: 429 before the upgrade; loopback peers such as a local proxy are not limited); 0: no limit")
 	str(&c.Currency, "currency", "STAMPEDE_CURRENCY", "USD", "ISO 4217 code of prices and amounts (integer minor units of it), given to the client by GET /api/config")
 	str(&c.StaticDir, "static-dir", "STAMPEDE_STATIC_DIR", static, "built client files served at / (default client/dist if present)")
 	str(&c.LogLevel, "log-level", "STAMPEDE_LOG_LEVEL", "info", "debug, info, warn or error (JSON logs on stderr)")
 	boolean(&c.Migrate, "migrate", "STAMPEDE_MIGRATE", false, "apply migrations at start-up")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "STAMPEDE_SHUTDOWN_TIMEOUT", 20*time.Second, "bound on draining at SIGTERM; the process exits 1 if roles are still draining then")
 	str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "listener serving only GET /metrics (production default "+defaultMetricsAddr+"; \"\" or off: none; development also serves /metrics on the gateway's port)")
-	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "admin-only net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off); keep it on loopback")
+	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off; no /debug/pprof/cmdline); production refuses a non-loopback address")
 	dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
 	dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
 	dur(&c.RedisCheckInterval, "redis-check-interval", "STAMPEDE_REDIS_CHECK_INTERVAL", 10*time.Second, "how often the gateway re-reads Redis's maxmemory-policy and persistence settings; a policy other than noeviction makes it not ready")
-	f64 := func(p *float64, name, env string, def float64, text string) {
-		if v, ok := os.LookupEnv(env); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				*errs = append(*errs, fmt.Errorf("%s=%q: not a number", env, v))
-			} else {
-				def = f
-			}
-		}
-		fs.Float64Var(p, name, def, help(env, text))
-	}
 	str(&c.Intake, "intake", "STAMPEDE_INTAKE", "stream", "order intake: stream (Redis intake stream, batched MySQL writers) or sync (the order is written to MySQL within the request: the baseline)")
 	f64(&c.RateGlobal, "rate-global", "STAMPEDE_RATE_GLOBAL", 0, "order requests/s one gateway instance accepts (token bucket; 0: no limit)")
 	integer(&c.RateGlobalBurst, "rate-global-burst", "STAMPEDE_RATE_GLOBAL_BURST", 0, "global token bucket size (0: one second's worth)")
@@ -359,10 +372,9 @@ func (c *Config) Validate() error {
 	if c.PushMaxSockets < -1 || c.PushMaxSockets == 0 {
 		errs = append(errs, fmt.Errorf("push max sockets %d: want a positive cap or -1 for none", c.PushMaxSockets))
 	}
-	if c.JWKSURL != "" {
-		if u, err := url.Parse(c.JWKSURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("STAMPEDE_JWT_JWKS_URL %q is not an http(s) URL", c.JWKSURL))
-		}
+	errs = append(errs, c.validateIdentity()...)
+	if c.PushUserRate < 0 || c.PushAddrRate < 0 {
+		errs = append(errs, errors.New("push handshake rates must be >= 0 (0: no limit)"))
 	}
 	for _, a := range []struct{ name, addr string }{{"http", c.HTTPAddr}, {"push", c.PushAddr}, {"metrics", c.MetricsAddr}, {"pprof", c.PprofAddr}} {
 		if a.addr == "" && a.name != "http" {
@@ -402,12 +414,16 @@ func (c *Config) resolve() {
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""
 	}
+	if !c.explicit["jwt-hs256"] {
+		c.JWTHS256 = c.hs256Default()
+	}
 }
 
 // validateMode checks what the mode requires. Production: no demo login or
-// demo admins, and for the processes that use them (a gateway: both; push
-// and `stampede token`: the JWT secret) secrets of at least minSecretBytes
-// that are not the built-in development keys. Each error names the setting.
+// demo admins, an issuer and audience with a JWKS, pprof on loopback only,
+// and for the processes that use them (a gateway: both; push and `stampede
+// token`: the JWT secret, when HS256 is on) secrets production accepts
+// (validateSecrets). Each error names the setting.
 func (c *Config) validateMode() []error {
 	switch c.Mode {
 	case modeDevelopment:
@@ -430,32 +446,12 @@ func (c *Config) validateMode() []error {
 		errs = append(errs, errors.New("STAMPEDE_JWT_ISSUER and STAMPEDE_JWT_AUDIENCE must be set with STAMPEDE_JWT_JWKS_URL in production mode: "+
 			"otherwise tokens the provider issued for other applications are accepted"))
 	}
-	roles, _ := c.roleSet()
-	serve := c.command == "" || c.command == "serve"
-	if c.command == "token" || serve && (roles["gateway"] || roles["push"]) {
-		if err := checkSecret("STAMPEDE_JWT_SECRET", c.JWTSecret, devJWTSecret); err != nil {
-			errs = append(errs, err)
-		}
+	if host, _, err := net.SplitHostPort(c.PprofAddr); c.PprofAddr != "" && err == nil && !isLoopback(host) {
+		errs = append(errs, fmt.Errorf("STAMPEDE_PPROF_ADDR %s is not a loopback address: production mode refuses to serve profiles "+
+			"(heap contents, goroutine stacks) beyond this machine; use 127.0.0.1 and an SSH tunnel", c.PprofAddr))
 	}
-	if serve && roles["gateway"] {
-		if err := checkSecret("STAMPEDE_PAYMENT_SECRET", c.PaymentSecret, devPaymentSecret); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, c.validateSecrets()...)
 	return errs
-}
-
-// checkSecret is nil for a secret production accepts.
-func checkSecret(env, v, dev string) error {
-	switch {
-	case v == "":
-		return fmt.Errorf("%s is not set: production mode needs a secret of at least %d bytes (or run with STAMPEDE_MODE=development)", env, minSecretBytes)
-	case v == dev:
-		return fmt.Errorf("%s is the built-in development key, which anyone can read in the source: set a secret of your own", env)
-	case len(v) < minSecretBytes:
-		return fmt.Errorf("%s is %d bytes: production mode needs at least %d", env, len(v), minSecretBytes)
-	}
-	return nil
 }
 
 // devWarning is the one line development mode logs at start, listing what

@@ -153,7 +153,7 @@ func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.
 		reads, narrow := commandSettings[name]
 		if !narrow {
 			fmt.Fprintln(w, "Flags. A flag overrides the environment variable named in brackets; a default shown")
-			fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). README.md \"Configuration\" has the table.")
+			fmt.Fprintln(w, "is the variable's value when it is set (secrets are never shown). docs/configuration.md lists them all.")
 			fs.PrintDefaults()
 			return
 		}
@@ -183,7 +183,7 @@ func newFlagSet(name string, cfg *Config, envErrs *[]error, extra func(fs *flag.
 // flags are still accepted (and ignored), so a shared environment or flag
 // list works for every command.
 var commandSettings = map[string][]string{
-	"token": {"mode", "jwt-secret"},
+	"token": {"mode", "jwt-secret", "jwt-hs256", "jwt-hs256-issuer", "jwt-hs256-audience", "jwt-jwks-url", "jwt-admin-group", "jwt-groups-claim"},
 }
 
 // printFlags prints the flags of fs that keep selects, as fs.PrintDefaults

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
@@ -116,25 +117,43 @@ func TestBadConfig(t *testing.T) {
 }
 
 func TestToken(t *testing.T) {
-	var out bytes.Buffer
-	if err := run(context.Background(), []string{"token", "--user", "42", "--admin"}, &out); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Count(strings.TrimSpace(out.String()), ".") != 2 {
-		t.Fatalf("not a JWT: %q", out.String())
+	// Without --ttl: the longest a token may live, 24h for a buyer and 1h
+	// for an admin; the configuration's verifier accepts it.
+	for _, admin := range []bool{false, true} {
+		args := []string{"token", "--user", "42"}
+		if admin {
+			args = append(args, "--admin")
+		}
+		var out bytes.Buffer
+		if err := run(context.Background(), args, &out); err != nil {
+			t.Fatal(err)
+		}
+		c, err := auth.NewVerifier([]byte(devJWTSecret)).Verify(strings.TrimSpace(out.String()))
+		want := auth.MaxTokenTTL
+		if admin {
+			want = auth.MaxAdminTokenTTL
+		}
+		if left := time.Until(c.Expires); err != nil || c.UserID != 42 || c.Admin != admin || left > want || left < want-time.Minute {
+			t.Fatalf("%v: %+v %v (valid %v more, want %v)", args, c, err, left, want)
+		}
 	}
 	if err := run(context.Background(), []string{"token"}, &bytes.Buffer{}); err == nil {
 		t.Fatal("token without --user accepted")
 	}
 }
 
-// A lifetime of zero or less would print a token every gateway refuses; an
-// unknown flag is a usage error like every other bad command line (exit 2).
+// A negative lifetime would print a token every gateway refuses, and one
+// beyond the bounds (24h, admins 1h) a token that lives too long (issue 26:
+// --ttl 876000h made an admin token valid for a century); an unknown flag is
+// a usage error like every other bad command line (exit 2).
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"token", "--user", "1", "--ttl", "0s"},
 		{"token", "--user", "1", "--ttl", "-1h"},
+		{"token", "--user", "1", "--ttl", "25h"},
+		{"token", "--user", "1", "--ttl", "876000h"},
+		{"token", "--user", "1", "--admin", "--ttl", "2h"},
 		{"token", "--user", "0"},
+		{"token", "--user", "1000000000000000"},
 		{"reconcile", "--bogus"},
 		{"token", "--bogus"},
 	} {

@@ -96,12 +96,10 @@ func (a *app) startTelemetry(ctx context.Context, g *errgroup.Group) error {
 		}
 	}
 	if cfg.PprofAddr != "" {
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		// No /debug/pprof/cmdline: the command line may carry secrets given
+		// as flags (issue 26). Production refuses a non-loopback address
+		// (validateMode); development warns.
+		mux := pprofMux()
 		if host, _, _ := net.SplitHostPort(cfg.PprofAddr); !isLoopback(host) {
 			a.logger.Warn("pprof listener is not on loopback; keep it off public networks", "addr", cfg.PprofAddr)
 		}
@@ -110,6 +108,24 @@ func (a *app) startTelemetry(ctx context.Context, g *errgroup.Group) error {
 		}
 	}
 	return nil
+}
+
+// pprofMux serves net/http/pprof's profiles (the index, profile, symbol,
+// trace and the named profiles such as heap and goroutine), without the
+// cmdline handler: the index links to it, the path answers 404.
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/debug/pprof/cmdline" {
+			http.NotFound(w, r)
+			return
+		}
+		pprof.Index(w, r)
+	})
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 func isLoopback(host string) bool {

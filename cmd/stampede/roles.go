@@ -80,14 +80,14 @@ func (b *roleBuilder) conn(name string) (*pipeline.Conn, error) {
 }
 
 // buildVerifier makes the one verifier of bearer tokens for the gateway and
-// push: HS256 with the shared secret, plus the identity provider's JWKS if
-// configured.
+// push: the identity providers' JWKS tokens (their subjects mapped to user
+// ids through MySQL's user_identity, cached in memory), and HS256 ones of
+// the shared secret where enabled.
 func (b *roleBuilder) buildVerifier(ctx context.Context) error {
-	v, err := auth.New(ctx, auth.Options{
-		Secret: []byte(b.cfg.JWTSecret), JWKSURL: b.cfg.JWKSURL, Issuer: b.cfg.JWTIssuer, Audience: b.cfg.JWTAudience,
-		AdminGroup: b.cfg.JWTAdminGroup, GroupsClaim: b.cfg.JWTGroupsClaim, Logger: b.log.With("component", "auth"),
-		Cache: tokenCache(b.cfg.TokenCache),
-	})
+	o := b.cfg.verifierOptions()
+	o.Subjects = b.a.store
+	o.Logger = b.log.With("component", "auth")
+	v, err := auth.New(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -123,10 +123,12 @@ func (b *roleBuilder) gateway() error {
 	if err != nil {
 		return err
 	}
+	signer := b.cfg.signer()
 	gw, err := gateway.New(gateway.Config{
 		Addr:             b.cfg.HTTPAddr,
 		JWTSecret:        []byte(b.cfg.JWTSecret),
 		PaymentSecret:    []byte(b.cfg.PaymentSecret),
+		Signer:           &signer,
 		DisableDemoLogin: !b.cfg.DemoLogin,
 		AdminUsers:       admins,
 		// Production: no free checkout, no Host echo in /api/config.
@@ -255,6 +257,7 @@ func (b *roleBuilder) sweeper() error {
 
 func (b *roleBuilder) push() error {
 	hub, err := push.New(push.Config{Addr: b.cfg.PushAddr, MaxSocketsPerUser: b.cfg.PushMaxSockets, AllowedOrigins: b.cfg.pushOrigins(),
+		HandshakeUserRate: offIfZero(b.cfg.PushUserRate), HandshakeAddrRate: offIfZero(b.cfg.PushAddrRate),
 		Lines: roomTickets{b.a.rdb}}, b.verifier,
 		pushSnapshots{b.a.store}, b.cfg.AMQPURL, b.log.With("role", "push"))
 	if err != nil {
@@ -295,6 +298,15 @@ func checkTopology(ctx context.Context, cfg *Config) error {
 		ch.Close()
 	}
 	return nil
+}
+
+// offIfZero is a push handshake rate of the configuration: 0 (no limit) is
+// push's -1.
+func offIfZero(r float64) float64 {
+	if r == 0 {
+		return -1
+	}
+	return r
 }
 
 // tokenCache sizes the verifier's cache of verified tokens: n tokens, none

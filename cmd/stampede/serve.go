@@ -87,6 +87,7 @@ func newRedis(cfg *Config) redis.UniversalClient {
 	opt := &redis.UniversalOptions{
 		Addrs:        cfg.redisAddrs(),
 		DB:           cfg.RedisDB,
+		Password:     cfg.RedisPassword,
 		PoolSize:     256,
 		MinIdleConns: 16,
 		DialTimeout:  2 * time.Second,

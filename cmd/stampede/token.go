@@ -18,13 +18,17 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if user <= 0 {
-		return fmt.Errorf("%w: --user must be a positive userId", errUsage)
+	if user <= 0 || user > auth.MaxDirectUserID {
+		return fmt.Errorf("%w: --user must be a userId from 1 to %d (ids above are identity providers' subjects)", errUsage, auth.MaxDirectUserID)
 	}
-	if ttl <= 0 {
-		return fmt.Errorf("%w: --ttl must be a positive duration (a token that is already expired is refused by every gateway)", errUsage)
+	if !cfg.JWTHS256 {
+		return fmt.Errorf("%w: HS256 tokens are off (STAMPEDE_JWT_JWKS_URL is set and STAMPEDE_JWT_HS256 is not true): "+
+			"get a token from the identity provider, or enable HS256 tokens on every gateway and push", errUsage)
 	}
-	tok, err := auth.Issue([]byte(cfg.JWTSecret), user, admin, ttl)
+	if ttl, err = tokenTTL(ttl, admin); err != nil {
+		return err
+	}
+	tok, err := cfg.signer().Issue(user, admin, ttl)
 	if err != nil {
 		return err
 	}
@@ -35,8 +39,8 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 // tokenFlags adds the token command's own flags.
 func tokenFlags(user *int64, admin *bool, ttl *time.Duration) func(fs *flag.FlagSet) {
 	return func(fs *flag.FlagSet) {
-		fs.Int64Var(user, "user", 0, "userId (required, > 0)")
-		fs.BoolVar(admin, "admin", false, "issue an admin token")
-		fs.DurationVar(ttl, "ttl", 24*time.Hour, "token lifetime")
+		fs.Int64Var(user, "user", 0, "userId (required, 1 … 999999999999999)")
+		fs.BoolVar(admin, "admin", false, "issue an admin token (with -jwt-admin-group set, it lists that group)")
+		fs.DurationVar(ttl, "ttl", 0, "token lifetime, at most 24h (admin: 1h); 0: the longest allowed")
 	}
 }

@@ -194,6 +194,15 @@ export class LiveClient {
       if (this.beatTimer !== null) this.o.timers.clearTimeout(this.beatTimer)
       this.beatTimer = null
       if (ev?.code === 4401) {
+        // 4401: the token is no good (push closes a socket at the token's
+        // exp, or when its key was withdrawn). A fresh token since this
+        // socket opened: reconnect with it at once; the same token: stop
+        // until the session gets a new one.
+        if (this.o.token() && this.o.token() !== token) {
+          this.attempt = 0
+          this.#connect()
+          return
+        }
         this.#setState(State.UNAUTHENTICATED)
         return
       }
