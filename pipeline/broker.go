@@ -89,9 +89,17 @@ func orNewHealth(h *BrokerHealth, log *slog.Logger, m *Metrics) *BrokerHealth {
 type blockedConn struct{ name, reason string }
 
 // setBlocked records a connection.blocked (active) or connection.unblocked
-// notice of the connection key (named name), or (active false) the
-// connection's end.
+// notice of the connection key (named name).
 func (h *BrokerHealth) setBlocked(key, name string, active bool, reason string) {
+	h.update(key, name, active, reason, false)
+}
+
+// connEnded records the end of the connection key: it blocks nothing any
+// more (a new connection starts unblocked and learns of an alarm that goes
+// on with its first publish).
+func (h *BrokerHealth) connEnded(key, name string) { h.update(key, name, false, "", true) }
+
+func (h *BrokerHealth) update(key, name string, active bool, reason string, ended bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, was := h.blocked[key]
@@ -105,7 +113,11 @@ func (h *BrokerHealth) setBlocked(key, name string, active bool, reason string) 
 	case !active && was:
 		delete(h.blocked, key)
 		if len(h.blocked) == 0 {
-			h.log.Warn("amqp: broker unblocked publishers", "blockedFor", time.Since(h.since).Round(time.Millisecond).String(), "connection", name)
+			msg := "amqp: broker unblocked publishers"
+			if ended {
+				msg = "amqp: the blocked connection closed; publishing resumes, paused again if the broker still blocks"
+			}
+			h.log.Warn(msg, "blockedFor", time.Since(h.since).Round(time.Millisecond).String(), "connection", name)
 			close(h.changed)
 			h.changed = make(chan struct{})
 		}

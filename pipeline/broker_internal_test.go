@@ -62,7 +62,7 @@ func TestBrokerHealthBlockedTransitions(t *testing.T) {
 		t.Fatal("unblocked while relay-1 is still blocked")
 	default:
 	}
-	h.setBlocked("relay-1#1", "relay-1", false, "") // the connection ended
+	h.setBlocked("relay-1#1", "relay-1", false, "")
 	select {
 	case <-unblocked:
 	case <-time.After(time.Second):

@@ -251,7 +251,7 @@ func (c *Conn) dial() (*amqp.Connection, chan *amqp.Error, error) {
 		for b := range blocks {
 			c.cfg.Health.setBlocked(key, c.cfg.Name, b.Active, b.Reason)
 		}
-		c.cfg.Health.setBlocked(key, c.cfg.Name, false, "")
+		c.cfg.Health.connEnded(key, c.cfg.Name)
 	}()
 	c.mu.Lock()
 	c.key = key
