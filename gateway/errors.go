@@ -44,6 +44,7 @@ const (
 	CodeSalePaused            = "SALE_PAUSED"       // 409: an admin paused the sale (sale_admin.go)
 	CodeSaleStarted           = "SALE_STARTED"      // 409: PATCH of a field that may not change once the sale opened
 	CodeSaleEnded             = "SALE_ENDED"        // 409: PATCH of saleStart/saleEnd of an ended sale (final)
+	CodeStockConflict         = "STOCK_CONFLICT"    // 409: Redis holds stock of an earlier product with the new product's id (admin.go)
 )
 
 // apiError is an answer other than success. Handlers return one directly when
@@ -124,6 +125,9 @@ var errorTable = []struct {
 	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order (or quantity × price the largest order amount, 2^53 − 1)"},
 	{lua.ErrNotAdmitted, 409, CodeNotAdmitted, "the waiting room is on: take a place in line (POST /api/products/{id}/queue) and order once admitted"},
 	{lua.ErrRoomOff, 409, CodeWaitingRoomOff, "this product has no waiting room on: order directly"},
+	{lua.ErrIncarnation, 409, CodeStockConflict, "Redis holds stock of an earlier product with this product's id " +
+		"(another database's, or one created after the backup this MySQL database was restored from); nothing was created " +
+		"and that stock was left as it is: see the README's \"Deployment identity\""},
 	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},

@@ -56,8 +56,11 @@ type placeJSON struct {
 	// Position is the number of tickets up to and including this one still
 	// waiting (1 = next); 0 once admitted.
 	Position int64 `json:"position"`
-	// EtaSeconds is the estimated wait at the pacer's current rate; null
-	// while the rate is not known yet (no pacer step since the room opened).
+	// EtaSeconds is the estimated wait at the pacer's current rate; 0 once
+	// admitted; null while the rate is not known yet (no pacer step since
+	// the room opened) and for SOLD_OUT (nothing to wait for, unless stock
+	// comes back). The push service's queue message says the same for the
+	// same state (push/line.go).
 	EtaSeconds *int64 `json:"etaSeconds"`
 	// RatePerSecond is the admission rate of the pacer's last step.
 	RatePerSecond float64 `json:"ratePerSecond"`
@@ -73,7 +76,7 @@ func toPlaceJSON(productID int64, p lua.Place) placeJSON {
 		out.AdmittedUntil = &d
 		var zero int64
 		out.EtaSeconds = &zero
-	} else if p.Rate > 0 {
+	} else if p.State == lua.PlaceWaiting && p.Rate > 0 {
 		eta := int64(math.Ceil(float64(p.Position) / p.Rate))
 		out.EtaSeconds = &eta
 	}

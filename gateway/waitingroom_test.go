@@ -235,3 +235,30 @@ func TestWaitingRoomTwoGatewaysTwoPacers(t *testing.T) {
 		t.Fatalf("%d units taken, %d orders accepted, %d admitted", got, n, len(admitted))
 	}
 }
+
+// The queue answer and the push service's queue message (push/line.go's
+// sendLocked) agree on every field they share for the same state: WAITING
+// has an estimate once the rate is known, ADMITTED has position 0 and
+// estimate 0, SOLD_OUT keeps its position and has no estimate (null; the
+// HTTP answer said ceil(position/rate) before, push null).
+func TestPlaceJSONAgreesWithPush(t *testing.T) {
+	deadline := time.Now().Add(time.Minute)
+	eta := func(n int64) *int64 { return &n }
+	for _, tc := range []struct {
+		place    lua.Place
+		position int64
+		eta      *int64
+	}{
+		{lua.Place{Ticket: 9, State: lua.PlaceWaiting, Position: 5, Rate: 2}, 5, eta(3)},
+		{lua.Place{Ticket: 9, State: lua.PlaceWaiting, Position: 5}, 5, nil},
+		{lua.Place{Ticket: 9, State: lua.PlaceAdmitted, Rate: 2, Deadline: deadline}, 0, eta(0)},
+		{lua.Place{Ticket: 9, State: lua.PlaceSoldOut, Position: 5, Rate: 2}, 5, nil},
+		{lua.Place{Ticket: 9, State: lua.PlaceSoldOut, Position: 5}, 5, nil},
+	} {
+		got := toPlaceJSON(7, tc.place)
+		if got.ProductID != 7 || got.Ticket != 9 || got.State != string(tc.place.State) || got.Position != tc.position ||
+			(got.EtaSeconds == nil) != (tc.eta == nil) || (tc.eta != nil && *got.EtaSeconds != *tc.eta) {
+			t.Errorf("%+v: %+v (eta %v), want position %d eta %v", tc.place, got, got.EtaSeconds, tc.position, tc.eta)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
@@ -71,6 +72,9 @@ type PacerConfig struct {
 	Group string
 	// Metrics receives the room series; nil: private collectors.
 	Metrics *RoomMetrics
+	// Failures receives stampede_loop_failures_total (pacer_list,
+	// pacer_step); nil: private.
+	Failures *Metrics
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -140,12 +144,19 @@ func NewPacer(store *persistence.Store, rdb redis.UniversalClient, cfg PacerConf
 		rooms: make(map[int64]*roomControl)}, nil
 }
 
-// Run steps every Interval until ctx ends.
+// Run steps every Interval until ctx ends. A product listing that fails
+// (MySQL down) keeps the last list and is tried again with backoff (from
+// ListEvery up to 30s); a round of steps that fails (Redis down) pauses the
+// steps with backoff (from Interval up to 10s). Each logs when it starts
+// failing and when it recovers, and counts every failure
+// (stampede_loop_failures_total{loop="pacer_list"|"pacer_step"}).
 func (p *Pacer) Run(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.Interval)
 	defer tick.Stop()
 	var products []persistence.Product
-	var listed, measured time.Time
+	var measured, nextList, nextStep time.Time
+	lists := NewFailureLog("pacer_list", "pacer: list products", p.log, p.cfg.Failures, p.cfg.ListEvery, 30*time.Second)
+	steps := NewFailureLog("pacer_step", "pacer: admission step", p.log, p.cfg.Failures, p.cfg.Interval, 10*time.Second)
 	off := map[int64]bool{} // rooms found off since the last listing: not stepped again until the next
 	for {
 		select {
@@ -153,16 +164,21 @@ func (p *Pacer) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		if time.Since(listed) >= p.cfg.ListEvery {
+		if now := time.Now(); !now.Before(nextList) {
 			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			ps, err := p.store.ListProducts(lctx)
 			cancel()
-			if err == nil {
-				products, listed = ps, time.Now()
+			switch {
+			case err == nil:
+				products, nextList = ps, now.Add(p.cfg.ListEvery)
 				clear(off)
-			} else {
-				p.log.Warn("pacer: list products", "err", err)
+				lists.OK()
+			case ctx.Err() == nil:
+				nextList = now.Add(lists.Fail(err))
 			}
+		}
+		if time.Now().Before(nextStep) {
+			continue
 		}
 		measure := time.Since(measured) >= p.cfg.MeasureEvery
 		if measure {
@@ -174,10 +190,21 @@ func (p *Pacer) Run(ctx context.Context) error {
 				continue // no room on sharded products; nobody admitted outside the sale
 			}
 			on, err := p.Step(ctx, pr.ID, measure)
-			if err != nil && ctx.Err() == nil {
-				p.log.Warn("pacer: step", "productId", pr.ID, "err", err)
+			if errors.Is(err, lua.ErrStockCorrupt) { // this product's data, not Redis: step the others
+				if !off[pr.ID] {
+					p.log.Error("pacer: product's room data unusable; skipped until the next listing", "productId", pr.ID, "err", err)
+					off[pr.ID] = true
+				}
+				continue
 			}
-			if err == nil && !on {
+			if err != nil {
+				if ctx.Err() == nil {
+					nextStep = time.Now().Add(steps.Fail(fmt.Errorf("product %d: %w", pr.ID, err)))
+				}
+				break // the next products would fail the same way: Redis is the common dependency
+			}
+			steps.OK()
+			if !on {
 				off[pr.ID] = true
 			}
 		}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/push"
 )
 
@@ -35,15 +38,24 @@ func (r roomTickets) Ticket(ctx context.Context, userID, productID int64) (int64
 // and hands the lines that are on to the hub, which sends each following
 // socket its new place (push/line.go). The period is the messages' throttle
 // and bounds how late the waiting learn of a sell-out. Returns when ctx ends.
-func feedLines(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration) error {
-	return everyPeriod(ctx, store, period, 2*time.Second, func(p persistence.Product) {
-		if p.Shards > 1 {
-			return
-		}
-		st, err := lua.ReadRoom(ctx, rdb, p.ID)
-		if err != nil || !st.On {
-			return
-		}
-		hub.PublishLine(push.LineState{ProductID: p.ID, UpTo: st.UpTo, Rate: st.Rate, SoldOut: st.Available <= 0})
-	})
+// Failures back off and log as everyPeriod says (loop "push_lines").
+func feedLines(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration,
+	log *slog.Logger, m *pipeline.Metrics) error {
+	return everyPeriod(ctx, store, period, 2*time.Second, feedFailures("push_lines", "push: waiting-room feed", log, m, period),
+		func(p persistence.Product) error {
+			if p.Shards > 1 {
+				return nil
+			}
+			st, err := lua.ReadRoom(ctx, rdb, p.ID)
+			switch {
+			case errors.Is(err, lua.ErrStockCorrupt):
+				return nil // this product's data: the others go on
+			case err != nil:
+				return fmt.Errorf("redis: room of product %d: %w", p.ID, err)
+			case !st.On:
+				return nil
+			}
+			hub.PublishLine(push.LineState{ProductID: p.ID, UpTo: st.UpTo, Rate: st.Rate, SoldOut: st.Available <= 0})
+			return nil
+		})
 }
