@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -54,7 +56,10 @@ const (
 // the shard's intake stream for the writers. 201 product with Location:
 // /api/products/{id}; 400 INVALID_ARGUMENT with details listing every
 // problem of the body (a sale whose saleEnd is not in the future is one);
-// 413 PAYLOAD_TOO_LARGE over 16 KiB; 401; 403. If Redis fails after MySQL
+// 413 PAYLOAD_TOO_LARGE over 16 KiB; 401; 403; 409 STOCK_CONFLICT, nothing
+// stored, when Redis holds stock of an earlier product with the new id (a
+// MySQL restored from a backup, another database's products: checkUnused).
+// If Redis fails after MySQL
 // stored the product the answer is 503 and the product exists unloaded: the
 // sweeper's reconcile reports it, and a retry of the load is safe (load.lua
 // never overwrites available).
@@ -115,7 +120,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	p, err := s.store.CreateProductBy(sctx, c.UserID, p)
+	p, err := s.store.CreateProductChecked(sctx, c.UserID, p, s.checkUnused)
 	cancel()
 	if err != nil {
 		s.fail(ctx, err)
@@ -249,12 +254,24 @@ func validateDescription(desc string) string {
 	return ""
 }
 
+// checkUnused runs inside the product's creating transaction: Redis must
+// hold no stock of an earlier product with p's id (lua.CheckUnused), else
+// the creation is rolled back and answered 409 STOCK_CONFLICT; the stock
+// found is left untouched.
+func (s *Server) checkUnused(_ context.Context, p persistence.Product) error {
+	err := s.stock.Do(func(ctx context.Context) error { return lua.CheckUnused(ctx, s.rdb, p.ID, p.Incarnation) })
+	if errors.Is(err, lua.ErrIncarnation) {
+		s.log.Error("product creation refused: Redis holds stock of an earlier product with this id", "productId", p.ID, "err", err)
+	}
+	return err
+}
+
 // loadProduct creates the Redis stock hash of every shard of p and registers
 // the shards' intake streams and the product (lua.Sharded.LoadProduct).
 // Idempotent.
 func (s *Server) loadProduct(p persistence.Product) error {
 	err := s.stock.LoadProduct(lua.Product{
-		ID: p.ID, Total: p.Total, Shards: p.Shards, Price: p.Price, PerUserLimit: p.PerUserLimit,
+		ID: p.ID, Incarnation: p.Incarnation, Total: p.Total, Shards: p.Shards, Price: p.Price, PerUserLimit: p.PerUserLimit,
 		MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd,
 	})
 	if err != nil {

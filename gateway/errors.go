@@ -53,6 +53,7 @@ const (
 	CodePowNotRequired      = "POW_NOT_REQUIRED"      // 409: a challenge asked of a room without proof-of-work
 	CodeRoomStarted         = "ROOM_STARTED"          // 409: mode, preQueueSeconds, reserve fixed once a ticket exists
 	CodeShuffleNotPublished = "SHUFFLE_NOT_PUBLISHED" // 409: the pre-queue list before the opening's shuffle
+	CodeStockConflict         = "STOCK_CONFLICT"    // 409: Redis holds stock of an earlier product with the new product's id (admin.go)
 )
 
 // apiError is an answer other than success. Handlers return one directly when
@@ -143,6 +144,9 @@ var errorTable = []struct {
 	{lua.ErrRoomLocked, 409, CodeRoomStarted, "the pre-queue has tickets (or the room opened): mode, preQueueSeconds and reserve can no longer change"},
 	{lua.ErrCommitted, 409, CodeConflict, "the waiting room is committed to another seed than the stored one: nothing changed (an operator must look at it)"},
 	{errNotShuffled, 409, CodeShuffleNotPublished, "the pre-queue's shuffle is published at the opening"},
+	{lua.ErrIncarnation, 409, CodeStockConflict, "Redis holds stock of an earlier product with this product's id " +
+		"(another database's, or one created after the backup this MySQL database was restored from); nothing was created " +
+		"and that stock was left as it is: see the README's \"Deployment identity\""},
 	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},

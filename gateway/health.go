@@ -66,12 +66,33 @@ func (s *Server) Ready(ctx context.Context) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	msg := errs[0].Error()
-	for _, e := range errs[1:] {
-		msg += "; " + e.Error()
-	}
-	return errors.New(msg)
+	return &readyError{parts: errs}
 }
+
+// readyError is Ready's error: every dependency that failed, joined by
+// "; ".
+type readyError struct{ parts []error }
+
+func (e *readyError) Error() string {
+	msg := e.parts[0].Error()
+	for _, p := range e.parts[1:] {
+		msg += "; " + p.Error()
+	}
+	return msg
+}
+
+func (e *readyError) Unwrap() []error { return e.parts }
+
+// PublicNotReady marks a readiness error (of Config.ReadyCheck) whose text
+// holds no address or credential, "<dependency>: <reason>", so /readyz
+// shows it whole, e.g. "rabbitmq: broker blocked publishers (low on
+// memory)", instead of the dependency's name alone.
+func PublicNotReady(err error) error { return &publicNotReady{err} }
+
+type publicNotReady struct{ err error }
+
+func (e *publicNotReady) Error() string { return e.err.Error() }
+func (e *publicNotReady) Unwrap() error { return e.err }
 
 // readyz is GET /readyz: 200 {"status":"ready"}, or 503 UNAVAILABLE whose
 // message names the failed dependencies ("not ready: redis, mysql") and no
@@ -91,10 +112,25 @@ func (s *Server) readyz(ctx *fasthttp.RequestCtx) {
 
 // failedDependencies names the dependencies of a Ready error: the prefix
 // before ": " of each of its "; "-separated parts ("redis", "mysql",
-// "rabbitmq"), or "node id" for a missing node lease.
+// "rabbitmq"), or "node id" for a missing node lease; a part marked
+// PublicNotReady is shown whole.
 func failedDependencies(err error) string {
-	var names []string
-	for _, part := range strings.Split(err.Error(), "; ") {
+	var names, public []string
+	var parts []string
+	var re *readyError
+	if errors.As(err, &re) {
+		for _, p := range re.parts {
+			var pub *publicNotReady
+			if errors.As(p, &pub) {
+				public = append(public, pub.Error())
+				continue
+			}
+			parts = append(parts, strings.Split(p.Error(), "; ")...)
+		}
+	} else {
+		parts = strings.Split(err.Error(), "; ")
+	}
+	for _, part := range parts {
 		name, _, ok := strings.Cut(part, ": ")
 		switch {
 		case ok && name != "" && !strings.ContainsAny(name, " /:@"):
@@ -107,7 +143,7 @@ func failedDependencies(err error) string {
 			names = append(names, name)
 		}
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(append(names, public...), ", ")
 }
 
 // notReadyLog limits the "not ready" log lines of readyz: a poller asking

@@ -49,6 +49,19 @@ func TestHealthAndReady(t *testing.T) {
 	}
 }
 
+// A readiness problem marked public (the broker's health as the roles of
+// the process saw it) is shown whole, next to the names of the others.
+func TestReadyShowsPublicProblems(t *testing.T) {
+	blocked := errors.New("rabbitmq: broker blocked publishers (low on memory); queue stampede.order.created: publishes nacked 3 times in a row")
+	e := newEnv(t, func(c *Config) {
+		c.ReadyCheck = func(context.Context) error { return PublicNotReady(blocked) }
+	})
+	msg := e.do("GET", "/readyz", "", nil).wantError(t, 503, CodeUnavailable)
+	if msg != "not ready: "+blocked.Error() {
+		t.Fatalf("readyz message %q", msg)
+	}
+}
+
 // With Redis unreachable the gateway answers 503 UNAVAILABLE with
 // Retry-After; once the breaker is open it answers without trying Redis.
 func TestRedisUnavailable(t *testing.T) {

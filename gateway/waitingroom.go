@@ -69,8 +69,9 @@ func (h *roomHints) set(productID int64, on bool) {
 // and including this one (1 = next; 0 once admitted, before the shuffle and
 // in random mode); shufflePosition a pre-queued ticket's place in the
 // published shuffle (0 otherwise); etaSeconds the estimated wait at the
-// pacer's current rate (null while unknown, in random mode and on a draw's
-// reserve list, which moves only when a win passes on); waiting the
+// pacer's current rate (null while unknown, for SOLD_OUT — nothing to wait
+// for unless stock comes back, as the push message says —, in random mode
+// and on a draw's reserve list, which moves only when a win passes on); waiting the
 // tickets in a random room's pool; opensAt the opening (the sale's start);
 // admittedUntil the end of an admission (ADMITTED only). Written without
 // encoding/json: every string is ours or validated.
@@ -95,7 +96,7 @@ func appendPlace(b []byte, productID int64, p lua.Place) []byte {
 	switch {
 	case p.State == lua.PlaceAdmitted:
 		b = append(b, '0')
-	case p.Rate > 0 && p.Position > 0 && p.Mode != lua.ModeDraw && (p.State == lua.PlaceWaiting || p.State == lua.PlaceSoldOut):
+	case p.Rate > 0 && p.Position > 0 && p.Mode != lua.ModeDraw && p.State == lua.PlaceWaiting:
 		b = strconv.AppendInt(b, int64(math.Ceil(float64(p.Position)/p.Rate)), 10)
 	default:
 		b = append(b, "null"...)

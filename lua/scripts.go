@@ -48,6 +48,9 @@ var (
 	ErrBadQuantity    = errors.New("lua: bad quantity")            // < 1 or > max per order
 	ErrPaused         = errors.New("lua: sale paused")             // an admin paused the sale (sale.lua)
 	ErrNegativeAdjust = errors.New("lua: adjustment below zero")   // adjust would make available < 0
+	// ErrIncarnation: Redis holds stock of another product that had the
+	// same id (an IncarnationError says which key and incarnations).
+	ErrIncarnation = errors.New("lua: stock of another product with this id")
 	// ErrStockCorrupt: the data of one product shard cannot be used — a
 	// numeric field of its stock hash (or a user's counter, or an
 	// idempotency record) is not an integer, a key has the wrong type, or a
@@ -331,8 +334,34 @@ func Release(ctx context.Context, rdb redis.Scripter, k Keys, orderNo string, us
 	return false, 0, fmt.Errorf("%w %d from release", errUnknownCode, code)
 }
 
+// IncarnationError is an ErrIncarnation: the stock data at Key belongs to
+// another incarnation of the product id than the one being loaded.
+type IncarnationError struct {
+	Key   string // the stock hash or intake stream found
+	Found string // its incarnation ("" if it carries none)
+	Want  string // the product's
+}
+
+func (e *IncarnationError) Error() string {
+	found := e.Found
+	if found == "" {
+		found = "none"
+	}
+	want := e.Want
+	if want == "" {
+		want = "none"
+	}
+	return fmt.Sprintf("lua: %s holds stock of another product with this id (incarnation %s, this product's %s): "+
+		"another database's, or one created after the backup this MySQL was restored from; it is never adopted", e.Key, found, want)
+}
+
+func (e *IncarnationError) Unwrap() error { return ErrIncarnation }
+
 // ShardStock is what load.lua writes for one shard.
 type ShardStock struct {
+	// Incarnation is the product's (persistence.Product.Incarnation): a
+	// new hash gets it, an existing one must carry the same.
+	Incarnation  string
 	Available    int64 // set only if the shard is new
 	Total        int64
 	Price        int64 // minor units
@@ -343,14 +372,22 @@ type ShardStock struct {
 }
 
 // Load creates the shard's stock hash, or refreshes its metadata without
-// touching available. created tells which; available is the shard's count after.
+// touching available. created tells which; available is the shard's count
+// after. A hash of another incarnation (s.Incarnation) is left untouched:
+// *IncarnationError (ErrIncarnation).
 func Load(ctx context.Context, rdb redis.Scripter, k Keys, s ShardStock) (created bool, available int64, err error) {
 	res, err := loadScript.Run(ctx, rdb, []string{k.Stock()},
 		s.Available, s.Total, s.Price, s.PerUserLimit, s.MaxPerOrder,
-		s.SaleStart.UnixMilli(), s.SaleEnd.UnixMilli(),
+		s.SaleStart.UnixMilli(), s.SaleEnd.UnixMilli(), s.Incarnation,
 	).Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("lua: load: %w", err)
+	}
+	if len(res) == 3 {
+		if code, _ := res[0].(int64); code == -2 {
+			found, _ := res[2].(string)
+			return false, 0, &IncarnationError{Key: k.Stock(), Found: found, Want: s.Incarnation}
+		}
 	}
 	code, available, err := pair(res)
 	if err != nil {

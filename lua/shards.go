@@ -58,8 +58,14 @@ func ShardShare(total int64, n, sh int) int64 {
 // Product is what LoadProduct writes for a product: its stock split over
 // Shards shards and the sale's terms, the same in every shard.
 type Product struct {
-	ID           int64
-	Total        int64
+	ID int64
+	// Incarnation is the product's (persistence.Product.Incarnation): every
+	// stock hash gets it, and one that carries another is never adopted.
+	Incarnation string
+	Total       int64
+	// Available, when not nil, is the units left to sell, split over the
+	// shards like Total (ReloadProduct); nil: Total (a new product).
+	Available    *int64
 	Shards       int
 	Price        int64 // minor units
 	PerUserLimit int64 // 0 = none
@@ -257,14 +263,21 @@ func ShardCount(ctx context.Context, rdb redis.Cmdable, productID int64) (int, e
 // the stock (ShardShare; an existing hash keeps its available, see Load),
 // registers each shard's intake stream for the writers (StreamsKey) and then
 // the product (ProductsKey). One Do per shard and one for the registration.
-// Idempotent.
+// Idempotent. A shard whose hash belongs to another incarnation of the id
+// stops the load there: *IncarnationError (ErrIncarnation), that hash
+// untouched.
 func (s *Sharded) LoadProduct(p Product) error {
 	for sh := range p.Shards {
 		k := ShardKeys(p.ID, sh)
 		share := ShardShare(p.Total, p.Shards, sh)
+		avail := share
+		if p.Available != nil {
+			avail = ShardShare(*p.Available, p.Shards, sh)
+		}
 		err := s.Do(func(ctx context.Context) error {
 			if _, _, err := Load(ctx, s.RDB, k, ShardStock{
-				Available: share, Total: share, Price: p.Price, PerUserLimit: p.PerUserLimit,
+				Incarnation: p.Incarnation,
+				Available:   avail, Total: share, Price: p.Price, PerUserLimit: p.PerUserLimit,
 				MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd,
 			}); err != nil {
 				return err
@@ -279,6 +292,43 @@ func (s *Sharded) LoadProduct(p Product) error {
 		return s.RDB.SAdd(ctx, ProductsKey, strconv.FormatInt(p.ID, 10)).Err()
 	})
 }
+
+// CheckUnused returns an *IncarnationError (ErrIncarnation) if Redis holds
+// stock data of productID that a new product with that id and incarnation
+// must not adopt: a stock hash of any of its possible shards (0 …
+// MaxShards-1) carrying another incarnation, or an intake stream of one with
+// entries. nil: the id is unused in Redis. One pipelined round trip (one per
+// node on a cluster). The gateway runs it before it commits a new product.
+func CheckUnused(ctx context.Context, rdb redis.Cmdable, productID int64, incarnation string) error {
+	var incs [MaxShards]*redis.SliceCmd
+	var lens [MaxShards]*redis.IntCmd
+	pipe := rdb.Pipeline()
+	for sh := range MaxShards {
+		k := ShardKeys(productID, sh)
+		incs[sh] = pipe.HMGet(ctx, k.Stock(), "available", "inc")
+		lens[sh] = pipe.XLen(ctx, k.Intake())
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
+		return err
+	}
+	for sh := range MaxShards {
+		k := ShardKeys(productID, sh)
+		if v, err := incs[sh].Result(); err == nil && v[0] != nil {
+			found, _ := v[1].(string)
+			if found != incarnation {
+				return &IncarnationError{Key: k.Stock(), Found: found, Want: incarnation}
+			}
+		} else if isWrongType(err) {
+			return &IncarnationError{Key: k.Stock(), Want: incarnation}
+		}
+		if n, err := lens[sh].Result(); (err == nil && n > 0) || isWrongType(err) {
+			return &IncarnationError{Key: k.Intake(), Want: incarnation}
+		}
+	}
+	return nil
+}
+
+func isWrongType(err error) bool { return err != nil && redis.HasErrorPrefix(err, "WRONGTYPE") }
 
 // AdjustMarkerTTL is the life of the Redis marker that makes a stock repair
 // apply once; a retry of the same repairNo after it expired would apply the

@@ -26,7 +26,7 @@ func TestOutboxRetryDeadAndReplay(t *testing.T) {
 		for _, r := range rows {
 			ids = append(ids, r.ID)
 		}
-		dead, err := s.MarkRetryBatch(ctx, ids, "confirm timeout", time.Microsecond, time.Millisecond, 2)
+		dead, err := s.MarkRetryBatch(ctx, "me", ids, "confirm timeout", time.Microsecond, time.Millisecond, 2)
 		if err != nil {
 			t.Fatal(err)
 		}

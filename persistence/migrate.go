@@ -22,8 +22,10 @@ func provider(db *sql.DB) (*goose.Provider, error) {
 	return goose.NewProvider(goose.DialectMySQL, db, sub, goose.WithAllowOutofOrder(true))
 }
 
-// Migrate applies every pending migration of package sql. It is idempotent:
-// with nothing pending it changes nothing. applied lists the versions it ran.
+// Migrate applies every pending migration of package sql, then writes the
+// database's deployment identity if it has none yet (DeploymentID). It is
+// idempotent: with nothing pending it changes nothing. applied lists the
+// versions it ran.
 func Migrate(ctx context.Context, db *sql.DB) (applied []int64, err error) {
 	p, err := provider(db)
 	if err != nil {
@@ -35,6 +37,9 @@ func Migrate(ctx context.Context, db *sql.DB) (applied []int64, err error) {
 	}
 	for _, r := range res {
 		applied = append(applied, r.Source.Version)
+	}
+	if err := ensureDeployment(ctx, db); err != nil {
+		return applied, err
 	}
 	return applied, nil
 }

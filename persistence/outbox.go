@@ -216,15 +216,19 @@ func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease 
 	return out, nil
 }
 
-// MarkSent marks rows SENT. Call it only after the broker confirmed them.
-func (s *Store) MarkSent(ctx context.Context, ids []int64) error {
+// MarkSent marks rows SENT that are still SENDING under owner's lease. Call
+// it only after the broker confirmed them. A row whose lease ran out and
+// that another relay claimed is left to that relay (its publish and ours
+// are the same event: consumers deduplicate by event id).
+func (s *Store) MarkSent(ctx context.Context, owner string, ids []int64) error {
 	for _, chunk := range chunks(len(ids), 10000) {
-		args := make([]any, 0, chunk[1]-chunk[0])
+		args := make([]any, 0, chunk[1]-chunk[0]+1)
+		args = append(args, owner)
 		for _, id := range ids[chunk[0]:chunk[1]] {
 			args = append(args, id)
 		}
 		_, err := s.DB.ExecContext(ctx, `UPDATE mq_outbox SET status = 'SENT', updated_at = NOW(3), last_error = NULL
-			WHERE id IN (`+marks(len(args))+`) AND status = 'SENDING'`, args...)
+			WHERE lease_owner = ? AND id IN (`+marks(len(args)-1)+`) AND status = 'SENDING'`, args...)
 		if err != nil {
 			return fmt.Errorf("persistence: mark sent: %w", err)
 		}
@@ -311,13 +315,14 @@ func (s *Store) MarkRetry(ctx context.Context, id int64, cause string, backoff t
 // MarkRetryBatch is MarkRetry for many rows with the same cause, in one
 // statement: each row's backoff is base·2^retry_count (its count before this
 // failure), at most maxBackoff. Rows whose retry_count reaches maxRetries
-// become DEAD. It returns the ids that became DEAD.
-func (s *Store) MarkRetryBatch(ctx context.Context, ids []int64, cause string, base, maxBackoff time.Duration, maxRetries int) (dead []int64, err error) {
+// become DEAD. Only rows still SENDING under owner's lease change (see
+// MarkSent). It returns the ids that became DEAD.
+func (s *Store) MarkRetryBatch(ctx context.Context, owner string, ids []int64, cause string, base, maxBackoff time.Duration, maxRetries int) (dead []int64, err error) {
 	if len(cause) > 500 {
 		cause = cause[:500]
 	}
 	for _, chunk := range chunks(len(ids), 10000) {
-		args := []any{maxRetries, base.Microseconds(), maxBackoff.Microseconds(), cause}
+		args := []any{maxRetries, base.Microseconds(), maxBackoff.Microseconds(), cause, owner}
 		idArgs := make([]any, 0, chunk[1]-chunk[0])
 		for _, id := range ids[chunk[0]:chunk[1]] {
 			idArgs = append(idArgs, id)
@@ -328,7 +333,7 @@ func (s *Store) MarkRetryBatch(ctx context.Context, ids []int64, cause string, b
 				next_retry_at = NOW(3) + INTERVAL CAST(LEAST(? * POW(2, LEAST(retry_count, 30)), ?) AS UNSIGNED) MICROSECOND,
 				retry_count = retry_count + 1,
 				last_error = ?, updated_at = NOW(3)
-			WHERE id IN (`+marks(len(idArgs))+`) AND status = 'SENDING'`, args...)
+			WHERE lease_owner = ? AND id IN (`+marks(len(idArgs))+`) AND status = 'SENDING'`, args...)
 		if err != nil {
 			return dead, fmt.Errorf("persistence: mark retry: %w", err)
 		}

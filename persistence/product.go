@@ -29,6 +29,11 @@ type Product struct {
 	// SaleVersion counts the admin changes of the sale's terms (ChangeProduct);
 	// Redis keeps the terms of the highest version (lua.SaleTerms).
 	SaleVersion int64
+	// Incarnation tells this product from any earlier one with the same id
+	// (another database's, or one a MySQL restore forgot): 32 random hex
+	// digits set by CreateProductBy, "" for a product created before
+	// migration 0011. Every stock hash of the product carries it (load.lua).
+	Incarnation string
 	CreatedAt   time.Time
 }
 
@@ -62,14 +67,28 @@ func (s *Store) CreateProduct(ctx context.Context, p Product) (Product, error) {
 // same transaction writes the admin_audit entry "create" with the product's
 // terms.
 func (s *Store) CreateProductBy(ctx context.Context, adminID int64, p Product) (Product, error) {
+	return s.CreateProductChecked(ctx, adminID, p, nil)
+}
+
+// CreateProductChecked is CreateProductBy with check run inside the
+// transaction once the product has its id and incarnation (p.Incarnation,
+// when empty, is set to a new random one): an error from check rolls the
+// creation back and is returned as it is (wrapped), so nothing is stored.
+// The gateway checks there that Redis holds no stock of an earlier product
+// with the same id.
+func (s *Store) CreateProductChecked(ctx context.Context, adminID int64, p Product, check func(ctx context.Context, p Product) error) (Product, error) {
 	if p.Shards < 1 {
 		p.Shards = 1
 	}
+	if p.Incarnation == "" {
+		p.Incarnation = newIncarnation()
+	}
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO product
-			(name, image_url, description, price, total, per_user_limit, max_per_order, shards, sale_start, sale_end, paused)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.Name, p.ImageURL, p.Description, p.Price, p.Total, p.PerUserLimit, p.MaxPerOrder, p.Shards, p.SaleStart.UTC(), p.SaleEnd.UTC(), p.Paused)
+			(name, image_url, description, price, total, per_user_limit, max_per_order, shards, incarnation, sale_start, sale_end, paused)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.Name, p.ImageURL, p.Description, p.Price, p.Total, p.PerUserLimit, p.MaxPerOrder, p.Shards, p.Incarnation,
+			p.SaleStart.UTC(), p.SaleEnd.UTC(), p.Paused)
 		if err != nil {
 			return fmt.Errorf("insert product: %w", err)
 		}
@@ -84,6 +103,11 @@ func (s *Store) CreateProductBy(ctx context.Context, adminID int64, p Product) (
 				return err
 			}
 		}
+		if check != nil {
+			if err := check(ctx, p); err != nil {
+				return err
+			}
+		}
 		return tx.QueryRowContext(ctx, `SELECT created_at FROM product WHERE id = ?`, p.ID).Scan(&p.CreatedAt)
 	})
 	if err != nil {
@@ -95,13 +119,13 @@ func (s *Store) CreateProductBy(ctx context.Context, adminID int64, p Product) (
 // productCols are the columns scanProduct reads (from product, aliased p):
 // the row and Σ ADJUST of the product (index idx_flow_product).
 const productCols = `p.id, p.name, p.image_url, p.description, p.price, p.total, p.per_user_limit, p.max_per_order, p.shards,
-	p.sale_start, p.sale_end, p.paused, p.sale_version, p.created_at,
+	p.incarnation, p.sale_start, p.sale_end, p.paused, p.sale_version, p.created_at,
 	(SELECT COALESCE(SUM(f.quantity), 0) FROM stock_flow f WHERE f.product_id = p.id AND f.biz_type = 'ADJUST')`
 
 func scanProduct(sc interface{ Scan(...any) error }) (Product, error) {
 	var p Product
 	err := sc.Scan(&p.ID, &p.Name, &p.ImageURL, &p.Description, &p.Price, &p.Total, &p.PerUserLimit, &p.MaxPerOrder, &p.Shards,
-		&p.SaleStart, &p.SaleEnd, &p.Paused, &p.SaleVersion, &p.CreatedAt, &p.Adjusted)
+		&p.Incarnation, &p.SaleStart, &p.SaleEnd, &p.Paused, &p.SaleVersion, &p.CreatedAt, &p.Adjusted)
 	return p, err
 }
 

@@ -48,6 +48,10 @@ type ConnConfig struct {
 	Setup func(ch *amqp.Channel) error
 	// Logger receives reconnect warnings. Default slog.Default().
 	Logger *slog.Logger
+	// Health receives the broker's connection.blocked and unblocked notices
+	// of this connection (share one per process: NewBrokerHealth). Default:
+	// a private one.
+	Health *BrokerHealth
 }
 
 // DefaultAMQPURL is the broker used when none is configured (SPEC §7).
@@ -64,6 +68,7 @@ func (c *ConnConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Health = orNewHealth(c.Health, c.Logger, nil)
 }
 
 // Validate reports the first invalid field.
@@ -103,6 +108,8 @@ type Conn struct {
 	closed   bool
 	urls     []string // ConnConfig.URL split (SplitAMQPURLs)
 	next     int      // index of the URL to dial first (the last that worked); dials are serialised by sem
+	gen      int      // connections dialed so far (the key of each in Health); dials are serialised by sem
+	key      string   // Health key of conn
 }
 
 // SplitAMQPURLs splits a comma-separated list of AMQP URLs (the nodes of a
@@ -123,6 +130,7 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Health.track(cfg.Name)
 	return &Conn{cfg: cfg, log: cfg.Logger, sem: make(chan struct{}, 1), urls: SplitAMQPURLs(cfg.URL)}, nil
 }
 
@@ -234,6 +242,20 @@ func (c *Conn) dial() (*amqp.Connection, chan *amqp.Error, error) {
 	}
 	// Buffered: the library never blocks on a listener with room.
 	sig := conn.NotifyClose(make(chan *amqp.Error, 1))
+	c.gen++
+	key := fmt.Sprintf("%s#%d", c.cfg.Name, c.gen)
+	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go func() {
+		// Closed by the library when the connection ends: a connection
+		// that is gone blocks nothing any more.
+		for b := range blocks {
+			c.cfg.Health.setBlocked(key, c.cfg.Name, b.Active, b.Reason)
+		}
+		c.cfg.Health.connEnded(key, c.cfg.Name)
+	}()
+	c.mu.Lock()
+	c.key = key
+	c.mu.Unlock()
 	if c.cfg.Setup == nil {
 		err = c.cfg.Topology.declareOn(conn)
 	} else {
@@ -250,17 +272,68 @@ func (c *Conn) dial() (*amqp.Connection, chan *amqp.Error, error) {
 	return conn, sig, nil
 }
 
+// closeWait bounds the wait for the broker's answer to a connection or
+// channel close: a broker that blocks publishers (a resource alarm) reads
+// nothing from a blocked connection, so its answer would come only when the
+// alarm ends.
+const closeWait = 2 * time.Second
+
 // Close closes the current connection (and with it every channel handed
-// out); later Channel calls return ErrConnClosed.
+// out), waiting at most closeWait for the broker's answer; later Channel
+// calls return ErrConnClosed.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	conn := c.conn
 	c.closed, c.conn = true, nil
 	c.mu.Unlock()
 	if conn != nil && !conn.IsClosed() {
-		return conn.Close()
+		return conn.CloseDeadline(time.Now().Add(closeWait))
 	}
 	return nil
+}
+
+// Drop closes the current connection without waiting for the broker more
+// than closeWait (its channels end with it); the next Channel call dials a
+// new one. For a connection the broker stopped answering.
+func (c *Conn) Drop() {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn != nil && !conn.IsClosed() {
+		_ = conn.CloseDeadline(time.Now().Add(closeWait)) // the connection is gone either way
+	}
+}
+
+// Blocked reports whether the broker blocks the current connection's
+// publishes (connection.blocked); while it does, every method on the
+// connection waits, a channel open or close included.
+func (c *Conn) Blocked() bool {
+	c.mu.Lock()
+	key, conn := c.key, c.conn
+	c.mu.Unlock()
+	return conn != nil && c.cfg.Health.connBlocked(key)
+}
+
+// Health is the BrokerHealth this Conn reports to.
+func (c *Conn) Health() *BrokerHealth { return c.cfg.Health }
+
+// closeChannel closes ch without waiting for the broker more than wait: the
+// close goes on in the background (it ends when the broker answers or the
+// connection ends). It reports whether the close finished in time.
+func closeChannel(ch *amqp.Channel, wait time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		_ = ch.Close() // the channel is given up whatever the broker says
+		close(done)
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // redactURL drops the password from an AMQP URL for logs.

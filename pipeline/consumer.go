@@ -90,6 +90,12 @@ type ConsumerConfig struct {
 	// PublishTimeout bounds a retry or dead-letter republish and its
 	// publisher confirm. Default 5s.
 	PublishTimeout time.Duration
+	// PublishConn is the connection of the retry and dead-letter
+	// republishes. Default: the consuming connection. Give it one of its
+	// own: RabbitMQ blocks a connection that publishes during a memory or
+	// disk alarm and then reads nothing from it, acknowledgements of the
+	// consumers on it included.
+	PublishConn *Conn
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the consumer's series. Default: private, unregistered.
@@ -183,6 +189,8 @@ type Consumer struct {
 	m     *Metrics
 
 	breakers map[string]*breaker // by handler name; read-only after NewConsumer
+	pubConn  *Conn               // retries and dead letters (ConsumerConfig.PublishConn)
+	health   *BrokerHealth       // pubConn's
 }
 
 // NewConsumer returns a Consumer; cfg is completed with defaults and
@@ -199,7 +207,9 @@ func NewConsumer(store *persistence.Store, rdb redis.UniversalClient, conn *Conn
 	for _, h := range []string{ConsumerOrderLock, ConsumerStockRelease, ConsumerOrderClose} {
 		breakers[h] = newBreaker("consumer-"+h, log)
 	}
-	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: log, m: orNew(cfg.Metrics), breakers: breakers}, nil
+	pubConn := cmp.Or(cfg.PublishConn, conn)
+	return &Consumer{cfg: cfg, store: store, rdb: rdb, conn: conn, log: log, m: orNew(cfg.Metrics), breakers: breakers,
+		pubConn: pubConn, health: pubConn.Health()}, nil
 }
 
 // verdict is what a handler decided about one message.
@@ -303,14 +313,13 @@ func (c *Consumer) consumeOnce(ctx context.Context, h handler) error {
 	tag := c.cfg.Name + "." + h.name + "." + strconv.FormatUint(rand.Uint64()&0xffffff, 16)
 	deliveries, err := ch.Consume(h.queue, tag, false, false, false, false, nil)
 	if err != nil {
+		c.health.consumed(h.queue, err)
 		return fmt.Errorf("consumer %s: consume %s: %w", h.name, h.queue, err)
 	}
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	pub, err := c.publisher(ctx, ch)
-	if err != nil {
-		return fmt.Errorf("consumer %s: %w", h.name, err)
-	}
-	defer pub.ch.Close()
+	c.health.consumed(h.queue, nil)
+	pub := &confirmPublisher{conn: c.pubConn, health: c.health, timeout: c.cfg.PublishTimeout}
+	defer pub.close()
 	var wg sync.WaitGroup
 	if h.batched {
 		wg.Go(func() { c.lockBatches(ctx, h, deliveries, pub) })
@@ -427,29 +436,13 @@ func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v ver
 // (the broker is away or the publish channel broke): wait the worker's
 // backoff, then requeue, so the message is not lost and not spun on.
 func (c *Consumer) requeueLater(ctx context.Context, h handler, d amqp.Delivery, bo *backoff, err error) {
-	c.log.Warn("consumer: republish failed, requeueing after backoff", "handler", h.name, "eventId", d.MessageId, "err", err)
+	if errors.Is(err, errBrokerBlocked) { // logged once by BrokerHealth for the whole alarm
+		c.log.Debug("consumer: broker blocks publishers, requeueing after backoff", "handler", h.name, "eventId", d.MessageId)
+	} else {
+		c.log.Warn("consumer: republish failed, requeueing after backoff", "handler", h.name, "eventId", d.MessageId, "err", err)
+	}
 	sleep(ctx, bo.next())
 	_ = d.Nack(false, true)
-}
-
-// publisher opens the confirm-mode channel for retries and dead letters of
-// one handler; when it closes, it closes the consuming channel ch too, so
-// the handler reconnects both.
-func (c *Consumer) publisher(ctx context.Context, ch *amqp.Channel) (*confirmPublisher, error) {
-	pch, err := c.conn.Channel(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := pch.Confirm(false); err != nil {
-		pch.Close()
-		return nil, fmt.Errorf("confirm mode: %w", err)
-	}
-	closed := pch.NotifyClose(make(chan *amqp.Error, 1))
-	go func() {
-		<-closed //nolint:errcheck // closed by the library when pch closes, for whatever reason
-		ch.Close()
-	}()
-	return &confirmPublisher{ch: pch, timeout: c.cfg.PublishTimeout}, nil
 }
 
 // maxLoggedBody is the most bytes of a rejected message's body logged.

@@ -120,7 +120,7 @@ func (e *env) product(mysqlTotal, redisAvailable int64) (persistence.Product, lu
 		e.t.Fatal(err)
 	}
 	k := lua.ShardKeys(p.ID, 0)
-	if _, _, err := lua.Load(ctx, e.rdb, k, lua.ShardStock{Available: redisAvailable, Total: redisAvailable, Price: p.Price,
+	if _, _, err := lua.Load(ctx, e.rdb, k, lua.ShardStock{Incarnation: p.Incarnation, Available: redisAvailable, Total: redisAvailable, Price: p.Price,
 		MaxPerOrder: 5, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd}); err != nil {
 		e.t.Fatal(err)
 	}

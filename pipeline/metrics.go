@@ -84,6 +84,7 @@ type Metrics struct {
 	relaySent    prometheus.Counter
 	relayRetry   prometheus.Counter
 	relayReopens prometheus.Counter
+	relayPaused  prometheus.Counter
 	lostReleased prometheus.Counter
 	repairs      *prometheus.CounterVec // kind = restored, released (lostwrites.go)
 	luaRelease   prometheus.Observer
@@ -104,12 +105,21 @@ type Metrics struct {
 	reconRuns      *prometheus.CounterVec
 	reconLastRunAt prometheus.Gauge
 
+	amqpBlocked    *prometheus.GaugeVec   // connection (broker.go)
+	queueUnhealthy *prometheus.GaugeVec   // queue (broker.go)
+	loopFailures   *prometheus.CounterVec // loop (failures.go)
+
 	// Label-less vectors: a sweeper that skips a round Resets them away.
 	refundsPending *prometheus.GaugeVec
 	refundOldest   *prometheus.GaugeVec
 	saleUnits      *prometheus.GaugeVec // product, state
 	saleOrders     *prometheus.GaugeVec // product, status
 }
+
+// loopNames are the loop labels of stampede_loop_failures_total
+// (FailureLog), exported from the start.
+var loopNames = []string{"relay_claim", "relay_publish", "pacer_list", "pacer_step", "push_products", "push_lines",
+	"sweeper_close", "sweeper_reconcile"}
 
 // Bounds of the sale series (see Metrics).
 const (
@@ -206,6 +216,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_relay_channel_reopens_total",
 		Help: "Publish channels a relay opened after its first (the broker or the channel was lost).",
 	}))
+	m.relayPaused = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_relay_blocked_pauses_total",
+		Help: "Times a relay stopped claiming outbox rows because the broker blocked publishers (a memory or disk alarm); it resumes when the broker unblocks.",
+	}))
+	m.amqpBlocked = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_amqp_blocked",
+		Help: "1 while RabbitMQ blocks this AMQP connection's publishes (connection.blocked: a memory or disk alarm), else 0. Only connections that publish are ever blocked.",
+	}, []string{"connection"}))
+	m.queueUnhealthy = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_amqp_queue_unhealthy",
+		Help: "1 while the broker nacked the last publishes to the queue in a row (3 or more: the queue is down or refuses them), else 0; /readyz names the queue meanwhile.",
+	}, []string{"queue"}))
+	m.loopFailures = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stampede_loop_failures_total",
+		Help: "Failed rounds of a background loop that talks to a dependency, by loop (relay_claim, relay_publish (batches with failed publishes), pacer_list, pacer_step, push_products, push_lines, sweeper_close, sweeper_reconcile); each failure backs off, and only the first of a run of failures and the recovery are logged.",
+	}, []string{"loop"}))
+	for _, l := range loopNames {
+		m.loopFailures.WithLabelValues(l)
+	}
 	m.lostReleased = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",

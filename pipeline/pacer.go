@@ -93,6 +93,9 @@ type PacerConfig struct {
 	Group string
 	// Metrics receives the room series; nil: private collectors.
 	Metrics *RoomMetrics
+	// Failures receives stampede_loop_failures_total (pacer_list,
+	// pacer_step); nil: private.
+	Failures *Metrics
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -169,12 +172,19 @@ func NewPacer(store *persistence.Store, rdb redis.UniversalClient, cfg PacerConf
 		rooms: make(map[int64]*roomControl)}, nil
 }
 
-// Run steps every Interval until ctx ends.
+// Run steps every Interval until ctx ends. A product listing that fails
+// (MySQL down) keeps the last list and is tried again with backoff (from
+// ListEvery up to 30s); a round of steps that fails (Redis down) pauses the
+// steps with backoff (from Interval up to 10s). Each logs when it starts
+// failing and when it recovers, and counts every failure
+// (stampede_loop_failures_total{loop="pacer_list"|"pacer_step"}).
 func (p *Pacer) Run(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.Interval)
 	defer tick.Stop()
 	var products []persistence.Product
-	var listed, measured time.Time
+	var measured, nextList, nextStep time.Time
+	lists := NewFailureLog("pacer_list", "pacer: list products", p.log, p.cfg.Failures, p.cfg.ListEvery, 30*time.Second)
+	steps := NewFailureLog("pacer_step", "pacer: admission step", p.log, p.cfg.Failures, p.cfg.Interval, 10*time.Second)
 	off := map[int64]bool{} // rooms found off since the last listing: not stepped again until the next
 	for {
 		select {
@@ -182,16 +192,21 @@ func (p *Pacer) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		if time.Since(listed) >= p.cfg.ListEvery {
+		if now := time.Now(); !now.Before(nextList) {
 			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			ps, err := p.store.ListProducts(lctx)
 			cancel()
-			if err == nil {
-				products, listed = ps, time.Now()
+			switch {
+			case err == nil:
+				products, nextList = ps, now.Add(p.cfg.ListEvery)
 				clear(off)
-			} else {
-				p.log.Warn("pacer: list products", "err", err)
+				lists.OK()
+			case ctx.Err() == nil:
+				nextList = now.Add(lists.Fail(err))
 			}
+		}
+		if time.Now().Before(nextStep) {
+			continue
 		}
 		measure := time.Since(measured) >= p.cfg.MeasureEvery
 		if measure {
@@ -206,10 +221,21 @@ func (p *Pacer) Run(ctx context.Context) error {
 				continue
 			}
 			on, err := p.StepProduct(ctx, pr.ID, pr.Shards, measure)
-			if err != nil && ctx.Err() == nil {
-				p.log.Warn("pacer: step", "productId", pr.ID, "err", err)
+			if errors.Is(err, lua.ErrStockCorrupt) || errors.Is(err, errRoomSeed) { // this product's data, not Redis: step the others
+				if !off[pr.ID] {
+					p.log.Error("pacer: product's room data unusable; skipped until the next listing", "productId", pr.ID, "err", err)
+					off[pr.ID] = true
+				}
+				continue
 			}
-			if err == nil && !on {
+			if err != nil {
+				if ctx.Err() == nil {
+					nextStep = time.Now().Add(steps.Fail(fmt.Errorf("product %d: %w", pr.ID, err)))
+				}
+				break // the next products would fail the same way: Redis is the common dependency
+			}
+			steps.OK()
+			if !on {
 				off[pr.ID] = true
 			}
 		}
@@ -314,20 +340,46 @@ func (p *Pacer) roomSeed(ctx context.Context, productID int64, rc *roomControl) 
 	}
 	p.mu.Unlock()
 	t, err := p.store.Room(ctx, productID)
+	if errors.Is(err, persistence.ErrNotFound) {
+		// A room turned on before its terms were stored (issue 17): it gets
+		// a seed now, published at its shuffle with its commitment.
+		t, err = p.newSeed(ctx, productID)
+	}
 	if err != nil {
-		return drop.Seed{}, fmt.Errorf("pacer: room seed of product %d: %w", productID, err)
+		return drop.Seed{}, fmt.Errorf("%w: product %d: %w", errRoomSeed, productID, err)
 	}
 	seed, err := drop.ParseSeed(t.Seed)
 	if err != nil {
-		return drop.Seed{}, fmt.Errorf("pacer: room seed of product %d: %w", productID, err)
+		return drop.Seed{}, fmt.Errorf("%w: product %d: %w", errRoomSeed, productID, err)
 	}
 	if seed.Commitment() != t.Commitment {
-		return drop.Seed{}, fmt.Errorf("pacer: room seed of product %d: %w", productID, drop.ErrSeedMismatch)
+		return drop.Seed{}, fmt.Errorf("%w: product %d: %w", errRoomSeed, productID, drop.ErrSeedMismatch)
 	}
 	p.mu.Lock()
 	rc.seed = &seed
 	p.mu.Unlock()
 	return seed, nil
+}
+
+// errRoomSeed: a room's seed cannot be read or does not match its
+// commitment; that room is skipped until the next listing, the others go on.
+var errRoomSeed = errors.New("pacer: room seed unusable")
+
+// newSeed stores a seed for a room that has none (SaveRoom keeps one stored
+// meanwhile by another pacer or an admin) and returns the stored terms.
+func (p *Pacer) newSeed(ctx context.Context, productID int64) (persistence.RoomTerms, error) {
+	seed, err := drop.NewSeed()
+	if err != nil {
+		return persistence.RoomTerms{}, err
+	}
+	st, err := lua.ReadRoom(ctx, p.rdb, productID)
+	if err != nil {
+		return persistence.RoomTerms{}, err
+	}
+	p.log.Warn("pacer: room without stored terms: a seed is drawn at its opening", "productId", productID)
+	return p.store.SaveRoom(ctx, 0, persistence.RoomTerms{ProductID: productID, On: st.On, Mode: string(st.Mode),
+		PreQueue: st.PreQueue, Reserve: st.Reserve, PowCost: st.PowCost, Ceiling: int64(st.Ceiling),
+		Window: max(st.Window, time.Second), Seed: seed.Hex(), Commitment: seed.Commitment()})
 }
 
 // shards is productID's number of stock shards as its last step knew it.

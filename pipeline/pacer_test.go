@@ -2,8 +2,11 @@ package pipeline_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
 func (e *env) roomProduct(avail int64, buyers int) (persistence.Product, lua.Keys) {
@@ -147,4 +151,53 @@ func TestPacerAutoFollowsDrain(t *testing.T) {
 	waitRate(cfg.Ceiling)
 	draining.Store(false)
 	waitRate(cfg.MinRate)
+}
+
+// lineCounter is a slog handler counting the records whose message starts
+// with prefix.
+type lineCounter struct {
+	prefix string
+	n      *atomic.Int64
+}
+
+func (h lineCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h lineCounter) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h lineCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h lineCounter) WithGroup(string) slog.Handler      { return h }
+
+// With MySQL down the pacer keeps its last product list and retries the
+// listing with backoff: one log line when it starts failing, the other
+// failures only counted (stampede_loop_failures_total{loop="pacer_list"}).
+// It logged "pacer: list products" every tick (~100 ms) before.
+func TestPacerBacksOffWhileMySQLIsDown(t *testing.T) {
+	e := newEnv(t)
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/nowhere?timeout=200ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var lines atomic.Int64
+	m, reg := e.metrics()
+	pc, err := pipeline.NewPacer(&persistence.Store{DB: db}, e.rdb, pipeline.PacerConfig{Rate: 10, Interval: 10 * time.Millisecond,
+		ListEvery: 10 * time.Millisecond, Failures: m, Logger: slog.New(lineCounter{prefix: "pacer: list products", n: &lines})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, "pacer (mysql down)", pc.Run)
+	pipelinetest.WaitFor(t, 30*time.Second, "four failed listings", func() (bool, string) {
+		n := pipelinetest.Metric(t, reg, "stampede_loop_failures_total", "loop", "pacer_list")
+		return n >= 4, fmt.Sprintf("%v failures", n)
+	})
+	time.Sleep(300 * time.Millisecond) // 30 ticks more: each would have logged before
+	stop()
+	failures := pipelinetest.Metric(t, reg, "stampede_loop_failures_total", "loop", "pacer_list")
+	if lines.Load() != 1 {
+		t.Fatalf("%d log lines for %v failed listings, want 1", lines.Load(), failures)
+	}
+	t.Logf("%v failed listings, 1 log line", failures)
 }

@@ -115,7 +115,9 @@ type Relay struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	mysql *breaker // around ClaimOutbox
+	mysql    *breaker // around ClaimOutbox
+	health   *BrokerHealth
+	pubFails *FailureLog // batches with failed publishes (settle, Run's goroutine)
 }
 
 // NewRelay returns a Relay publishing through conn; cfg is completed with
@@ -126,8 +128,10 @@ func NewRelay(store *persistence.Store, conn *Conn, cfg RelayConfig) (*Relay, er
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "relay", "owner", cfg.Owner)
+	m := orNew(cfg.Metrics)
 	return &Relay{cfg: cfg, store: store, conn: conn, log: log, mysql: newBreaker("relay-mysql", log),
-		m: orNew(cfg.Metrics)}, nil
+		m: m, health: conn.Health(),
+		pubFails: NewFailureLog("relay_publish", "relay: publishing outbox rows (the failed ones go RETRY)", log, m, time.Second, time.Second)}, nil
 }
 
 // pubChannel is a confirm-mode channel with its return and close listeners.
@@ -135,10 +139,11 @@ type pubChannel struct {
 	ch      *amqp.Channel
 	returns chan amqp.Return
 	closes  chan *amqp.Error
+	dropped bool // given up (dropChannel); its close may still be on its way
 }
 
 func (p *pubChannel) broken() bool {
-	if p.ch.IsClosed() {
+	if p.dropped || p.ch.IsClosed() {
 		return true
 	}
 	select {
@@ -151,23 +156,30 @@ func (p *pubChannel) broken() bool {
 
 // Run relays until ctx is cancelled. A batch already claimed is always
 // finished (published, confirmed, marked) before Run returns, so a graceful
-// stop leaves no row SENDING. It returns nil after a cancelled ctx, the
-// error of AfterConfirm, or ErrConnClosed (wrapped) if its Conn was closed.
+// stop leaves no row SENDING. While the broker blocks publishers (a memory
+// or disk alarm: connection.blocked on any connection of the process's
+// BrokerHealth) it claims nothing and opens no channel; it resumes when the
+// broker unblocks. It returns nil after a cancelled ctx, the error of
+// AfterConfirm, or ErrConnClosed (wrapped) if its Conn was closed.
 func (r *Relay) Run(ctx context.Context) error {
 	var pc *pubChannel
 	defer func() {
-		if pc != nil {
-			pc.ch.Close()
+		if pc != nil && !pc.dropped {
+			closeChannel(pc.ch, closeWait)
 		}
 	}()
 	errBo := newBackoff(r.cfg.PollInterval, r.cfg.ErrorBackoff)
+	claims := NewFailureLog("relay_claim", "relay: claim outbox", r.log, r.m, r.cfg.PollInterval, r.cfg.ErrorBackoff)
 	opened := 0
 	for ctx.Err() == nil {
+		if !r.waitUnblocked(ctx) {
+			return nil
+		}
 		if pc == nil || pc.broken() {
-			if pc != nil {
-				pc.ch.Close()
-				pc = nil
+			if pc != nil && !pc.dropped {
+				closeChannel(pc.ch, closeWait)
 			}
+			pc = nil
 			var err error
 			if pc, err = r.open(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -195,10 +207,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			r.log.Warn("relay: claim outbox failed", "err", err)
-			sleep(ctx, errBo.next())
+			sleep(ctx, claims.Fail(err))
 			continue
 		}
+		claims.OK()
 		errBo.reset()
 		if len(rows) == 0 {
 			sleep(ctx, r.cfg.PollInterval)
@@ -213,6 +225,26 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// waitUnblocked returns at once unless the broker blocks publishers; then
+// it waits (claiming nothing, so no row sits SENDING) until it unblocks. It
+// reports false when ctx ended meanwhile.
+func (r *Relay) waitUnblocked(ctx context.Context) bool {
+	blocked, _, unblocked := r.health.Blocked()
+	if !blocked {
+		return true
+	}
+	r.m.relayPaused.Inc()
+	for blocked {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-unblocked:
+		}
+		blocked, _, unblocked = r.health.Blocked()
+	}
+	return true
 }
 
 func (r *Relay) open(ctx context.Context) (*pubChannel, error) {
@@ -241,7 +273,16 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout)
 	defer cancel()
 	b := &relayBatch{rows: rows, failed: map[int]string{}, outcome: map[int]publishOutcome{}}
+	// A publish whose write the broker stopped reading (a blocked
+	// connection whose socket buffers are full) would wait for the alarm
+	// to end: past the confirm timeout the connection is dropped, which
+	// fails the write.
+	watchdog := time.AfterFunc(r.cfg.ConfirmTimeout+closeWait, func() {
+		r.log.Warn("relay: publish did not return within the confirm timeout; dropping the connection")
+		r.conn.Drop()
+	})
 	confirms, published := r.publish(bctx, pc, b)
+	watchdog.Stop()
 	r.awaitConfirms(bctx, pc, b, confirms, published)
 	r.collectReturns(pc, b)
 	return r.settle(ctx, b)
@@ -314,6 +355,7 @@ func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatc
 		}
 		select {
 		case <-dc.Done():
+			row := b.rows[i]
 			if !dc.Acked() {
 				if pc.ch.IsClosed() {
 					b.fail(i, pubClosed, "channel closed before confirm")
@@ -322,6 +364,7 @@ func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatc
 				b.fail(i, pubNacked, "nacked by broker")
 				nacked = true
 			}
+			r.health.published(queuesOf(row.Exchange, row.RoutingKey), dc.Acked())
 			r.m.confirm.Observe(time.Since(published[i]).Seconds())
 		case <-bctx.Done():
 			timedOut = true
@@ -331,8 +374,25 @@ func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatc
 		}
 	}
 	if timedOut || nacked {
-		pc.ch.Close()
+		r.dropChannel(pc, timedOut)
 	}
+}
+
+// dropChannel gives up pc after a nack or a confirm timeout without ever
+// waiting for a close the broker will not answer: while the broker blocks
+// publishers it reads nothing from this connection, and Channel.Close would
+// wait for the alarm to end (issue 27). The close goes on in the background
+// and the next round opens a fresh channel once the broker unblocks. A
+// broker that does not answer the close within closeWait without having
+// blocked the connection (timedOut: it stopped answering) costs the
+// connection: it is dropped, and the next round dials again.
+func (r *Relay) dropChannel(pc *pubChannel, timedOut bool) {
+	pc.dropped = true
+	if closeChannel(pc.ch, closeWait) || !timedOut || r.conn.Blocked() {
+		return
+	}
+	r.log.Warn("relay: broker did not answer a channel close after a confirm timeout; dropping the connection")
+	r.conn.Drop()
 }
 
 // collectReturns fails the rows the broker returned unroutable (mandatory
@@ -379,7 +439,7 @@ func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
 		}
 	}
 	if len(acked) > 0 {
-		err := r.mark(ctx, func(mctx context.Context) error { return r.store.MarkSent(mctx, acked) })
+		err := r.mark(ctx, func(mctx context.Context) error { return r.store.MarkSent(mctx, r.cfg.Owner, acked) })
 		if err != nil {
 			// The rows stay SENDING and are published again after the lease.
 			r.log.Error("relay: mark sent failed; rows will be sent again", "rows", len(acked), "err", err)
@@ -388,9 +448,13 @@ func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
 		}
 	}
 	if len(failed) > 0 {
+		// The first batch of a run of failures is logged, the rest counted
+		// (stampede_relay_publishes_total by outcome, and
+		// stampede_loop_failures_total{loop="relay_publish"}).
 		i, cause := firstCause(failed)
-		r.log.Warn("relay: publishes failed, rows go RETRY", "rows", len(failed), "example", cause,
-			"eventId", rows[i].EventID, "orderNo", rows[i].OrderNo)
+		r.pubFails.Fail(fmt.Errorf("%d rows failed, e.g. event %s of order %s: %s", len(failed), rows[i].EventID, rows[i].OrderNo, cause))
+	} else {
+		r.pubFails.OK()
 	}
 	byCause := map[string][]int{}
 	for i, cause := range failed {
@@ -411,7 +475,7 @@ func (r *Relay) markRetry(ctx context.Context, rows []persistence.OutboxRow, idx
 	}
 	var dead []int64
 	err := r.mark(ctx, func(mctx context.Context) (err error) {
-		dead, err = r.store.MarkRetryBatch(mctx, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
+		dead, err = r.store.MarkRetryBatch(mctx, r.cfg.Owner, ids, cause, r.cfg.RetryBackoff, r.cfg.MaxRetryBackoff, r.cfg.MaxRetries)
 		return err
 	})
 	if err != nil {

@@ -200,3 +200,36 @@ func TestTopologyQueues(t *testing.T) {
 		t.Errorf("delay queue %q", pipeline.QueuePayTimeoutDelay)
 	}
 }
+
+// A queue that refuses every publish (here: a policy of length 1 with
+// reject-publish, the queue full after the first; in production a quorum queue that is down, such as
+// RabbitMQ 3.10's quorum queues with at-least-once dead-lettering when
+// their dead-letter supervisor failed) makes the relay's broker health name
+// the queue, which /readyz shows (gateway and metrics listener); the rows
+// go RETRY, and once the queue takes publishes again they are SENT and the
+// health is clear. Before, readiness never saw it.
+func TestQueueRefusingPublishesIsNamedByReadiness(t *testing.T) {
+	e := newEnv(t)
+	clear := pipelinetest.Policy(t, "pipeline", "refuse-created", "^"+pipeline.QueueOrderCreated+"$",
+		`{"max-length":1,"overflow":"reject-publish"}`)
+	conn := e.conn()
+	r, err := pipeline.NewRelay(e.store, conn, pipeline.RelayConfig{PollInterval: 10 * time.Millisecond, BatchSize: 5,
+		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 100 * time.Millisecond, MaxRetries: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "relay", r.Run)
+	e.appendOutbox("refused", 10, order.EventsExchange, order.RouteCreated)
+	want := "queue " + pipeline.QueueOrderCreated + ": publishes nacked"
+	pipelinetest.WaitFor(t, 20*time.Second, "readiness naming the queue", func() (bool, string) {
+		err := conn.Health().Ready()
+		return err != nil && strings.Contains(err.Error(), want), fmt.Sprint(err)
+	})
+	t.Logf("while refused: %v", conn.Health().Ready())
+	clear()
+	e.waitCount(30*time.Second, 10, `SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENT'`)
+	pipelinetest.WaitFor(t, 5*time.Second, "readiness clear", func() (bool, string) {
+		err := conn.Health().Ready()
+		return err == nil, fmt.Sprint(err)
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -177,34 +178,97 @@ func republish(d amqp.Delivery, extra amqp.Table) amqp.Publishing {
 // errPublishNacked is a republish the broker nacked.
 var errPublishNacked = errors.New("consumer: republish nacked by broker")
 
-// confirmPublisher is a confirm-mode channel shared by one handler's workers
-// for retry and dead-letter publishes.
+// errBrokerBlocked is a republish not attempted: the broker blocks
+// publishers (BrokerHealth.Blocked), so it would wait for the alarm to end.
+var errBrokerBlocked = errors.New("consumer: broker blocks publishers")
+
+// confirmPublisher publishes one handler's retries and dead letters on a
+// confirm-mode channel of the consumer's publish connection, shared by the
+// handler's workers and opened on first use. It never waits on a broker that
+// blocks publishers: while the process is blocked it fails at once
+// (errBrokerBlocked), and a channel given up after a nack or a timeout is
+// closed in the background (closeChannel).
 type confirmPublisher struct {
-	ch      *amqp.Channel
+	conn    *Conn
+	health  *BrokerHealth
 	timeout time.Duration
+
+	mu sync.Mutex
+	ch *amqp.Channel
 }
 
 // publish sends msg and waits for its confirm (at most timeout).
 func (p *confirmPublisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	if blocked, reason, _ := p.health.Blocked(); blocked {
+		return fmt.Errorf("%w (%s)", errBrokerBlocked, reason)
+	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 	defer cancel()
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(pctx, exchange, key, false, false, msg)
+	ch, err := p.channel(pctx)
 	if err != nil {
+		return fmt.Errorf("consumer: republish channel: %w", err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(pctx, exchange, key, false, false, msg)
+	if err != nil {
+		p.drop(ch)
 		return fmt.Errorf("consumer: republish to %q/%s: %w", exchange, key, err)
 	}
 	ok, err := dc.WaitContext(pctx)
 	if err != nil {
+		p.drop(ch) // late confirms are of no use; a blocked broker would not answer a close
 		return fmt.Errorf("consumer: confirm of republish to %q/%s: %w", exchange, key, err)
 	}
+	p.health.published(queuesOf(exchange, key), ok)
 	if !ok {
 		// A nack can mean the channel lost a quorum queue's leader: RabbitMQ
 		// 3.10 goes on nacking that channel's publishes after a new leader
-		// is elected (see Relay.awaitConfirms). Closing it makes the handler
-		// reconnect both of its channels (Consumer.publisher).
-		_ = p.ch.Close()
+		// is elected (see Relay.awaitConfirms); the next publish opens a
+		// new channel.
+		p.drop(ch)
 		return errPublishNacked
 	}
 	return nil
+}
+
+// channel returns the open channel, opening one (confirm mode) if needed.
+func (p *confirmPublisher) channel(ctx context.Context) (*amqp.Channel, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil && !p.ch.IsClosed() {
+		return p.ch, nil
+	}
+	ch, err := p.conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		closeChannel(ch, 0)
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	p.ch = ch
+	return ch, nil
+}
+
+// drop gives ch up (if still the current channel) without waiting for the
+// broker.
+func (p *confirmPublisher) drop(ch *amqp.Channel) {
+	p.mu.Lock()
+	if p.ch == ch {
+		p.ch = nil
+	}
+	p.mu.Unlock()
+	closeChannel(ch, 0)
+}
+
+// close closes the channel, waiting at most closeWait.
+func (p *confirmPublisher) close() {
+	p.mu.Lock()
+	ch := p.ch
+	p.ch = nil
+	p.mu.Unlock()
+	if ch != nil {
+		closeChannel(ch, closeWait)
+	}
 }
 
 func truncate(s string, n int) string {

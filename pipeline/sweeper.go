@@ -146,6 +146,9 @@ type Sweeper struct {
 	// saleShown: the products whose sale series the last round exported
 	// (reconcile rounds only, one goroutine).
 	saleShown map[int64]bool
+	// roundFails logs failed reconcile rounds (reconcileLoop's goroutine;
+	// nil for rounds run directly).
+	roundFails *FailureLog
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -171,19 +174,21 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		wg.Go(func() { s.reconcileLoop(ctx) })
 	}
 	defer wg.Wait()
-	bo := newBackoff(s.cfg.Interval, s.cfg.ErrorBackoff)
+	// Failed passes back off from Interval to ErrorBackoff; the first of a
+	// run of failures and the recovery are logged, the rest counted
+	// (stampede_loop_failures_total{loop="sweeper_close"}).
+	fails := NewFailureLog("sweeper_close", "sweeper: close pass", s.log, s.m, s.cfg.Interval, s.cfg.ErrorBackoff)
 	for ctx.Err() == nil {
 		more, err := s.Sweep(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			s.log.Warn("sweeper: sweep failed", "err", err)
-			sleep(ctx, bo.next())
+			sleep(ctx, fails.Fail(err))
 		case more:
-			bo.reset()
+			fails.OK()
 		default:
-			bo.reset()
+			fails.OK()
 			sleep(ctx, s.cfg.Interval)
 		}
 	}
@@ -304,6 +309,7 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 // its way to Redis can still explain it for a moment; a real drift stays, run
 // after run).
 func (s *Sweeper) reconcileLoop(ctx context.Context) {
+	s.roundFails = NewFailureLog("sweeper_reconcile", "sweeper: reconcile round", s.log, s.m, s.cfg.ReconcileInterval, s.cfg.ReconcileInterval)
 	for sleep(ctx, s.cfg.ReconcileInterval) {
 		s.ReconcileRound(ctx)
 	}
@@ -327,7 +333,11 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	fail := func(err error) bool {
 		if ctx.Err() == nil {
 			s.m.sweeperPasses.WithLabelValues("reconcile", "error").Inc()
-			s.log.Warn("sweeper: reconcile round not started", "err", err)
+			if s.roundFails != nil {
+				s.roundFails.Fail(err) // logs the first of a run of failures
+			} else {
+				s.log.Warn("sweeper: reconcile round not started", "err", err)
+			}
 		}
 		return false
 	}
@@ -374,6 +384,8 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	result := "done"
 	if err != nil {
 		result = "error"
+	} else if s.roundFails != nil {
+		s.roundFails.OK()
 	}
 	s.m.sweeperPasses.WithLabelValues("reconcile", result).Inc()
 	return true

@@ -94,7 +94,11 @@ func rabbitctlBin() string {
 	return "rabbitmqctl"
 }
 
-func startRabbitCluster() (*rabbitCluster, error) {
+func startRabbitCluster() (*rabbitCluster, error) { return startRabbitNodes("t", 3) }
+
+// startRabbitNodes starts n private nodes named stampede-<prefix><i>-PID
+// and, with n > 1, joins them into one cluster.
+func startRabbitNodes(prefix string, count int) (*rabbitCluster, error) {
 	home, err := os.MkdirTemp("", "stampede-rabbit-")
 	if err != nil {
 		return nil, err
@@ -113,12 +117,12 @@ func startRabbitCluster() (*rabbitCluster, error) {
 	// Both ports of every node are free ports the kernel hands out (not
 	// AMQP port + 10000: ephemeral ports reach 60999, and a distribution
 	// port past 65535 makes the node exit before it logs anything).
-	ports, err := freePorts(6)
+	ports, err := freePorts(2 * count)
 	if err != nil {
 		return nil, err
 	}
-	for i := 1; i <= 3; i++ {
-		n := &rabbitNode{name: fmt.Sprintf("stampede-t%d-%d@localhost", i, os.Getpid()), port: ports[2*i-2], dist: ports[2*i-1],
+	for i := 1; i <= count; i++ {
+		n := &rabbitNode{name: fmt.Sprintf("stampede-%s%d-%d@localhost", prefix, i, os.Getpid()), port: ports[2*i-2], dist: ports[2*i-1],
 			dir: filepath.Join(home, strconv.Itoa(i))}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return nil, err

@@ -8,6 +8,8 @@ const CODES = [
   'INVALID_STATE', 'AMOUNT_MISMATCH', 'BAD_SIGNATURE', 'RATE_LIMITED', 'UNAVAILABLE', 'INTERNAL',
   // the operator API (issue 14)
   'SALE_PAUSED', 'SALE_STARTED', 'SALE_ENDED', 'ALREADY_REFUNDED', 'NOT_REFUNDABLE', 'PAYMENT_NO_REUSED', 'CONFLICT', 'PAYLOAD_TOO_LARGE',
+  // wrong wiring (issue 27)
+  'STOCK_CONFLICT',
 ]
 
 describe('friendlyMessage', () => {

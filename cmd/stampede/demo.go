@@ -364,7 +364,11 @@ func (d *demo) auditRush(ctx context.Context, app *app, pid int64, rr rushResult
 	}
 	ok := printAudit(out, "After the rush (pipeline idle)", rep, pid, app.store, ctx)
 	ok = expect(out, "accepted = stock", int64(rr.byCode["202"]), min(o.stock, int64(o.buyers))) && ok
-	ok = expect(out, "WAITING_PAY orders = accepted", rep.Products[0].Orders[order.WaitingPay][0], int64(rr.byCode["202"])) && ok
+	var waiting int64 // the product is missing from a report the wait gave up on (printAudit said so)
+	if len(rep.Products) == 1 {
+		waiting = rep.Products[0].Orders[order.WaitingPay][0]
+	}
+	ok = expect(out, "WAITING_PAY orders = accepted", waiting, int64(rr.byCode["202"])) && ok
 	return expect(out, "intents with two orderNos", int64(rr.conflicting), 0) && ok
 }
 
@@ -435,7 +439,10 @@ func (d *demo) auditCheckout(ctx context.Context, app *app, pid int64, o demoOpt
 		return false, err
 	}
 	fmt.Fprintf(out, "  cancelled by user %d, by pay timeout %d\n", reasons[string(order.ReasonUser)], reasons[string(order.ReasonTimeout)])
-	p := rep.Products[0]
+	var p pipeline.ProductAudit // zero when missing from the report (printAudit said so)
+	if len(rep.Products) == 1 {
+		p = rep.Products[0]
+	}
 	ok = expect(out, "PAID orders", p.Orders[order.Paid][0], int64(nPay)) && ok
 	ok = expect(out, "cancelled by user", reasons[string(order.ReasonUser)], int64(nCancel)) && ok
 	ok = expect(out, "cancelled by pay timeout", reasons[string(order.ReasonTimeout)], int64(nTimeout)) && ok
@@ -455,6 +462,9 @@ func waitSettled(ctx context.Context, app *app, pid int64) (pipeline.Report, err
 		}
 		select {
 		case <-ctx.Done():
+			if len(rep.Products) != 1 {
+				return rep, fmt.Errorf("product %d missing from the reconciliation", pid)
+			}
 			return rep, fmt.Errorf("orders still WAITING_PAY: %d", rep.Products[0].Orders[order.WaitingPay][0])
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -5,6 +5,7 @@
 //	stampede demo [--once]
 //	stampede token --user 42 [--admin]
 //	stampede reconcile
+//	stampede redis-takeover
 //	stampede dlq list|replay [--all|--event-id X]
 //	stampede bench | bench-scale | bench-push
 //
@@ -40,6 +41,7 @@ func init() {
 		{"migrate", "apply the embedded schema migrations (idempotent)", runMigrate},
 		{"demo", "start every role, run a 1,000-buyer flash sale, print the audit (--once: exit after it)", runDemo},
 		{"reconcile", "print the Redis ⇄ MySQL reconciliation of every product (exit 1 on drift)", runReconcile},
+		{"redis-takeover", "hand a Redis DB that carries another deployment's identity to this database: refused while it holds live reservations; then deletes its Stampede keys, claims it and loads this database's products", runTakeover},
 		{"dlq", "dead letters: `dlq list` shows the dead-letter queue and DEAD outbox rows, `dlq replay --all|--event-id X` re-publishes them through the outbox", runDLQ},
 		{"token", "print a bearer token for a user (--admin for an admin token)", runToken},
 		{"version", "print the module version, VCS commit and Go version of this binary", runVersion},

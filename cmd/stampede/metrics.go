@@ -70,7 +70,8 @@ func registerPushMetrics(reg prometheus.Registerer, sockets, dropped func() int6
 }
 
 // startTelemetry registers the scrape-time state collector and starts the
-// optional metrics and pprof listeners in g. The gateway role mounts
+// optional metrics listener (GET /metrics, GET /readyz) and pprof listener
+// in g. The gateway role mounts
 // GET /metrics on its own port (startRoles).
 func (a *app) startTelemetry(ctx context.Context, g *errgroup.Group) error {
 	cfg := a.cfg
@@ -89,6 +90,7 @@ func (a *app) startTelemetry(ctx context.Context, g *errgroup.Group) error {
 	if cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", a.tel.handler())
+		mux.Handle("GET /readyz", a.readyHandler(conn)) // readyz.go
 		if err := a.listen(ctx, g, "metrics", cfg.MetricsAddr, mux); err != nil {
 			return err
 		}

@@ -27,5 +27,10 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	} else {
 		fmt.Fprintf(stdout, "migrate: applied versions %v\n", applied)
 	}
+	id, err := store.DeploymentID(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "migrate: deployment identity %s (README \"Deployment identity\")\n", id)
 	return nil
 }

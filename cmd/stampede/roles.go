@@ -70,7 +70,8 @@ type roleBuilder struct {
 
 // conn opens a named AMQP connection, closed with the process.
 func (b *roleBuilder) conn(name string) (*pipeline.Conn, error) {
-	c, err := pipeline.NewConn(pipeline.ConnConfig{URL: b.cfg.AMQPURL, Name: name, Logger: b.log, Topology: b.cfg.topology()})
+	c, err := pipeline.NewConn(pipeline.ConnConfig{URL: b.cfg.AMQPURL, Name: name, Logger: b.log, Topology: b.cfg.topology(),
+		Health: b.a.broker})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,15 @@ func (b *roleBuilder) gateway() error {
 			if err != nil {
 				return fmt.Errorf("rabbitmq: %w", err)
 			}
-			return ch.Close()
+			if err := ch.Close(); err != nil {
+				return fmt.Errorf("rabbitmq: %w", err)
+			}
+			// The other roles of this process: a broker blocking their
+			// publishes, a queue refusing them (not secret: shown as is).
+			if err := b.a.broker.Ready(); err != nil {
+				return gateway.PublicNotReady(err)
+			}
+			return nil
 		}
 	} else {
 		return err
@@ -201,11 +210,19 @@ func (b *roleBuilder) consumer() error {
 	if err != nil {
 		return err
 	}
+	// Retries and dead letters on a connection of their own: during a
+	// resource alarm RabbitMQ blocks a connection that publishes, and the
+	// consumers' acknowledgements on it would wait for the alarm's end.
+	pubConn, err := b.conn("stampede-consumer-publish")
+	if err != nil {
+		return err
+	}
 	c, err := pipeline.NewConsumer(b.a.store, b.a.rdb, conn, pipeline.ConsumerConfig{
 		Prefetch: b.cfg.ConsumerPrefetch, Workers: b.cfg.ConsumerWorkers, PayTimeout: b.cfg.PayTimeout,
 		LockBatch: b.cfg.ConsumerBatch, LockBatchWait: b.cfg.ConsumerBatchWait, LockChannels: b.cfg.ConsumerLockChans,
 		PerMessageLock: b.cfg.ConsumerLock == "message",
 		MaxAttempts:    b.cfg.ConsumerMaxAttempts, Logger: b.log.With("role", "consumer"), Metrics: b.a.tel.pipeline,
+		PublishConn: pubConn,
 	})
 	if err != nil {
 		return err
@@ -232,7 +249,7 @@ func (b *roleBuilder) sweeper() error {
 	// The waiting-room pacer (pipeline/pacer.go) goes with the sweeper: any
 	// number of them may run, their admission steps share one budget.
 	pc, err := pipeline.NewPacer(b.a.store, b.a.rdb, pipeline.PacerConfig{Rate: b.cfg.RoomRate, Ceiling: b.cfg.RoomCeiling,
-		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Overbook: b.cfg.RoomOverbook, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg),
+		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Overbook: b.cfg.RoomOverbook, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg), Failures: b.a.tel.pipeline,
 		Logger: b.log.With("role", "sweeper")})
 	if err != nil {
 		return err
@@ -254,9 +271,9 @@ func (b *roleBuilder) push() error {
 		return err
 	}
 	b.runs = append(b.runs, hub.Run, func(ctx context.Context) error {
-		return feedProducts(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond)
+		return feedProducts(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond, b.log.With("role", "push"), b.a.tel.pipeline)
 	}, func(ctx context.Context) error {
-		return feedLines(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond) // room.go
+		return feedLines(ctx, b.a.rdb, b.a.store, hub, 250*time.Millisecond, b.log.With("role", "push"), b.a.tel.pipeline) // room.go
 	})
 	return nil
 }

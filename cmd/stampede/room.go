@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/push"
 )
 
@@ -49,33 +53,49 @@ func (r roomTickets) Places(ctx context.Context, productID int64, userIDs []int6
 // new place (push/line.go); for a random room it also hands over the buyers
 // admitted since the last read (lua's room log). The period is the messages'
 // throttle and bounds how late the waiting learn of a sell-out. Returns when
-// ctx ends.
-func feedLines(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration) error {
+// ctx ends. Failures back off and log as everyPeriod says (loop "push_lines").
+func feedLines(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, hub *push.Hub, period time.Duration,
+	log *slog.Logger, m *pipeline.Metrics) error {
 	logs := map[int64]string{} // product → last room-log entry handed over
-	return everyPeriod(ctx, store, period, 2*time.Second, func(p persistence.Product) {
-		st, err := lua.ReadRoom(ctx, rdb, p.ID)
-		if err != nil || !st.On {
-			return
-		}
-		hub.PublishLine(push.LineState{ProductID: p.ID, Mode: string(st.Mode), Closed: st.Closed, Shuffled: st.Shuffled,
-			UpTo: st.UpTo, Cutoff: st.Cutoff, Rate: st.Rate, SoldOut: st.Available <= 0})
-		if st.Mode != lua.ModeRandom {
-			return
-		}
-		after, ok := logs[p.ID]
-		if !ok { // from now on: followers admitted before learn it from their ticket on subscribing
-			if after, err = lua.LastRoomLogID(ctx, rdb, p.ID); err != nil {
-				return
+	return everyPeriod(ctx, store, period, 2*time.Second, feedFailures("push_lines", "push: waiting-room feed", log, m, period),
+		func(p persistence.Product) error {
+			st, err := lua.ReadRoom(ctx, rdb, p.ID)
+			switch {
+			case errors.Is(err, lua.ErrStockCorrupt):
+				return nil // this product's data: the others go on
+			case err != nil:
+				return fmt.Errorf("redis: room of product %d: %w", p.ID, err)
+			case !st.On:
+				return nil
 			}
+			hub.PublishLine(push.LineState{ProductID: p.ID, Mode: string(st.Mode), Closed: st.Closed, Shuffled: st.Shuffled,
+				UpTo: st.UpTo, Cutoff: st.Cutoff, Rate: st.Rate, SoldOut: st.Available <= 0})
+			if st.Mode != lua.ModeRandom {
+				return nil
+			}
+			return feedRoomLog(ctx, rdb, hub, p.ID, logs)
+		})
+}
+
+// feedRoomLog hands the hub a random room's admissions logged since the last
+// call (logs keeps the last entry per product; the first call starts from the
+// newest: followers admitted before learn it from their ticket on subscribing).
+func feedRoomLog(ctx context.Context, rdb redis.UniversalClient, hub *push.Hub, productID int64, logs map[int64]string) error {
+	after, ok := logs[productID]
+	if !ok {
+		var err error
+		if after, err = lua.LastRoomLogID(ctx, rdb, productID); err != nil {
+			return fmt.Errorf("redis: room log of product %d: %w", productID, err)
 		}
-		entries, err := lua.ReadRoomLog(ctx, rdb, p.ID, after, 1000)
-		if err != nil {
-			return
-		}
-		for _, e := range entries {
-			hub.PublishAdmitted(p.ID, e.Users)
-			after = e.ID
-		}
-		logs[p.ID] = after
-	})
+	}
+	entries, err := lua.ReadRoomLog(ctx, rdb, productID, after, 1000)
+	if err != nil {
+		return fmt.Errorf("redis: room log of product %d: %w", productID, err)
+	}
+	for _, e := range entries {
+		hub.PublishAdmitted(productID, e.Users)
+		after = e.ID
+	}
+	logs[productID] = after
+	return nil
 }

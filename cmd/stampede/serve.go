@@ -15,6 +15,7 @@ import (
 	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
 )
 
 func runServe(ctx context.Context, args []string, stdout io.Writer) error {
@@ -61,6 +62,7 @@ type app struct {
 	store   *persistence.Store
 	logger  *slog.Logger
 	tel     *telemetry
+	broker  *pipeline.BrokerHealth // every AMQP connection of the roles reports to it (blocked publishers, queues refusing publishes)
 	group   *errgroup.Group
 	cancel  context.CancelFunc
 	closers []func() error // AMQP connections, closed after every role returned
@@ -147,6 +149,13 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 		rdb.Close()
 		return nil, fmt.Errorf("redis at %s: %w", cfg.RedisAddr, err)
 	}
+	// A Redis DB of another deployment (another database's stock) is
+	// refused before any role touches it (deployment.go).
+	if err := checkDeployment(ctx, cfg, store, rdb, logger); err != nil {
+		store.Close()
+		rdb.Close()
+		return nil, err
+	}
 	// Refuse a Redis that may evict stock keys (gateway.CheckRedis), or
 	// that cannot give the durability asked for (gateway.CheckDurability).
 	err = gateway.CheckRedis(ctx, rdb, logger)
@@ -159,6 +168,7 @@ func startApp(ctx context.Context, cfg *Config, logger *slog.Logger) (*app, erro
 		return nil, err
 	}
 	a := &app{cfg: cfg, rdb: rdb, store: store, logger: logger, tel: newTelemetry()}
+	a.broker = pipeline.NewBrokerHealth(logger, a.tel.pipeline)
 	rctx, cancel := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(rctx)
 	a.group = g

@@ -209,3 +209,26 @@ series:
 	}
 	return sum
 }
+
+// Policy sets RabbitMQ policy name (definition: its JSON, e.g.
+// `{"max-length":0,"overflow":"reject-publish"}`) on the queues of the
+// test vhost name (Vhost) whose names match pattern, and removes it when the
+// test ends. The broker applies it to existing queues at once.
+func Policy(t testing.TB, vhostName, name, pattern, definition string) (clear func()) {
+	t.Helper()
+	vhost := "stampede_test_" + vhostName
+	if err := rabbitmqctl("set_policy", "-p", vhost, "--apply-to", "queues", name, pattern, definition); err != nil {
+		t.Fatal(err)
+	}
+	cleared := false
+	clear = func() {
+		if !cleared {
+			cleared = true
+			if err := rabbitmqctl("clear_policy", "-p", vhost, name); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(clear)
+	return clear
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/lua/luatest"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
+)
+
+// otherDeployment is serviceArgs with the MySQL database of another
+// deployment ("stampede_test_cmd_other") on the same Redis DB, and new
+// HTTP and push addresses.
+func otherDeployment(t *testing.T, ours []string) []string {
+	t.Helper()
+	persistencetest.New(t, "cmd_other")
+	out := append([]string(nil), ours...)
+	for i := 0; i+1 < len(out); i++ {
+		switch out[i] {
+		case "--mysql-dsn":
+			out[i+1] = persistencetest.DSN("stampede_test_cmd_other") + "?parseTime=true"
+		case "--http-addr", "--push-addr":
+			out[i+1] = freeAddr(t)
+		}
+	}
+	return out
+}
+
+// flagValue is the value following name in args.
+func flagValue(args []string, name string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// serving is a `stampede serve` run in this process.
+type serving struct {
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	exited bool
+}
+
+// serveUntil runs `stampede serve --roles roles` with args until stop.
+func serveUntil(roles string, args []string) *serving {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &serving{cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- run(ctx, append([]string{"serve", "--roles", roles}, args...), io.Discard) }()
+	return s
+}
+
+// ready waits until base answers /readyz 200, failing t if the run ended.
+func (s *serving) ready(t *testing.T, base string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case s.err = <-s.done:
+			s.exited = true
+			t.Fatalf("serve ended before it was ready: %v", s.err)
+		default:
+		}
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s not ready within a minute", base)
+}
+
+// stop cancels the run and waits for it.
+func (s *serving) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	if !s.exited {
+		s.err, s.exited = <-s.done, true
+		if s.err != nil && !errors.Is(s.err, context.Canceled) {
+			t.Errorf("serve: %v", s.err)
+		}
+	}
+}
+
+func postJSON(t *testing.T, url, token string, body any) (int, map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m
+}
+
+// sellTheirs runs the other deployment's gateway on the shared Redis DB:
+// it creates product 1 and accepts one order that no writer stores. It
+// returns the identity it claimed the Redis DB with.
+func sellTheirs(t *testing.T, rdb *redis.Client, theirs []string, admin string) string {
+	t.Helper()
+	srv := serveUntil("gateway", theirs)
+	defer srv.stop(t)
+	base := "http://" + flagValue(theirs, "--http-addr")
+	srv.ready(t, base)
+	now := time.Now().UTC()
+	st, p := postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Theirs", "price": 100, "stock": 10,
+		"saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
+	if st != 201 {
+		t.Fatalf("their product: %d %v", st, p)
+	}
+	buyer, _ := auth.Issue([]byte(deploymentTestSecret), 77, false, time.Hour)
+	if st, o := postJSON(t, base+"/api/orders", buyer, map[string]any{"productId": p["id"], "quantity": 1, "requestId": "theirs-1"}); st != 202 {
+		t.Fatalf("their order: %d %v", st, o)
+	}
+	id, err := rdb.Get(context.Background(), lua.DeploymentKey).Result()
+	if err != nil {
+		t.Fatalf("their identity: %v", err)
+	}
+	return id
+}
+
+const deploymentTestSecret = "deployment-test-secret-0123456789abcdef"
+
+// TestWrongRedisDBRefused is finding 1 of issue 27 end to end: a Redis DB
+// that holds another database's stock (and one of its reservations not
+// yet written) makes every role of this deployment refuse to start with a
+// message naming both identities and the two ways out, `stampede demo
+// --once` fail with it (it panicked, after selling the other database's
+// stock as its own), and `stampede redis-takeover` refuse while the
+// reservation is live and hand the Redis DB over once the other
+// deployment's writer stored it. Before identities every role started and
+// the demo's product 1 took over the other product 1's hash.
+func TestWrongRedisDBRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the roles")
+	}
+	ours := append(serviceArgs(t), "--jwt-secret", deploymentTestSecret)
+	theirs := otherDeployment(t, ours)
+	admin, err := auth.Issue([]byte(deploymentTestSecret), 1, true, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := luatest.New(t, luatest.DBCmd)
+	ctx := context.Background()
+
+	theirID := sellTheirs(t, rdb, theirs, admin)
+
+	// Every role of ours refuses, naming both identities and the ways out.
+	for _, role := range allRoles {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := run(rctx, append([]string{"serve", "--roles", role}, ours...), io.Discard)
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errWrongDeployment) {
+			t.Fatalf("serve --roles %s on their Redis DB: %v, want a refusal", role, err)
+		}
+		for _, want := range []string{theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", "stampede_test_cmd at"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refusal of %s lacks %q: %v", role, want, err)
+			}
+		}
+		if role == "gateway" {
+			t.Logf("refusal: %v", err)
+		}
+	}
+	if v, _ := rdb.Get(ctx, lua.DeploymentKey).Result(); v != theirID {
+		t.Fatalf("a refused start changed the identity to %q", v)
+	}
+
+	// The demo fails with the same message and exit status, no panic.
+	var out bytes.Buffer
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = run(dctx, append([]string{"demo", "--once", "--buyers", "20", "--replays", "0", "--stock", "5"}, ours...), &out)
+	cancel()
+	if !errors.Is(err, errWrongDeployment) || !strings.Contains(err.Error(), theirID) {
+		t.Fatalf("demo --once on their Redis DB: %v\n%s", err, out.String())
+	}
+
+	checkTakeover(t, rdb, ours, theirs, theirID)
+	// Ours starts now and sells its own product 1.
+	mine := serveUntil("gateway", ours)
+	defer mine.stop(t)
+	base := "http://" + flagValue(ours, "--http-addr")
+	mine.ready(t, base)
+	now := time.Now().UTC()
+	st, p := postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Ours", "price": 100, "stock": 3,
+		"saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
+	if st != 201 || fmt.Sprint(p["available"]) != "3" {
+		t.Fatalf("our product after the takeover: %d %v", st, p)
+	}
+}
+
+// checkTakeover: `stampede redis-takeover` refuses while their reservation
+// is live (nothing changed) and hands the Redis DB over once their writer
+// stored it, their product's stock gone.
+func checkTakeover(t *testing.T, rdb *redis.Client, ours, theirs []string, theirID string) {
+	t.Helper()
+	ctx := context.Background()
+	var out bytes.Buffer
+	// The takeover refuses while their reservation is live…
+	err := run(ctx, append([]string{"redis-takeover"}, ours...), &out)
+	if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "1 intake entries") {
+		t.Fatalf("takeover with a live reservation: %v %s", err, out.String())
+	}
+	if v, _ := rdb.Get(ctx, lua.DeploymentKey).Result(); v != theirID {
+		t.Fatalf("a refused takeover changed the identity to %q", v)
+	}
+	// …and succeeds once their writer stored it.
+	writer := serveUntil("writer", theirs)
+	defer writer.stop(t)
+	for deadline := time.Now().Add(time.Minute); ; {
+		live, err := lua.LiveReservations(ctx, rdb)
+		if err == nil && !live.Any() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("their writer did not store the reservation: %+v %v", live, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	writer.stop(t)
+	out.Reset()
+	if err := run(ctx, append([]string{"redis-takeover"}, ours...), &out); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	t.Log(strings.TrimSpace(out.String()))
+	if n, _ := rdb.Exists(ctx, lua.ShardKeys(1, 0).Stock()).Result(); n != 0 {
+		t.Fatal("their product's stock survived the takeover")
+	}
+}

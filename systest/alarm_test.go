@@ -1,0 +1,296 @@
+package systest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Broker resource alarms during a drain (issue 27, finding 2). RabbitMQ
+// blocks every connection that publishes while a memory or disk alarm is on
+// (connection.blocked) and reads nothing more from it until the alarm ends:
+// no confirm, no answer to a channel close. The relay used to sit in
+// Channel.Close for the whole alarm with its batch SENDING, logging nothing;
+// an alarm longer than the lease let another relay claim the rows it still
+// held.
+
+var (
+	alarmNodeOnce sync.Once
+	alarmNode     *rabbitCluster
+	alarmNodeErr  error
+)
+
+// sharedRabbitNode is one private RabbitMQ node for the alarm tests (its
+// alarms must never reach the shared broker), started on first use and
+// stopped after every test ran; each test gets a vhost of its own.
+func sharedRabbitNode(t *testing.T, vhost string) (*rabbitCluster, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("system test: starts a private RabbitMQ node")
+	}
+	if _, err := exec.LookPath("rabbitmq-server"); err != nil {
+		t.Skip("rabbitmq-server not installed: the alarm tests need a private node")
+	}
+	alarmNodeOnce.Do(func() {
+		alarmNode, alarmNodeErr = startRabbitNodes("a", 1)
+		if alarmNode != nil {
+			afterAllTests = append(afterAllTests, alarmNode.stop)
+		}
+	})
+	if alarmNodeErr != nil {
+		t.Fatalf("private rabbitmq node: %v", alarmNodeErr)
+	}
+	n := alarmNode.nodes[0]
+	_, _ = alarmNode.ctl(time.Minute, n, "delete_vhost", vhost) // absent on the first run
+	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"}} {
+		if out, err := alarmNode.ctl(time.Minute, n, args...); err != nil {
+			t.Fatalf("rabbitmqctl %v: %v %s", args, err, out)
+		}
+	}
+	return alarmNode, strings.TrimSuffix(n.url(), "/") + "/" + vhost
+}
+
+// alarm raises and clears one kind of resource alarm on node n.
+type alarm struct {
+	kind         string // as rabbit_alarm reports it: memory, disk
+	raise, clear []string
+}
+
+var (
+	memoryAlarm = alarm{"memory", []string{"set_vm_memory_high_watermark", "0.0001"}, []string{"set_vm_memory_high_watermark", "0.4"}}
+	diskAlarm   = alarm{"disk", []string{"set_disk_free_limit", "1000000000000000"}, []string{"set_disk_free_limit", "50000000"}}
+)
+
+// TestMemoryAlarmDuringDrain: a memory alarm of 40 s (longer than the
+// relay's 30 s lease) while the relay and the consumers drain 20,000 orders
+// to WAITING_PAY. The relay must log "blocked" within a second of the
+// alarm, claim nothing while blocked, hold no row SENDING longer than the
+// lease, say so on /readyz; afterwards every order is WAITING_PAY exactly
+// once, SPEC §5 holds and the duplicate deliveries (events the broker took
+// before the alarm and the relay sent again) are absorbed by the consume
+// log and counted.
+func TestMemoryAlarmDuringDrain(t *testing.T) { alarmDuringDrain(t, memoryAlarm) }
+
+// TestDiskAlarmDuringDrain is the same with a disk alarm.
+func TestDiskAlarmDuringDrain(t *testing.T) { alarmDuringDrain(t, diskAlarm) }
+
+// Bounds of the alarm tests.
+const (
+	alarmFor  = 40 * time.Second
+	lease     = 30 * time.Second // the relay's default (RelayConfig.Lease)
+	quietFrom = 12 * time.Second // after the block: the batches in flight timed out (5 s) and were marked
+)
+
+func alarmDuringDrain(t *testing.T, a alarm) {
+	const n = 20000
+	rc, url := sharedRabbitNode(t, "stampede_alarm_"+a.kind)
+	node := rc.nodes[0]
+	e := newEnvFor(t, "alarm")
+	e.amqpURL, e.directAMQ = url, url
+
+	// The orders are taken and written with no relay running: a backlog of
+	// n ORDER_CREATED rows for the drain.
+	e.serve("front", "gateway,writer")
+	e.waitReady(60 * time.Second)
+	pid := e.product(n)
+	intents := e.sale(pid, n, 1, saleOptions{workers: 16, retry: true})
+	waitCount(t, e, 2*time.Minute, n, `SELECT COUNT(*) FROM order_info WHERE product_id = ?`, pid)
+
+	// The alarm is raised as soon as the drain has started: rabbitmqctl
+	// takes a second or two to set it, and the drain runs at thousands of
+	// orders a second.
+	back := e.serve("back", "relay,consumer")
+	waitCount(t, e, 2*time.Minute, n/50, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, pid)
+	cleared := false
+	clear := func() {
+		if !cleared {
+			cleared = true
+			if out, err := rc.ctl(time.Minute, node, a.clear...); err != nil {
+				t.Errorf("clear the %s alarm: %v %s", a.kind, err, out)
+			}
+		}
+	}
+	defer clear()
+	// raised: when rabbitmqctl returned, the alarm set (a moment before).
+	if out, err := rc.ctl(time.Minute, node, a.raise...); err != nil {
+		t.Fatalf("raise the %s alarm: %v %s", a.kind, err, out)
+	}
+	w := &alarmWatch{t: t, e: e, back: back, raised: time.Now()}
+	waitAlarm(t, rc, node, a.kind, true)
+	t.Logf("%s alarm on; %d orders WAITING_PAY, outbox %v", a.kind,
+		e.count(`SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, pid), e.outboxCounts())
+	w.watch()
+	clear()
+	end := time.Now()
+	waitAlarm(t, rc, node, a.kind, false)
+	w.check()
+	afterAlarm(t, e, back, pid, intents, end)
+}
+
+// alarmWatch is what the relay process did during an alarm.
+type alarmWatch struct {
+	t      *testing.T
+	e      *env
+	back   *proc
+	raised time.Time
+
+	blockedAt                  time.Time // of its "blocked" log line
+	claimedAtQuiet, claimedEnd float64   // stampede_relay_claimed_rows_total quietFrom after the block and at the end
+	maxStale, sendingQuiet     int       // rows SENDING longer than the lease; rows SENDING after quietFrom
+	readyBlocked               bool      // /readyz said "broker blocked publishers"
+	outboxAtEnd                map[string]int64
+}
+
+// watch polls the outbox, the relay's log, metrics and /readyz every 200ms
+// until the alarm has lasted alarmFor.
+func (w *alarmWatch) watch() {
+	for time.Since(w.raised) < alarmFor {
+		if w.blockedAt.IsZero() {
+			w.blockedAt = logTime(w.t, w.back, "broker blocked publishers")
+		}
+		// No row stays SENDING longer than the lease (claimed before it).
+		w.maxStale = max(w.maxStale, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'
+			AND updated_at < NOW(3) - INTERVAL ? SECOND`, int(lease/time.Second)))
+		if !w.blockedAt.IsZero() && time.Since(w.blockedAt) > quietFrom {
+			if w.claimedAtQuiet == 0 {
+				w.claimedAtQuiet = w.back.metric(w.t, "stampede_relay_claimed_rows_total")
+			}
+			w.sendingQuiet = max(w.sendingQuiet, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'`))
+			if code, body := getReadyz(w.back); code == http.StatusServiceUnavailable && strings.Contains(body, "broker blocked publishers") {
+				w.readyBlocked = true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.claimedEnd = w.back.metric(w.t, "stampede_relay_claimed_rows_total")
+	w.outboxAtEnd = w.e.outboxCounts()
+}
+
+// check fails the test for what the relay must not have done while blocked.
+func (w *alarmWatch) check() {
+	t := w.t
+	switch {
+	case w.blockedAt.IsZero():
+		t.Errorf("the relay never logged that the broker blocked publishers")
+	case w.blockedAt.Sub(w.raised) > time.Second:
+		t.Errorf("the relay logged the block %s after the alarm, want within 1s", w.blockedAt.Sub(w.raised).Round(time.Millisecond))
+	default:
+		t.Logf("relay logged the block %s after the alarm: %s", w.blockedAt.Sub(w.raised).Round(time.Millisecond),
+			w.back.logLines("broker blocked publishers")[0])
+	}
+	if w.maxStale > 0 {
+		t.Errorf("%d outbox rows SENDING for more than the %s lease during the alarm", w.maxStale, lease)
+	}
+	if w.sendingQuiet > 0 {
+		t.Errorf("%d outbox rows SENDING more than %s into the alarm: the relay held them while blocked", w.sendingQuiet, quietFrom)
+	}
+	if !w.blockedAt.IsZero() && w.claimedEnd != w.claimedAtQuiet {
+		t.Errorf("the relay claimed %v rows while blocked (%v → %v)", w.claimedEnd-w.claimedAtQuiet, w.claimedAtQuiet, w.claimedEnd)
+	}
+	if !w.readyBlocked {
+		t.Errorf("the relay's /readyz never said the broker blocked publishers")
+	}
+	t.Logf("outbox at the end of the alarm %v; relay blocked pauses %v", w.outboxAtEnd,
+		w.back.metric(t, "stampede_relay_blocked_pauses_total"))
+	if lines := w.back.logLines("broker blocked publishers"); len(lines) != 1 {
+		t.Errorf("block log lines: %q, want one", lines)
+	}
+}
+
+// afterAlarm checks the drain's end: SPEC §5, every order WAITING_PAY once
+// (one consume-log row each), every outbox row SENT, /readyz ready again.
+func afterAlarm(t *testing.T, e *env, back *proc, pid int64, intents []*intent, end time.Time) {
+	rep := e.settle(pid, end, 3*time.Minute)
+	e.checkIntents(pid, intents, rep)
+	orders := len(e.orders(pid))
+	if got := e.consumedCreated(pid); got != orders {
+		t.Errorf("order-lock consume log holds %d of the %d orders' ORDER_CREATED events", got, orders)
+	}
+	rows := e.count(`SELECT COUNT(*) FROM mq_consume_log l JOIN order_info o ON l.event_id = CONCAT('created:', o.order_no)
+		WHERE l.consumer_name = 'order-lock' AND o.product_id = ?`, pid)
+	if rows != orders {
+		t.Errorf("order-lock consume log rows %d, want one per order (%d)", rows, orders)
+	}
+	if c := e.outboxCounts(); c["NEW"]+c["RETRY"]+c["SENDING"]+c["DEAD"] > 0 {
+		t.Errorf("outbox rows not SENT after the alarm: %v", c)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body := getReadyz(back)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the relay's /readyz after the alarm: %d %s", code, body)
+			break
+		}
+	}
+	t.Logf("%d orders WAITING_PAY exactly once; duplicate deliveries absorbed: %v (order-lock %v); unblock: %q",
+		orders, back.metric(t, "stampede_consumer_messages_total", `outcome="duplicate"`),
+		back.metric(t, "stampede_consumer_messages_total", `outcome="duplicate"`, `handler="order-lock"`),
+		back.logLines("broker unblocked publishers"))
+}
+
+// waitCount waits until query (one ? for pid) counts at least want rows.
+func waitCount(t *testing.T, e *env, limit time.Duration, want int, query string, pid int64) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		got := e.count(query, pid)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d after %s, want %d", query, got, limit, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAlarm waits until node reports a resource alarm of kind (on) or none
+// of it (off).
+func waitAlarm(t *testing.T, rc *rabbitCluster, n *rabbitNode, kind string, on bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := rc.ctl(time.Minute, n, "eval", "rabbit_alarm:get_alarms().")
+		if err == nil && strings.Contains(out, kind) == on {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s alarm on=%v not seen: %v %s", kind, on, err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logTime is the time of p's first JSON log line containing s (zero if none).
+func logTime(t *testing.T, p *proc, s string) time.Time {
+	t.Helper()
+	lines := p.logLines(s)
+	if len(lines) == 0 {
+		return time.Time{}
+	}
+	var rec struct {
+		Time time.Time `json:"time"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatalf("log line %q: %v", lines[0], err)
+	}
+	return rec.Time
+}
+
+// getReadyz is GET /readyz of p's metrics listener.
+func getReadyz(p *proc) (int, string) {
+	resp, err := http.Get("http://" + p.metricsAddr + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
