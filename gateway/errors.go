@@ -53,7 +53,7 @@ const (
 	CodePowNotRequired      = "POW_NOT_REQUIRED"      // 409: a challenge asked of a room without proof-of-work
 	CodeRoomStarted         = "ROOM_STARTED"          // 409: mode, preQueueSeconds, reserve fixed once a ticket exists
 	CodeShuffleNotPublished = "SHUFFLE_NOT_PUBLISHED" // 409: the pre-queue list before the opening's shuffle
-	CodeStockConflict         = "STOCK_CONFLICT"    // 409: Redis holds stock of an earlier product with the new product's id (admin.go)
+	CodeStockConflict       = "STOCK_CONFLICT"        // 409: Redis holds stock of an earlier product with the new product's id (admin.go)
 )
 
 // apiError is an answer other than success. Handlers return one directly when
