@@ -29,11 +29,12 @@ const (
 	Replay    = "replay"
 	E2E       = "e2e"
 	Drain     = "drain"
-	// WaitingRoom: see waitingroom.go (const WaitingRoom).
+	// WaitingRoom: see waitingroom.go (const WaitingRoom); Tickets, Draw:
+	// drops.go.
 )
 
 // All lists every scenario in run order.
-var All = []string{Spike, Sustained, SoldOut, Duplicate, Replay, E2E, Drain, WaitingRoom}
+var All = []string{Spike, Sustained, SoldOut, Duplicate, Replay, E2E, Drain, WaitingRoom, Tickets, Draw}
 
 // Env is what the scenarios need besides the gateway: direct access to the
 // Redis and MySQL the gateway uses (for the audit and the end-to-end
@@ -178,6 +179,16 @@ type Params struct {
 	RoomStock   int64         `json:"roomStock"`
 	RoomArrival time.Duration `json:"roomArrival"`
 	RoomSockets int           `json:"roomSockets"`
+	// RoomTarget is the server's STAMPEDE_ROOM_TARGET_BACKLOG, which the
+	// waitingroom scenario measures the backlog against.
+	RoomTarget time.Duration `json:"roomTarget"`
+
+	// DrawEntries buyers enter a draw for DrawUnits units with a reserve
+	// list of DrawReserve; DrawSockets follow it over push (drops.go).
+	DrawEntries int   `json:"drawEntries"`
+	DrawUnits   int64 `json:"drawUnits"`
+	DrawReserve int64 `json:"drawReserve"`
+	DrawSockets int   `json:"drawSockets"`
 
 	CeilingRequests int `json:"ceilingRequests"` // redis-benchmark -n
 	CeilingClients  int `json:"ceilingClients"`  // redis-benchmark -c
@@ -198,8 +209,9 @@ func (p Params) MarshalJSON() ([]byte, error) {
 		E2EPoll         string `json:"e2ePoll"`
 		DrainPayTimeout string `json:"drainPayTimeout"`
 		ClosedDuration  string `json:"closedDuration"`
+		RoomTarget      string `json:"roomTarget"`
 	}{plain(p), p.Timeout.String(), p.SustainedWarmup.String(), p.SustainedStep.String(), p.SustainedP99.String(),
-		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String(), p.DrainPayTimeout.String(), p.ClosedDuration.String()})
+		p.SoldOutWarmup.String(), p.SoldOutDuration.String(), p.E2EDuration.String(), p.E2EPoll.String(), p.DrainPayTimeout.String(), p.ClosedDuration.String(), p.RoomTarget.String()})
 }
 
 // DefaultParams is the full benchmark of issue 5.
@@ -216,7 +228,8 @@ func DefaultParams() Params {
 		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000,
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
 		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignMessage, DesignBatch}, DrainPayTimeout: time.Minute,
-		RoomBuyers: 100_000, RoomStock: 5_000, RoomArrival: 10 * time.Second, RoomSockets: 200,
+		RoomBuyers: 100_000, RoomStock: 5_000, RoomArrival: 10 * time.Second, RoomSockets: 200, RoomTarget: 2 * time.Second,
+		DrawEntries: 100_000, DrawUnits: 5_000, DrawReserve: 1_000, DrawSockets: 200,
 		CeilingRequests: 200_000, CeilingClients: 50,
 	}
 }
@@ -238,6 +251,7 @@ func QuickParams() Params {
 	p.ClosedDuration, p.ReplayKeys = time.Second, 2_000
 	p.DrainOrders, p.DrainRate, p.DrainPayTimeout = 2_000, 2_000, 10*time.Second
 	p.RoomBuyers, p.RoomStock, p.RoomArrival, p.RoomSockets = 2_000, 200, 2*time.Second, 20
+	p.DrawEntries, p.DrawUnits, p.DrawReserve, p.DrawSockets = 2_000, 100, 50, 20
 	p.CeilingRequests = 20_000
 	// A smoke run checks that every scenario runs and audits, on whatever
 	// machine: a slow or loaded one answers late, never wrongly, so a
@@ -286,6 +300,12 @@ func (p Params) Validate() error {
 	if p.RoomBuyers < 1 || p.RoomStock < 1 || p.RoomArrival <= 0 || p.RoomSockets < 0 || p.RoomSockets > p.RoomBuyers {
 		errs = append(errs, errors.New("waitingroom buyers, stock and arrival must be positive, sockets from 0 to the buyers"))
 	}
+	if p.RoomTarget <= 0 {
+		errs = append(errs, errors.New("waitingroom target backlog must be positive"))
+	}
+	if p.DrawEntries < 1 || p.DrawUnits < 1 || p.DrawReserve < 0 || p.DrawSockets < 0 || p.DrawSockets > p.DrawEntries {
+		errs = append(errs, errors.New("draw entries and units must be positive, reserve at least 0, sockets from 0 to the entries"))
+	}
 	if p.CeilingRequests < 1 || p.CeilingClients < 1 {
 		errs = append(errs, errors.New("ceiling requests and clients must be positive"))
 	}
@@ -322,6 +342,9 @@ var scenarioFuncs = map[string]scenarioFunc{
 	Drain:     runDrain,
 	// waitingroom.go
 	WaitingRoom: runWaitingRoom,
+	// drops.go
+	Tickets: runTickets,
+	Draw:    runDraw,
 }
 
 // ParseScenarios splits a comma-separated list ("" or "all" = All) and
@@ -429,6 +452,9 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 		if slices.Contains(selected, WaitingRoom) {
 			n = max(n, p.RoomBuyers)
 		}
+		if slices.Contains(selected, Draw) {
+			n = max(n, p.DrawEntries)
+		}
 		t0 := time.Now()
 		u, err := issueUsers(env.JWTSecret, n, p.UserBase)
 		if err != nil {
@@ -451,7 +477,7 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return rep.finish(), err
 			}
-			if (name == Drain || name == WaitingRoom) && t.index > 0 {
+			if (name == Drain || name == WaitingRoom || name == Tickets || name == Draw) && t.index > 0 {
 				continue // the drain pauses the system under test's pipeline, the room is its pacer's: no baseline
 			}
 			r.logf("== %s against %s (%s)", name, t.Label, t.URL)

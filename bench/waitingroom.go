@@ -51,7 +51,7 @@ const WaitingRoom = "waitingroom"
 const roomWatch = 20 * time.Millisecond
 
 type roomBuyer struct {
-	ticket     atomic.Int64
+	ticket     atomic.Int64 // 1 once it holds a ticket
 	tookAt     atomic.Int64 // unix ns of the ticket's answer
 	admittedAt atomic.Int64 // unix ns the buyer learned it was admitted
 	sent       atomic.Int64 // unix ns the order went out
@@ -66,7 +66,6 @@ type roomRun struct {
 	t       *target
 	pid     int64
 	buyers  []roomBuyer
-	byTk    []atomic.Int32 // ticket → buyer index + 1
 	sample  map[int]*roomSocket
 	orders  chan int
 	prefix  string
@@ -105,7 +104,7 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if err != nil || status != 200 {
 		return s.fail(fmt.Errorf("turn the waiting room on: %d %s %v", status, body, err))
 	}
-	rr := &roomRun{r: r, t: t, pid: pid, buyers: make([]roomBuyer, p.RoomBuyers), byTk: make([]atomic.Int32, p.RoomBuyers+2),
+	rr := &roomRun{r: r, t: t, pid: pid, buyers: make([]roomBuyer, p.RoomBuyers),
 		sample: map[int]*roomSocket{}, orders: make(chan int, p.RoomBuyers), prefix: r.requestPrefix(t, "wr")}
 	pushURL := rr.pushURL(ctx)
 	if pushURL == "" {
@@ -157,15 +156,13 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 			rr.refused.Add(1)
 			return
 		}
-		tk := intField(resp.Body(), "ticket")
-		if tk <= 0 || tk >= int64(len(rr.byTk)) {
+		if !bytes.Contains(resp.Body(), []byte(`"ticket":"`)) {
 			rr.refused.Add(1)
 			return
 		}
 		b := &rr.buyers[o.Index]
 		b.tookAt.Store(o.Done.UnixNano())
-		b.ticket.Store(tk)
-		rr.byTk[tk].Store(int32(o.Index) + 1)
+		b.ticket.Store(1)
 		rr.tickets.Add(1)
 		if rs := rr.sample[int(o.Index)]; rs != nil {
 			rs.subscribe <- struct{}{}
@@ -294,12 +291,13 @@ func (rr *roomRun) pushURL(ctx context.Context) string {
 }
 
 // watch reads the room every roomWatch and hands newly admitted buyers
-// (except the sample sockets', who learn it from push) to the order workers.
+// (except the sample sockets', who learn it from push) to the order workers:
+// the admissions' sorted set holds every buyer admitted and not yet ordered.
 func (rr *roomRun) watch(ctx context.Context) {
-	var upto int64
-	pending := []int64{}
 	tick := time.NewTicker(roomWatch)
 	defer tick.Stop()
+	handed := make([]bool, len(rr.buyers))
+	base := rr.r.p.UserBase
 	for {
 		select {
 		case <-ctx.Done():
@@ -314,25 +312,23 @@ func (rr *roomRun) watch(ctx context.Context) {
 		if st.Available <= 0 && rr.soldAt.Load() == 0 {
 			rr.soldAt.Store(now)
 		}
-		for tk := upto + 1; tk <= st.UpTo && tk < int64(len(rr.byTk)); tk++ {
-			pending = append(pending, tk)
+		uids, err := rr.r.env.Redis.ZRange(ctx, lua.Room(rr.pid).Admitted(), 0, -1).Result()
+		if err != nil {
+			continue
 		}
-		upto = max(upto, st.UpTo)
-		kept := pending[:0]
-		for _, tk := range pending {
-			i := int(rr.byTk[tk].Load()) - 1
-			if i < 0 {
-				kept = append(kept, tk) // its ticket's answer has not arrived yet
+		for _, u := range uids {
+			uid, err := strconv.ParseInt(u, 10, 64)
+			i := int(uid - base - 1)
+			if err != nil || i < 0 || i >= len(rr.buyers) || handed[i] {
 				continue
 			}
-			b := &rr.buyers[i]
+			handed[i] = true
 			if rs := rr.sample[i]; rs != nil && rs.connected.Load() {
 				continue // told by its socket
 			}
-			b.admittedAt.Store(now)
+			rr.buyers[i].admittedAt.Store(now)
 			rr.orders <- i
 		}
-		pending = kept
 	}
 }
 
@@ -562,23 +558,117 @@ func (rr *roomRun) report(s *ScenarioResult, samples []roomSample) {
 	if soldAt != 0 && firstSent != 0 {
 		s.figure("first order → sell-out seen", float64(soldAt-firstSent)/1e6, "ms")
 	}
+	rr.backlogAgainstTarget(s, samples, soldAt)
 	_ = lastAdm
 	_ = lastAnswer
 }
 
-// intField reads a non-negative integer member "name": from a JSON body.
-func intField(body []byte, name string) int64 {
-	key := []byte(`"` + name + `":`)
-	i := bytes.Index(body, key)
-	if i < 0 {
-		return -1
+// backlogAgainstTarget adds the pacer's backlog against its target: over the
+// steady window — from the first sample whose backlog reached three
+// quarters of the target (the ramp is over) to the sell-out — the backlog
+// of each sample in seconds of the window's drain (settled orders per
+// second over the window), its quantiles and the share of samples within
+// ±25 % of the target (issue 28).
+func (rr *roomRun) backlogAgainstTarget(s *ScenarioResult, samples []roomSample, soldAt int64) {
+	target := rr.r.p.RoomTarget.Seconds()
+	if target <= 0 || len(samples) < 2 || soldAt == 0 {
+		return
 	}
-	n, j := int64(0), i+len(key)
-	for ; j < len(body) && body[j] >= '0' && body[j] <= '9'; j++ {
-		n = n*10 + int64(body[j]-'0')
+	rr.backlogSeries(s, samples, soldAt)
+	// A first drain to find the window: settled orders per second from the
+	// first to the last sample before the sell-out.
+	var last int
+	for i, sm := range samples {
+		if sm.at.UnixNano() <= soldAt {
+			last = i
+		}
 	}
-	if j == i+len(key) {
-		return -1
+	first := 0
+	for first < last && samples[first].settled == 0 {
+		first++
 	}
-	return n
+	if last-first < 2 {
+		return
+	}
+	rough := float64(samples[last].settled-samples[first].settled) / samples[last].at.Sub(samples[first].at).Seconds()
+	if rough <= 0 {
+		return
+	}
+	start := -1
+	for i := first; i <= last; i++ {
+		if float64(samples[i].backlog)/rough >= 0.75*target {
+			start = i
+			break
+		}
+	}
+	s.figure("target backlog (STAMPEDE_ROOM_TARGET_BACKLOG)", target, "s")
+	if start < 0 || last-start < 4 {
+		s.Notes = append(s.Notes, fmt.Sprintf("the backlog never reached 75 %% of its %.1f s target before the sell-out (or for fewer than 5 samples): no steady window to measure", target))
+		return
+	}
+	w := samples[start : last+1]
+	drain := float64(w[len(w)-1].settled-w[0].settled) / w[len(w)-1].at.Sub(w[0].at).Seconds()
+	if drain <= 0 {
+		return
+	}
+	secs := make([]float64, len(w))
+	in := 0
+	for i, sm := range w {
+		secs[i] = float64(sm.backlog) / drain
+		if secs[i] >= 0.75*target && secs[i] <= 1.25*target {
+			in++
+		}
+	}
+	slices.Sort(secs)
+	q := func(f float64) float64 { return secs[min(int(f*float64(len(secs)-1)+0.5), len(secs)-1)] }
+	s.figure("steady window (backlog ≥ 75 % of target → sell-out)", w[len(w)-1].at.Sub(w[0].at).Seconds(), "s")
+	s.figure("drain over the steady window", drain, "orders/s")
+	s.figure("steady backlog p10", q(0.10), "s")
+	s.figure("steady backlog median", q(0.50), "s")
+	s.figure("steady backlog p90", q(0.90), "s")
+	s.figure("steady backlog max", secs[len(secs)-1], "s")
+	s.figure("steady samples within ±25 % of the target", 100*float64(in)/float64(len(secs)), "%")
+}
+
+// backlogSeries adds the backlog over time, every second sample (500 ms):
+// the orders not yet past PROCESSING, the live admissions, the orders
+// settled in the last second and the backlog in seconds of that drain.
+func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt int64) {
+	t0 := samples[0].at
+	for _, sm := range samples {
+		if sm.settled > 0 || sm.backlog > 0 {
+			t0 = sm.at
+			break
+		}
+	}
+	tbl := Table{Title: "Backlog over time (every 500 ms from the first order; drain = orders settled in the second before)",
+		Header: []string{"t", "backlog", "admitted", "drain/s", "backlog ÷ drain", "sold out"}}
+	for i := 0; i < len(samples); i += 2 {
+		sm := samples[i]
+		if sm.at.Before(t0) {
+			continue
+		}
+		j := i
+		for j > 0 && sm.at.Sub(samples[j-1].at) <= time.Second {
+			j--
+		}
+		drain := 0.0
+		if dt := sm.at.Sub(samples[j].at).Seconds(); dt > 0 {
+			drain = float64(sm.settled-samples[j].settled) / dt
+		}
+		secs := "—"
+		if drain > 0 {
+			secs = strconv.FormatFloat(float64(sm.backlog)/drain, 'f', 2, 64) + " s"
+		}
+		sold := ""
+		if sm.at.UnixNano() >= soldAt {
+			sold = "yes"
+		}
+		tbl.Rows = append(tbl.Rows, []string{strconv.FormatFloat(sm.at.Sub(t0).Seconds(), 'f', 1, 64) + " s",
+			strconv.FormatInt(sm.backlog, 10), strconv.FormatInt(sm.admitted, 10), strconv.FormatFloat(drain, 'f', 0, 64), secs, sold})
+		if sm.at.UnixNano() > soldAt+int64(2*time.Second) {
+			break
+		}
+	}
+	s.Tables = append(s.Tables, tbl)
 }

@@ -114,9 +114,6 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
 	errs = mergeFieldErrors(errs, validateProduct(p, now, true))
-	if room && shards > 1 {
-		errs = mergeFieldErrors(errs, []fieldError{{"waitingRoom", errRoomSharded.message}})
-	}
 	if len(errs) > 0 {
 		s.fail(ctx, invalidFields(errs))
 		return
@@ -136,7 +133,9 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	if room {
-		if err := s.setRoom(p.ID, lua.RoomSettings{On: true, Window: s.cfg.RoomWindow}); err != nil {
+		// The create entry of admin_audit records waitingRoom: no room entry of its own.
+		t := persistence.RoomTerms{ProductID: p.ID, On: true, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
+		if _, err := s.saveRoom(0, t, p.Shards); err != nil {
 			s.log.Error("product stored and loaded but its waiting room not turned on", "productId", p.ID, "err", err)
 			s.fail(ctx, err)
 			return

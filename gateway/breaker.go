@@ -61,7 +61,8 @@ var scriptOutcomes = []error{
 	lua.ErrDuplicate, lua.ErrKeyReused, lua.ErrNotFound, lua.ErrNotActive, lua.ErrSoldOut,
 	lua.ErrInsufficient, lua.ErrLimitExceeded, lua.ErrBadQuantity, lua.ErrNegativeAdjust, lua.ErrStockCorrupt, redis.Nil,
 	lua.ErrNotReplicated, // WAIT answered: too few replicas in time is not a Redis failure
-	lua.ErrPaused, lua.ErrNotAdmitted, lua.ErrRoomOn,
+	lua.ErrPaused, lua.ErrNotAdmitted, lua.ErrRoomOn, lua.ErrRoomOff, lua.ErrPreQueueNotOpen, lua.ErrDrawClosed,
+	lua.ErrPowRequired, lua.ErrPowReused, lua.ErrTicketIDTaken, lua.ErrRoomLocked, lua.ErrCommitted,
 }
 
 func isRedisFailure(err error) bool {

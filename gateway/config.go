@@ -114,6 +114,17 @@ type Config struct {
 	// RoomWindow is how long a waiting-room admission lasts when the room
 	// is turned on without its own window (waitingroom.go). Default 2m.
 	RoomWindow time.Duration
+	// RoomPipeline, above 1, sends the ticket calls (POST
+	// /api/products/{id}/queue) of concurrent requests to Redis in pipelines
+	// of up to this many (waitingroom.go); 0 or 1: one round trip each
+	// (the default here; the binary's is STAMPEDE_ROOM_PIPELINE).
+	RoomPipeline int
+	// PowSecret is the HMAC key of proof-of-work challenges (pow.go); every
+	// gateway of a deployment needs the same. Empty: one derived from
+	// JWTSecret.
+	PowSecret []byte
+	// PowExpiry is how long a proof-of-work challenge can be used. Default 5m.
+	PowExpiry time.Duration
 
 	// ReservePipeline, above 1, sends the reserve calls of concurrent
 	// requests to Redis in pipelines of up to this many (reserve_batch.go).
@@ -210,6 +221,7 @@ func (c *Config) setDefaults() {
 	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
 	c.RoomWindow = cmp.Or(c.RoomWindow, 2*time.Minute)
+	c.PowExpiry = cmp.Or(c.PowExpiry, 5*time.Minute)
 	c.NodeLeaseTTL = cmp.Or(c.NodeLeaseTTL, 30*time.Second)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.RedisTimeout = cmp.Or(c.RedisTimeout, time.Second)
@@ -264,6 +276,10 @@ func (c *Config) Validate() error {
 		return bad("ReservePipeline %d is outside 0..1024", c.ReservePipeline)
 	case c.LookupPipeline < 0 || c.LookupPipeline > 1024:
 		return bad("LookupPipeline %d is outside 0..1024", c.LookupPipeline)
+	case c.RoomPipeline < 0 || c.RoomPipeline > 1024:
+		return bad("RoomPipeline %d is outside 0..1024", c.RoomPipeline)
+	case c.PowExpiry < 10*time.Second:
+		return bad("PowExpiry %v is below 10s", c.PowExpiry)
 	case c.SoldOutBuyers < 0:
 		return bad("SoldOutBuyers %d is negative", c.SoldOutBuyers)
 	case c.RateGlobal < 0, c.RateUser < 0, c.RateGlobalBurst < 0, c.RateUserBurst < 0, c.SoldOutTTL < 0:

@@ -44,7 +44,16 @@ const (
 	CodeSalePaused            = "SALE_PAUSED"       // 409: an admin paused the sale (sale_admin.go)
 	CodeSaleStarted           = "SALE_STARTED"      // 409: PATCH of a field that may not change once the sale opened
 	CodeSaleEnded             = "SALE_ENDED"        // 409: PATCH of saleStart/saleEnd of an ended sale (final)
-	CodeStockConflict         = "STOCK_CONFLICT"    // 409: Redis holds stock of an earlier product with the new product's id (admin.go)
+	// Fair drops (waitingroom.go, pow.go).
+	CodePreQueueNotOpen     = "PRE_QUEUE_NOT_OPEN"    // 409: tickets only from preQueueSeconds before the opening
+	CodeDrawClosed          = "DRAW_CLOSED"           // 409: a draw takes no entry after its close
+	CodePowRequired         = "POW_REQUIRED"          // 403: the room asks a proof-of-work for a new ticket
+	CodePowInvalid          = "POW_INVALID"           // 403: the proof-of-work does not verify, expired, or is another user's
+	CodePowReused           = "POW_REUSED"            // 409: the proof-of-work was already used
+	CodePowNotRequired      = "POW_NOT_REQUIRED"      // 409: a challenge asked of a room without proof-of-work
+	CodeRoomStarted         = "ROOM_STARTED"          // 409: mode, preQueueSeconds, reserve fixed once a ticket exists
+	CodeShuffleNotPublished = "SHUFFLE_NOT_PUBLISHED" // 409: the pre-queue list before the opening's shuffle
+	CodeStockConflict       = "STOCK_CONFLICT"        // 409: Redis holds stock of an earlier product with the new product's id (admin.go)
 )
 
 // apiError is an answer other than success. Handlers return one directly when
@@ -104,6 +113,8 @@ var (
 	errLoginDisabled   = errors.New("gateway: demo login disabled")
 	errNoRoute         = errors.New("gateway: no route")
 	errNoMethod        = errors.New("gateway: method not allowed")
+	errPowNotRequired  = errors.New("gateway: the room asks no proof-of-work")
+	errNotShuffled     = errors.New("gateway: the shuffle is not published yet")
 )
 
 // errorTable maps sentinel errors to status and API code: the one place where
@@ -125,6 +136,14 @@ var errorTable = []struct {
 	{lua.ErrBadQuantity, 400, CodeInvalidArgument, "quantity exceeds the product's maximum per order (or quantity × price the largest order amount, 2^53 − 1)"},
 	{lua.ErrNotAdmitted, 409, CodeNotAdmitted, "the waiting room is on: take a place in line (POST /api/products/{id}/queue) and order once admitted"},
 	{lua.ErrRoomOff, 409, CodeWaitingRoomOff, "this product has no waiting room on: order directly"},
+	{lua.ErrDrawClosed, 409, CodeDrawClosed, "the draw has closed: it takes no more entries"},
+	{lua.ErrPowRequired, 403, CodePowRequired, "this waiting room asks a proof-of-work for a new ticket: solve GET /api/products/{id}/queue/challenge and send its payload as {\"altcha\": \"…\"}"},
+	{errPowInvalid, 403, CodePowInvalid, "the proof-of-work does not verify, has expired, or was issued to another user or product: get a new challenge"},
+	{lua.ErrPowReused, 409, CodePowReused, "this proof-of-work was already used: get a new challenge"},
+	{errPowNotRequired, 409, CodePowNotRequired, "this waiting room asks no proof-of-work"},
+	{lua.ErrRoomLocked, 409, CodeRoomStarted, "the pre-queue has tickets (or the room opened): mode, preQueueSeconds and reserve can no longer change"},
+	{lua.ErrCommitted, 409, CodeConflict, "the waiting room is committed to another seed than the stored one: nothing changed (an operator must look at it)"},
+	{errNotShuffled, 409, CodeShuffleNotPublished, "the pre-queue's shuffle is published at the opening"},
 	{lua.ErrIncarnation, 409, CodeStockConflict, "Redis holds stock of an earlier product with this product's id " +
 		"(another database's, or one created after the backup this MySQL database was restored from); nothing was created " +
 		"and that stock was left as it is: see the README's \"Deployment identity\""},

@@ -110,3 +110,55 @@ func runHandlerBench(b *testing.B, h fasthttp.RequestHandler, auths []string, wa
 		}
 	})
 }
+
+// BenchmarkTicketHandler is the cost of POST /api/products/{id}/queue
+// through the whole handler (routing, metrics, token, one Redis call) for a
+// new ticket of a new buyer each request (new), and for a buyer asking for
+// its ticket again (again); *-pipe with Config.RoomPipeline 64. Run with
+//
+//	go test -run '^$' -bench TicketHandler -benchmem -benchtime 20000x ./gateway/
+func BenchmarkTicketHandler(b *testing.B) {
+	const users = 20_000
+	auths := make([]string, users)
+	for i := range auths {
+		auths[i] = "Bearer " + token(b, int64(50_000+i))
+	}
+	run := func(b *testing.B, again bool, mods ...func(*Config)) {
+		e := newEnv(b, mods...)
+		pid := e.roomProduct(1_000_000)
+		path := "/api/products/" + strconv.FormatInt(pid, 10) + "/queue"
+		if again {
+			for i := range 1000 {
+				e.place(int64(50_000+i), pid)
+			}
+		}
+		var seq atomic.Int64
+		h := e.srv.Handler()
+		b.ReportAllocs()
+		b.SetParallelism(32)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			var ctx fasthttp.RequestCtx
+			for pb.Next() {
+				i := seq.Add(1) - 1
+				if again {
+					i %= 1000
+				}
+				ctx.Request.Reset()
+				ctx.Response.Reset()
+				ctx.Request.Header.SetMethod("POST")
+				ctx.Request.SetRequestURI(path)
+				ctx.Request.Header.Set("Authorization", auths[i%users])
+				h(&ctx)
+				if ctx.Response.StatusCode() != 200 {
+					panic(fmt.Sprintf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body()))
+				}
+			}
+		})
+	}
+	pipe := func(c *Config) { c.RoomPipeline = 64 }
+	b.Run("new", func(b *testing.B) { run(b, false) })
+	b.Run("new-pipe", func(b *testing.B) { run(b, false, pipe) })
+	b.Run("again", func(b *testing.B) { run(b, true) })
+	b.Run("again-pipe", func(b *testing.B) { run(b, true, pipe) })
+}

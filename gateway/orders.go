@@ -86,12 +86,18 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		TTL:       s.cfg.RequestTTL,
 		Sync:      s.cfg.SyncIntake,
 	}
-	args.Admission = s.rooms.on(productID)                          // waitingroom.go: one map read
-	res, dry, err := s.stock.Reserve(productID, shards, home, args) // lua/shards.go
-	if errors.Is(err, lua.ErrRoomOn) {                              // the room was turned on since this gateway last looked
-		s.rooms.set(productID, true)
-		args.Admission = true
-		res, dry, err = s.stock.Reserve(productID, shards, home, args)
+	var res lua.ReserveResult
+	var dry bool
+	if shards > 1 {
+		res, dry, err = s.reserveSharded(productID, shards, home, args) // lua/shards.go, waiting room claimed first
+	} else {
+		args.Admission = s.rooms.on(productID)                         // waitingroom.go: one map read
+		res, dry, err = s.stock.Reserve(productID, shards, home, args) // lua/shards.go
+		if errors.Is(err, lua.ErrRoomOn) {                             // the room was turned on since this gateway last looked
+			s.rooms.set(productID, true)
+			args.Admission = true
+			res, dry, err = s.stock.Reserve(productID, shards, home, args)
+		}
 	}
 	// A replay tells the stock of its shard too: on a one-shard product a
 	// storm of replays after the sell-out keeps the sold-out cache marked

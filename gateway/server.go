@@ -10,6 +10,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,8 +49,11 @@ type Server struct {
 	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
 	durable    *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
 	soldOut    soldOutCache
-	buyers     buyerCache // buyers.go
-	rooms      roomHints  // waitingroom.go
+	buyers     buyerCache   // buyers.go
+	rooms      roomHints    // waitingroom.go
+	takes      *takeBatcher // nil: one round trip per ticket (waitingroom.go)
+	pow        powGate      // pow.go
+	lists      sync.Map     // int64 → []byte: published pre-queue lists (drop.go)
 	routing    routeCache
 	corrupt    corruptLog                     // stockfault.go
 	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
@@ -116,6 +120,10 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	if cfg.LookupPipeline > 1 {
 		s.lookups = newLookupBatcher(s, cfg.LookupPipeline)
 	}
+	if cfg.RoomPipeline > 1 {
+		s.takes = newTakeBatcher(s, cfg.RoomPipeline)
+	}
+	s.pow = newPowGate(cfg.PowSecret, cfg.JWTSecret, cfg.PowExpiry)
 	if cfg.Durability == DurabilityReplicated && !cfg.SyncIntake {
 		s.durable = newDurableWaiter(s, cfg.ReplicaAcks, cfg.ReplicaWait)
 	}
@@ -191,7 +199,11 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/api/products", s.listProducts)
 	handle("GET", "/api/products/{id}", s.getProduct)
 	handle("POST", "/api/products/{id}/queue", s.authed(s.takePlace))
+	handle("GET", "/api/products/{id}/queue/challenge", s.authed(s.queueChallenge)) // pow.go
+	handle("GET", "/api/products/{id}/drop", s.dropInfo)                            // drop.go
+	handle("GET", "/api/products/{id}/drop/tickets", s.dropTickets)
 	handle("POST", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminWaitingRoom))
+	handle("GET", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminRoomStatus))
 	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
 	handle("GET", "/api/admin/products", s.adminOnly(s.adminListProducts))
 	handle("PATCH", "/api/admin/products/{id}", s.adminOnly(s.adminPatchProduct))
@@ -259,6 +271,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.lookups != nil {
 		lookupDone := s.lookups.start(rctx) // lookup_batch.go
 		defer func() { stopRepair(); <-lookupDone }()
+	}
+	if s.takes != nil {
+		takesDone := s.takes.start(rctx) // waitingroom.go
+		defer func() { stopRepair(); <-takesDone }()
 	}
 	if s.durable != nil {
 		durableDone := s.durable.start(rctx) // durability.go

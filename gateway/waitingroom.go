@@ -4,33 +4,45 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/drop"
 	"github.com/stampede-sh/stampede/lua"
-	"github.com/stampede-sh/stampede/persistence"
 )
 
 // The waiting room (lua/waitingroom.go). A product created with
 // waitingRoom: true, or turned on by POST /api/admin/products/{id}/waiting-room,
-// gives each buyer a ticket (POST /api/products/{id}/queue) and lets buyers
-// order only once the admission pacer (pipeline/pacer.go) has admitted them;
-// an order without a live admission answers 409 NOT_ADMITTED and reserves
-// nothing. The check is inside reserve.lua's one round trip: the stock hash
-// says whether the room is on, and the gateway passes the admissions key
-// once it knows (roomHints). For a product whose room is off the order path
-// costs one map read and nothing in Redis but one more field of an HMGET.
-
-var errRoomSharded = &apiError{status: fasthttp.StatusBadRequest, code: CodeInvalidArgument,
-	message: "waitingRoom needs a one-shard product (shards: 1): the line and the admissions share the stock's hash tag"}
+// gives each buyer a ticket (POST /api/products/{id}/queue, one Redis call)
+// and lets buyers order only once the admission pacer (pipeline/pacer.go)
+// has admitted them; an order without a live admission answers 409
+// NOT_ADMITTED and reserves nothing. For a one-shard product the check is
+// inside reserve.lua's one round trip: the stock hash says whether the room
+// is on, and the gateway passes the admissions key once it knows
+// (roomHints). A sharded product's order first claims the admission on
+// shard 0 (orders.go, reserveRoomSharded) and then reserves on the buyer's
+// home shard. For a product whose room is off the order path costs one map
+// read and nothing in Redis but one more field of an HMGET.
+//
+// Fair drops (issue 28): tickets taken before the opening (the sale's
+// start; from preQueueSeconds before it, or any time with 0) are pre-queued
+// without a position; at the opening the pacer shuffles them by the room's
+// committed seed (package drop) and publishes the seed and the list
+// (GET /api/products/{id}/drop, …/drop/tickets), from which a buyer
+// recomputes its own position. Mode random admits everyone waiting lowest
+// random key first; mode draw picks as many winners as units, and a reserve
+// list, at the opening. A room may ask a proof-of-work for every new ticket
+// (pow.go).
 
 // roomHints remembers the products whose waiting room this gateway saw on,
-// so that their order requests carry the admissions key at once. A missing
-// hint is only a cost, never a fault: reserve.lua answers ROOM_ON without
-// the key and the request is sent again with it (createOrder).
+// so that their order requests carry the admissions key (or claim the
+// admission) at once. A missing hint is only a cost, never a fault:
+// reserve.lua answers ROOM_ON without the key or claim and the request is
+// sent again with it (createOrder).
 type roomHints struct {
 	m sync.Map // int64 → struct{}
 }
@@ -48,49 +60,94 @@ func (h *roomHints) set(productID int64, on bool) {
 	}
 }
 
-// placeJSON is the answer of POST /api/products/{id}/queue.
-type placeJSON struct {
-	ProductID int64  `json:"productId"`
-	Ticket    int64  `json:"ticket"`
-	State     string `json:"state"` // WAITING, ADMITTED, SOLD_OUT
-	// Position is the number of tickets up to and including this one still
-	// waiting (1 = next); 0 once admitted.
-	Position int64 `json:"position"`
-	// EtaSeconds is the estimated wait at the pacer's current rate; 0 once
-	// admitted; null while the rate is not known yet (no pacer step since
-	// the room opened) and for SOLD_OUT (nothing to wait for, unless stock
-	// comes back). The push service's queue message says the same for the
-	// same state (push/line.go).
-	EtaSeconds *int64 `json:"etaSeconds"`
-	// RatePerSecond is the admission rate of the pacer's last step.
-	RatePerSecond float64 `json:"ratePerSecond"`
-	// AdmittedUntil is when an admission ends (ADMITTED only).
-	AdmittedUntil *time.Time `json:"admittedUntil,omitempty"`
-}
-
-func toPlaceJSON(productID int64, p lua.Place) placeJSON {
-	out := placeJSON{ProductID: productID, Ticket: p.Ticket, State: string(p.State), Position: p.Position,
-		RatePerSecond: math.Round(p.Rate*1000) / 1000}
-	if p.State == lua.PlaceAdmitted {
-		d := p.Deadline
-		out.AdmittedUntil = &d
-		var zero int64
-		out.EtaSeconds = &zero
-	} else if p.State == lua.PlaceWaiting && p.Rate > 0 {
-		eta := int64(math.Ceil(float64(p.Position) / p.Rate))
-		out.EtaSeconds = &eta
-	}
-	return out
-}
-
-// takePlace is POST /api/products/{id}/queue (no body): the buyer's place in
-// the product's waiting room, a new ticket at the end of the line if the
-// buyer holds none that is live. Idempotent per user: asking again answers
-// the same ticket while it waits or is admitted.
+// appendPlace appends the answer of POST /api/products/{id}/queue:
 //
-//	200 {"productId","ticket","state","position","etaSeconds","ratePerSecond","admittedUntil"}
-//	404 PRODUCT_NOT_FOUND; 409 WAITING_ROOM_OFF (order directly); 409 SOLD_OUT (no ticket given);
-//	429 RATE_LIMITED (the per-user bucket of the order path)
+//	{"productId","mode","ticket","state","position","shufflePosition","etaSeconds",
+//	 "ratePerSecond","waiting","opensAt","admittedUntil"}
+//
+// ticket is the opaque ticket id; position the tickets still waiting up to
+// and including this one (1 = next; 0 once admitted, before the shuffle and
+// in random mode); shufflePosition a pre-queued ticket's place in the
+// published shuffle (0 otherwise); etaSeconds the estimated wait at the
+// pacer's current rate (null while unknown, for SOLD_OUT — nothing to wait
+// for unless stock comes back, as the push message says —, in random mode
+// and on a draw's reserve list, which moves only when a win passes on); waiting the
+// tickets in a random room's pool; opensAt the opening (the sale's start);
+// admittedUntil the end of an admission (ADMITTED only). Written without
+// encoding/json: every string is ours or validated.
+func appendPlace(b []byte, productID int64, p lua.Place) []byte {
+	b = append(b, `{"productId":`...)
+	b = strconv.AppendInt(b, productID, 10)
+	mode := p.Mode
+	if mode == "" {
+		mode = lua.ModeFIFO
+	}
+	b = append(b, `,"mode":`...)
+	b = appendJSONString(b, string(mode))
+	b = append(b, `,"ticket":`...)
+	b = appendJSONString(b, p.Ticket)
+	b = append(b, `,"state":`...)
+	b = appendJSONString(b, string(p.State))
+	b = append(b, `,"position":`...)
+	b = strconv.AppendInt(b, p.Position, 10)
+	b = append(b, `,"shufflePosition":`...)
+	b = strconv.AppendInt(b, p.ShufflePosition, 10)
+	b = append(b, `,"etaSeconds":`...)
+	switch {
+	case p.State == lua.PlaceAdmitted:
+		b = append(b, '0')
+	case p.Rate > 0 && p.Position > 0 && p.Mode != lua.ModeDraw && p.State == lua.PlaceWaiting:
+		b = strconv.AppendInt(b, int64(math.Ceil(float64(p.Position)/p.Rate)), 10)
+	default:
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"ratePerSecond":`...)
+	b = strconv.AppendFloat(b, math.Round(p.Rate*1000)/1000, 'f', -1, 64)
+	b = append(b, `,"waiting":`...)
+	b = strconv.AppendInt(b, p.Waiting, 10)
+	b = append(b, `,"opensAt":`...)
+	b = appendTime(b, p.OpensAt)
+	if p.State == lua.PlaceAdmitted {
+		b = append(b, `,"admittedUntil":`...)
+		b = appendTime(b, p.Deadline)
+	}
+	return append(b, '}')
+}
+
+// appendTime appends t as an RFC 3339 UTC JSON string, or null when zero.
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
+
+// roomProductID reads the route's {id}; false (answered 404) if it is not a
+// product id.
+func (s *Server) roomProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
+	raw, _ := ctx.UserValue("id").(string)
+	productID, ok := parseID(raw)
+	if !ok {
+		s.fail(ctx, errProductNotFound)
+		return 0, false
+	}
+	return productID, true
+}
+
+// takePlace is POST /api/products/{id}/queue, body optional
+// {"altcha": "<the ALTCHA widget's payload>"}: the buyer's place in the
+// product's waiting room (or draw entry), a new ticket if the buyer holds
+// none that is live. Idempotent per user: asking again answers the same
+// ticket while it lives, without a new proof-of-work. One Redis call.
+//
+//	200 place (appendPlace); states WAITING, ADMITTED, SOLD_OUT, PRE_QUEUE, SHUFFLING, and for a
+//	    draw EXPIRED (the win passed on), ORDERED, LOST
+//	400 a body that is not {"altcha": string}; 403 POW_REQUIRED, POW_INVALID; 404 PRODUCT_NOT_FOUND;
+//	409 WAITING_ROOM_OFF (order directly), SOLD_OUT (no ticket given), PRE_QUEUE_NOT_OPEN,
+//	DRAW_CLOSED, POW_REUSED, SALE_NOT_ACTIVE (the sale ended); 429 RATE_LIMITED (the order path's
+//	per-user bucket)
 func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.limiter != nil {
 		if ok, wait := s.limiter.allow(c.UserID, time.Now()); !ok {
@@ -98,30 +155,44 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 			return
 		}
 	}
-	raw, _ := ctx.UserValue("id").(string)
-	productID, ok := parseID(raw)
+	productID, ok := s.roomProductID(ctx)
 	if !ok {
-		s.fail(ctx, errProductNotFound)
 		return
 	}
-	shards, err := s.shardCount(productID)
-	if err != nil {
+	var args lua.TakeArgs
+	if body := ctx.PostBody(); len(body) > 0 {
+		var payload string
+		fields := [...]field{optional(stringField("altcha", &payload), nil)}
+		if err := decodeBody(body, s.cfg.MaxBodyBytes, fields[:]); err != nil {
+			s.fail(ctx, err)
+			return
+		}
+		if payload != "" {
+			ch, ttl, err := s.pow.verify(payload, c.UserID, productID, time.Now())
+			if err != nil {
+				s.fail(ctx, err)
+				return
+			}
+			args.PowChallenge, args.PowTTL = ch, ttl
+		}
+	}
+	if _, err := s.shardCount(productID); err != nil { // cached: 404 for an unknown product without a script
 		s.fail(ctx, err)
 		return
 	}
-	if shards > 1 {
-		s.fail(ctx, lua.ErrRoomOff)
-		return
+	args.UserID = c.UserID
+	p, err := s.take(productID, args)
+	if errors.Is(err, lua.ErrTicketIDTaken) { // 64 random bits met a pre-queued ticket's: practically never
+		p, err = s.take(productID, args)
 	}
-	var p lua.Place
-	err = s.redisCall(func(rctx context.Context) (err error) {
-		p, err = lua.Take(rctx, s.rdb, productID, c.UserID)
-		return err
-	})
 	switch {
 	case err == nil:
 		s.rooms.set(productID, true)
-		s.writeJSON(ctx, fasthttp.StatusOK, toPlaceJSON(productID, p))
+		var a [320]byte
+		writeBody(ctx, fasthttp.StatusOK, appendPlace(a[:0], productID, p))
+	case errors.Is(err, lua.ErrPreQueueNotOpen):
+		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodePreQueueNotOpen,
+			message: "the pre-queue opens at " + p.OpensAt.Format(time.RFC3339) + ": come back then"})
 	case errors.Is(err, lua.ErrRoomOff):
 		s.rooms.set(productID, false)
 		s.fail(ctx, err)
@@ -130,88 +201,127 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 }
 
-// setRoom turns productID's room on or off in Redis and in this gateway's hints.
-func (s *Server) setRoom(productID int64, rs lua.RoomSettings) error {
-	err := s.redisCall(func(rctx context.Context) error { return lua.SetRoom(rctx, s.rdb, productID, rs) })
-	if err == nil {
-		s.rooms.set(productID, rs.On)
+// take runs one room_take.lua with a new ticket id, pipelined with other
+// requests' (Config.RoomPipeline) or alone.
+func (s *Server) take(productID int64, args lua.TakeArgs) (lua.Place, error) {
+	tid, err := drop.NewTicketID()
+	if err != nil {
+		return lua.Place{}, err
 	}
-	return err
+	args.TicketID = tid
+	if s.takes != nil {
+		c := s.takes.do(lua.TakeCall{ProductID: productID, Args: args})
+		return c.Place, c.Err
+	}
+	var p lua.Place
+	err = s.redisCall(func(rctx context.Context) (err error) {
+		p, err = lua.Take(rctx, s.rdb, productID, args)
+		return err
+	})
+	return p, err
 }
 
-// Limits of the admin room settings.
-const (
-	maxRoomCeiling = 1_000_000 // admissions per second
-	maxRoomWindow  = 3600      // seconds
-)
+// takeBatcher pipelines the take calls of concurrent requests (pipeBatcher,
+// like the reserve calls of reserve_batch.go).
+type takeBatcher struct {
+	*pipeBatcher[lua.TakeCall]
+}
 
-// adminWaitingRoom is POST /api/admin/products/{id}/waiting-room
-//
-//	{"on": true|false, "ceiling" (optional, admissions per second, 0 = the pacer's
-//	 own ceiling only), "windowSeconds" (optional, 1…3600, default Config.RoomWindow)}
-//
-// 200 {"productId","on","ceiling","windowSeconds"}; 400 (also for a sharded
-// product); 403; 404; every change leaves an admin_audit entry (action
-// room) naming the admin. Turning the room off lets every buyer order directly;
-// the line is kept and is used again if the room is turned back on. Other
-// gateways learn of a room turned on from their next order request for the
-// product (ROOM_ON, answered again with the admission check).
-func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	raw, _ := ctx.UserValue("id").(string)
-	productID, ok := parseID(raw)
-	if !ok {
-		s.fail(ctx, errProductNotFound)
-		return
+func newTakeBatcher(s *Server, max int) *takeBatcher {
+	one := func(c *lua.TakeCall) {
+		c.Err = s.redisCall(func(ctx context.Context) (err error) {
+			c.Place, err = lua.Take(ctx, s.rdb, c.ProductID, c.Args)
+			return err
+		})
 	}
-	var (
-		on                 bool
-		ceiling, window    int64
-		hasCeil, hasWindow bool
-	)
-	fields := [...]field{
-		boolField("on", &on),
-		optional(intField("ceiling", &ceiling), &hasCeil),
-		optional(intField("windowSeconds", &window), &hasWindow),
+	many := func(cs []*lua.TakeCall) {
+		calls := make([]lua.TakeCall, len(cs))
+		for i, c := range cs {
+			calls[i] = *c
+		}
+		ran := false
+		err := s.redisCall(func(ctx context.Context) error {
+			ran = true
+			lua.TakeMany(ctx, s.rdb, calls)
+			for i := range calls { // the breaker counts a failed round trip once
+				if isRedisFailure(calls[i].Err) {
+					return calls[i].Err
+				}
+			}
+			return nil
+		})
+		for i, c := range cs {
+			if ran {
+				c.Place, c.Err = calls[i].Place, calls[i].Err
+			} else {
+				c.Err = err
+			}
+		}
 	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
-		s.fail(ctx, err)
-		return
+	return &takeBatcher{newPipeBatcher(max, one, many)}
+}
+
+// reserveSharded reserves for a sharded product, whose waiting room (if on)
+// lives in shard 0's slot while the reservation runs on the buyer's home
+// shard: the admission is claimed first (lua.Claim, once per intent), then
+// reserved with the claim; a reservation refused for the stock or the limit
+// gives the admission back (lua.Unclaim). Without a claim, a replay of an
+// accepted intent still answers from its record (DUPLICATE comes before the
+// room's check). Two round trips for a room product, one otherwise.
+func (s *Server) reserveSharded(productID int64, shards, home int, args lua.ReserveArgs) (lua.ReserveResult, bool, error) {
+	if !s.rooms.on(productID) {
+		res, dry, err := s.stock.Reserve(productID, shards, home, args)
+		if !errors.Is(err, lua.ErrRoomOn) {
+			return res, dry, err
+		}
+		s.rooms.set(productID, true)
 	}
-	if !hasWindow {
-		window = int64(s.cfg.RoomWindow / time.Second)
-	}
-	switch {
-	case ceiling < 0 || ceiling > maxRoomCeiling:
-		s.fail(ctx, invalidArg("ceiling must be from 0 (none) to %d admissions per second", maxRoomCeiling))
-		return
-	case window < 1 || window > maxRoomWindow:
-		s.fail(ctx, invalidArg("windowSeconds must be from 1 to %d", maxRoomWindow))
-		return
-	}
-	shards, err := s.shardCount(productID)
+	var claimed bool
+	err := s.redisCall(func(rctx context.Context) (err error) {
+		claimed, _, err = lua.Claim(rctx, s.rdb, productID, args.UserID, args.RequestID)
+		return err
+	})
 	if err != nil {
-		s.fail(ctx, err)
-		return
+		return lua.ReserveResult{}, false, err
 	}
-	if on && shards > 1 {
-		s.fail(ctx, errRoomSharded)
-		return
+	if !claimed {
+		res, dry, err := s.stock.Reserve(productID, shards, home, args)
+		if errors.Is(err, lua.ErrRoomOn) {
+			return res, false, lua.ErrNotAdmitted
+		}
+		return res, dry, err // a replay (DUPLICATE), or the room is off
 	}
-	if err := s.setRoom(productID, lua.RoomSettings{On: on, Ceiling: float64(ceiling), Window: time.Duration(window) * time.Second}); err != nil {
-		s.fail(ctx, err)
-		return
+	args.Claimed = true
+	res, dry, err := s.stock.Reserve(productID, shards, home, args)
+	if err != nil && !errors.Is(err, lua.ErrDuplicate) && !isRedisFailure(err) {
+		// Refused (sold out, limit, …): nothing was reserved; the buyer keeps
+		// the admission for another try within its window.
+		if uerr := s.redisCall(func(rctx context.Context) error {
+			_, err := lua.Unclaim(rctx, s.rdb, productID, args.UserID, args.RequestID)
+			return err
+		}); uerr != nil {
+			s.log.Warn("waiting room: admission of a refused order not given back", "productId", productID, "userId", args.UserID, "err", uerr)
+		}
 	}
-	// Audited after the change (it lives in Redis): a failed audit answers
-	// 503, and sending the same settings again is harmless and audits them.
-	change := map[string]any{"on": on, "ceiling": ceiling, "windowSeconds": window}
-	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	err = s.store.Audit(sctx, c.UserID, persistence.ActionRoom, productID, change)
-	cancel()
+	return res, dry, err
+}
+
+// roomPowCost is the proof-of-work cost of productID's room (one HMGET);
+// lua.ErrRoomOff when the room is off.
+func (s *Server) roomPowCost(productID int64) (int64, error) {
+	if _, err := s.shardCount(productID); err != nil {
+		return 0, err
+	}
+	var st lua.RoomStatus
+	err := s.redisCall(func(rctx context.Context) (err error) {
+		st, err = lua.ReadRoom(rctx, s.rdb, productID)
+		return err
+	})
 	if err != nil {
-		s.log.Error("waiting room set but not audited", append(adminAttrs(c), "productId", productID, "on", on, "err", err)...)
-		s.fail(ctx, err)
-		return
+		return 0, err
 	}
-	s.log.Info("waiting room set", append(adminAttrs(c), "productId", productID, "on", on, "ceiling", ceiling, "windowSeconds", window)...)
-	s.writeJSON(ctx, fasthttp.StatusOK, map[string]any{"productId": productID, "on": on, "ceiling": ceiling, "windowSeconds": window})
+	if !st.On {
+		return 0, lua.ErrRoomOff
+	}
+	return st.PowCost, nil
 }

@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stampede-sh/stampede/drop"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -21,7 +23,12 @@ func roomSale(stock int64) map[string]any {
 
 func (e *env) roomProduct(stock int64) int64 {
 	e.t.Helper()
-	r := e.do("POST", "/api/admin/products", token(e.t, adminID), roomSale(stock))
+	return e.roomProductWith(roomSale(stock))
+}
+
+func (e *env) roomProductWith(spec map[string]any) int64 {
+	e.t.Helper()
+	r := e.do("POST", "/api/admin/products", token(e.t, adminID), spec)
 	if r.status != 201 || r.json(e.t)["waitingRoom"] != true {
 		e.t.Fatalf("create room product: %s", r)
 	}
@@ -35,25 +42,61 @@ func (e *env) queue(user, pid int64) resp {
 }
 
 // place takes user's place and requires a 200.
-func (e *env) place(user, pid int64) (ticket, position int64, state string) {
+func (e *env) place(user, pid int64) (ticket string, position int64, state string) {
 	e.t.Helper()
 	r := e.queue(user, pid)
 	if r.status != 200 {
 		e.t.Fatalf("queue of user %d: %s", user, r)
 	}
 	m := r.json(e.t)
-	ticket, _ = m["ticket"].(json.Number).Int64()
 	position, _ = m["position"].(json.Number).Int64()
-	return ticket, position, m["state"].(string)
+	return m["ticket"].(string), position, m["state"].(string)
 }
 
-// admit runs pacer steps at rate until n buyers were admitted.
+// openRoom does what a pacer does at the opening: the step that closes the
+// pre-queue and the shuffle, with the seed the gateway stored.
+func (e *env) openRoom(pid int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	if st, _ := lua.ReadRoom(ctx, e.rdb, pid); st.Shuffled {
+		return
+	}
+	t, err := e.store.Room(ctx, pid)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	seed, err := drop.ParseSeed(t.Seed)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	shards, _ := e.srv.shardCount(pid)
+	left := int64(-1)
+	if shards > 1 {
+		left, _ = lua.UnitsLeft(ctx, e.rdb, pid, shards)
+	}
+	if _, err := lua.Admit(ctx, e.rdb, pid, lua.AdmitArgs{Max: 1, MaxElapsed: time.Second, Window: time.Minute, Left: left}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := lua.ShuffleRoom(ctx, e.rdb, pid, lua.RoomMode(t.Mode), seed, left); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// admit opens the room if needed and runs pacer steps at rate until n
+// buyers were admitted.
 func (e *env) admit(pid int64, n int) []lua.Admission {
 	e.t.Helper()
+	e.openRoom(pid)
+	shards, _ := e.srv.shardCount(pid)
 	var out []lua.Admission
 	deadline := time.Now().Add(5 * time.Second)
 	for len(out) < n && time.Now().Before(deadline) {
-		res, err := lua.Admit(context.Background(), e.rdb, pid, lua.AdmitArgs{Rate: 1000, Max: n - len(out), MaxElapsed: time.Second, Window: time.Minute})
+		left := int64(-1)
+		if shards > 1 {
+			left, _ = lua.UnitsLeft(context.Background(), e.rdb, pid, shards)
+		}
+		res, err := lua.Admit(context.Background(), e.rdb, pid, lua.AdmitArgs{Rate: 1000, Max: n - len(out), MaxElapsed: time.Second,
+			Window: time.Minute, Left: left})
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -78,17 +121,20 @@ func TestWaitingRoomAdmission(t *testing.T) {
 	if e.available(pid, 0) != 10 || e.intake(pid) != 0 {
 		t.Fatalf("a refused order reserved: available %d, intake %d", e.available(pid, 0), e.intake(pid))
 	}
+	tickets := map[int64]string{}
 	for u := int64(1); u <= 3; u++ {
-		if tk, pos, st := e.place(u, pid); tk != u || pos != u || st != "WAITING" {
-			t.Fatalf("user %d: ticket %d position %d %s", u, tk, pos, st)
+		tk, pos, st := e.place(u, pid)
+		if !drop.ValidTicketID(tk) || pos != u || st != "WAITING" {
+			t.Fatalf("user %d: ticket %s position %d %s", u, tk, pos, st)
 		}
+		tickets[u] = tk
 	}
-	if r := e.queue(2, pid); r.json(t)["ticket"].(json.Number).String() != "2" || r.json(t)["etaSeconds"] != nil {
-		t.Fatalf("asking again: %s (want ticket 2, no estimate before the pacer ran)", r)
+	if r := e.queue(2, pid); r.json(t)["ticket"] != tickets[2] || r.json(t)["etaSeconds"] != nil || r.json(t)["mode"] != "fifo" {
+		t.Fatalf("asking again: %s (want the same ticket, no estimate before the pacer ran)", r)
 	}
 	e.buy(1, pid, 1, "a").wantError(t, 409, CodeNotAdmitted)
 
-	if a := e.admit(pid, 1); a[0].UserID != 1 {
+	if a := e.admit(pid, 1); a[0].UserID != 1 || a[0].Ticket != tickets[1] {
 		t.Fatalf("admitted %+v, want user 1", a)
 	}
 	if _, pos, st := e.place(1, pid); st != "ADMITTED" || pos != 0 {
@@ -119,43 +165,53 @@ func TestWaitingRoomAdmission(t *testing.T) {
 	e3.srv = srv3
 	e3.hc, e3.ln = serveInMemory(t, srv3)
 	e3.accepted(2, pid, 1, "c") // no hint: ROOM_ON, then the admission check
-	if tk, pos, st := e2.place(3, pid); tk != 3 || pos != 1 || st != "WAITING" {
-		t.Fatalf("user 3 through the restarted gateway: ticket %d position %d %s", tk, pos, st)
+	if tk, pos, st := e2.place(3, pid); tk != tickets[3] || pos != 1 || st != "WAITING" {
+		t.Fatalf("user 3 through the restarted gateway: ticket %s position %d %s", tk, pos, st)
 	}
 }
 
 // Bad input is 400 and a product without a room answers WAITING_ROOM_OFF;
-// the admin endpoint turns the room off and on.
+// the admin endpoint turns the room off and on and keeps what it is not
+// given.
 func TestWaitingRoomInputsAndToggle(t *testing.T) {
 	e := newEnv(t)
 	bad := roomSale(5)
 	bad["waitingRoom"] = "yes"
 	e.do("POST", "/api/admin/products", token(t, adminID), malformed(bad)).wantError(t, 400, CodeInvalidArgument)
-	sharded := roomSale(5)
-	sharded["shards"] = 2
-	e.do("POST", "/api/admin/products", token(t, adminID), sharded).wantError(t, 400, CodeInvalidArgument)
 
 	plain := e.product(openSale(5))
 	e.queue(1, plain).wantError(t, 409, CodeWaitingRoomOff)
 	e.queue(1, 999999).wantError(t, 404, CodeProductNotFound)
 	e.do("POST", "/api/products/x/queue", token(t, 1), malformed(nil)).wantError(t, 404, CodeProductNotFound)
+	e.do("GET", fmt.Sprintf("/api/products/%d/drop", plain), "", nil).wantError(t, 409, CodeWaitingRoomOff)
 
 	path := fmt.Sprintf("/api/admin/products/%d/waiting-room", plain)
+	admin := token(t, adminID)
 	e.do("POST", path, token(t, 1), map[string]any{"on": true}).wantError(t, 403, CodeForbidden)
-	e.do("POST", path, token(t, adminID), malformed(map[string]any{"on": 1})).wantError(t, 400, CodeInvalidArgument)
-	e.do("POST", path, token(t, adminID), malformed(map[string]any{"on": true, "windowSeconds": 0})).wantError(t, 400, CodeInvalidArgument)
-	e.do("POST", path, token(t, adminID), malformed(map[string]any{"on": true, "ceiling": -1})).wantError(t, 400, CodeInvalidArgument)
-	if r := e.do("POST", path, token(t, adminID), map[string]any{"on": true, "ceiling": 50, "windowSeconds": 30}); r.status != 200 {
+	e.do("GET", path, token(t, 1), nil).wantError(t, 403, CodeForbidden)
+	e.do("GET", path, admin, nil).wantError(t, 409, CodeWaitingRoomOff)
+	for _, b := range []map[string]any{{"on": 1}, {"on": true, "windowSeconds": 0}, {"on": true, "ceiling": -1},
+		{"on": true, "mode": "lottery"}, {"on": true, "preQueueSeconds": -1}, {"on": true, "reserve": -1},
+		{"on": true, "powCost": 10_000_001}, {"on": true, "mode": "draw"}} { // a draw needs maxPerOrder 1
+		e.do("POST", path, admin, malformed(b)).wantError(t, 400, CodeInvalidArgument)
+	}
+	r := e.do("POST", path, admin, map[string]any{"on": true, "ceiling": 50, "windowSeconds": 30})
+	commitment, _ := r.json(t)["commitment"].(string)
+	if r.status != 200 || len(commitment) != 64 || r.json(t)["mode"] != "fifo" {
 		t.Fatalf("turn on: %s", r)
 	}
 	if r := e.do("GET", fmt.Sprintf("/api/products/%d", plain), "", nil); r.json(t)["waitingRoom"] != true {
 		t.Fatalf("product after turning the room on: %s", r)
 	}
 	e.buy(1, plain, 1, "x").wantError(t, 409, CodeNotAdmitted)
-	if r := e.do("POST", path, token(t, adminID), map[string]any{"on": false}); r.status != 200 {
-		t.Fatalf("turn off: %s", r)
+	r = e.do("POST", path, admin, map[string]any{"on": false})
+	if r.status != 200 || r.json(t)["commitment"] != commitment || r.json(t)["ceiling"].(json.Number).String() != "50" {
+		t.Fatalf("turn off (the seed and the other terms are kept): %s", r)
 	}
 	e.accepted(1, plain, 1, "x")
+	if r := e.do("GET", fmt.Sprintf("/api/products/%d/drop", plain), "", nil); r.status != 200 || r.json(t)["state"] != "OFF" {
+		t.Fatalf("public record of a room turned off: %s", r)
+	}
 }
 
 // Two gateways take tickets and two pacers admit at once: every accepted
@@ -175,22 +231,23 @@ func TestWaitingRoomTwoGatewaysTwoPacers(t *testing.T) {
 		wg.Go(func() { gws[u%2].place(u, pid) })
 	}
 	wg.Wait()
+	e.openRoom(pid)
 
 	const rate = 100.0
 	start := time.Now()
 	var mu sync.Mutex
-	admitted := map[int64]int64{} // user → ticket
+	admitted := map[int64]int64{} // user → place
 	for range 2 {
 		wg.Go(func() {
 			for time.Since(start) < 400*time.Millisecond {
-				res, err := lua.Admit(context.Background(), e.rdb, pid, lua.AdmitArgs{Rate: rate, Max: 100, MaxElapsed: time.Second, Window: time.Minute})
+				res, err := lua.Admit(context.Background(), e.rdb, pid, lua.AdmitArgs{Rate: rate, Max: 100, MaxElapsed: time.Second, Window: time.Minute, Left: -1})
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				mu.Lock()
 				for _, a := range res.Admitted {
-					admitted[a.UserID] = a.Ticket
+					admitted[a.UserID] = a.Place
 				}
 				mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
@@ -215,12 +272,12 @@ func TestWaitingRoomTwoGatewaysTwoPacers(t *testing.T) {
 	if limit := int(rate*elapsed.Seconds()) + 1; len(admitted) > limit || len(admitted) == 0 {
 		t.Fatalf("admitted %d in %v at %v/s (limit %d)", len(admitted), elapsed, rate, limit)
 	}
-	var maxTicket int64
-	for _, tk := range admitted {
-		maxTicket = max(maxTicket, tk)
+	var maxPlace int64
+	for _, p := range admitted {
+		maxPlace = max(maxPlace, p)
 	}
-	if maxTicket != int64(len(admitted)) {
-		t.Fatalf("admitted %d buyers up to ticket %d: not in ticket order", len(admitted), maxTicket)
+	if maxPlace != int64(len(admitted)) {
+		t.Fatalf("admitted %d buyers up to place %d: not in ticket order", len(admitted), maxPlace)
 	}
 	n := 0
 	for u := int64(1); u <= users; u++ {
@@ -236,11 +293,159 @@ func TestWaitingRoomTwoGatewaysTwoPacers(t *testing.T) {
 	}
 }
 
+// The public record of a pre-queue: the commitment before any ticket, no
+// seed and no list before the opening, then the seed, the list and its
+// hash, from which every served position is recomputed; the admin view
+// shows the same and the counters.
+func TestDropPublicRecord(t *testing.T) {
+	e := newEnv(t)
+	spec := roomSale(10)
+	spec["saleStart"] = time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	spec["saleEnd"] = time.Now().Add(3 * time.Hour).UTC().Format(time.RFC3339)
+	pid := e.roomProductWith(spec)
+	base := fmt.Sprintf("/api/products/%d/drop", pid)
+	d := e.do("GET", base, "", nil)
+	commitment, _ := d.json(t)["commitment"].(string)
+	if d.status != 200 || d.json(t)["state"] != "PRE_QUEUE" || d.json(t)["seed"] != nil || len(commitment) != 64 || d.json(t)["rule"] != drop.Rule {
+		t.Fatalf("drop before the opening: %s", d)
+	}
+	e.do("GET", base+"/tickets", "", nil).wantError(t, 409, CodeShuffleNotPublished)
+	tickets := map[int64]string{}
+	for u := int64(1); u <= 25; u++ {
+		tk, pos, st := e.place(u, pid)
+		if st != "PRE_QUEUE" || pos != 0 {
+			t.Fatalf("pre-queue ticket of %d: %s %d", u, st, pos)
+		}
+		tickets[u] = tk
+	}
+	if r := e.queue(3, pid); r.json(t)["opensAt"] == nil || r.json(t)["etaSeconds"] != nil {
+		t.Fatalf("pre-queue answer: %s", r)
+	}
+	// The opening.
+	if err := e.rdb.HSet(context.Background(), lua.Room(pid).Stock(), "start", time.Now().Add(-time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st := e.place(3, pid); st != "SHUFFLING" {
+		t.Fatalf("after the opening, before the shuffle: %s", st)
+	}
+	e.openRoom(pid)
+	d = e.do("GET", base, "", nil)
+	m := d.json(t)
+	seedHex, _ := m["seed"].(string)
+	if m["state"] != "OPEN" || m["commitment"] != commitment || drop.Verify(seedHex, commitment) != nil || m["preQueued"].(json.Number).String() != "25" {
+		t.Fatalf("drop after the shuffle: %s", d)
+	}
+	l := e.do("GET", base+"/tickets", "", nil)
+	if l.status != 200 || l.header.Get("Content-Type") != "text/plain; charset=utf-8" || fmt.Sprintf("%x", drop.ListHash(l.body)) != m["listHash"] {
+		t.Fatalf("list: %d %s %q", l.status, l.header.Get("Content-Type"), l.body)
+	}
+	seed, _ := drop.ParseSeed(seedHex)
+	for u, tk := range tickets {
+		want, err := drop.Position(seed, l.body, tk)
+		r := e.queue(u, pid).json(t)
+		if err != nil || r["shufflePosition"].(json.Number).String() != strconv.Itoa(want) || r["position"].(json.Number).String() != strconv.Itoa(want) {
+			t.Fatalf("user %d: served %v, recomputed %d (%v)", u, r, want, err)
+		}
+	}
+	// A ticket taken after the opening queues behind, without a shuffle position.
+	if r := e.queue(26, pid).json(t); r["position"].(json.Number).String() != "26" || r["shufflePosition"].(json.Number).String() != "0" {
+		t.Fatalf("late ticket: %v", r)
+	}
+	a := e.do("GET", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), token(t, adminID), nil)
+	am := a.json(t)
+	dm, _ := am["drop"].(map[string]any)
+	if a.status != 200 || dm["seed"] != seedHex || am["issued"].(json.Number).String() != "26" || am["waiting"].(json.Number).String() != "26" {
+		t.Fatalf("admin view: %s", a)
+	}
+}
+
+// A sharded product can have a room: its order claims the admission on
+// shard 0, reserves on the home shard, and a replay answers 200.
+func TestWaitingRoomSharded(t *testing.T) {
+	e := newEnv(t)
+	spec := roomSale(40)
+	spec["shards"] = 4
+	spec["perUserLimit"] = 1
+	pid := e.roomProductWith(spec)
+	for u := int64(1); u <= 6; u++ {
+		e.place(u, pid)
+	}
+	e.buy(1, pid, 1, "a").wantError(t, 409, CodeNotAdmitted)
+	for _, a := range e.admit(pid, 3) {
+		e.accepted(a.UserID, pid, 1, "r"+strconv.FormatInt(a.UserID, 10))
+		if r := e.buy(a.UserID, pid, 1, "r"+strconv.FormatInt(a.UserID, 10)); r.status != 200 {
+			t.Fatalf("replay: %s", r)
+		}
+		e.buy(a.UserID, pid, 1, "again").wantError(t, 409, CodeNotAdmitted)
+	}
+	e.buy(5, pid, 1, "x").wantError(t, 409, CodeNotAdmitted)
+	// A refused reservation (the per-user limit) gives the admission back.
+	a := e.admit(pid, 1)[0]
+	if _, err := e.rdb.Set(context.Background(), lua.ShardKeys(pid, lua.HomeShard(a.UserID, 4)).User(a.UserID), 1, time.Hour).Result(); err != nil {
+		t.Fatal(err)
+	}
+	e.buy(a.UserID, pid, 1, "over").wantError(t, 409, CodePurchaseLimitExceeded)
+	if _, _, st := e.place(a.UserID, pid); st != "ADMITTED" {
+		t.Fatalf("after a refused order: %s, want the admission kept", st)
+	}
+	st, _ := lua.ReadRoom(context.Background(), e.rdb, pid)
+	if !st.Sharded || st.Claimed != 3 {
+		t.Fatalf("room: %+v", st)
+	}
+	left, _ := lua.UnitsLeft(context.Background(), e.rdb, pid, 4)
+	if left != 37 {
+		t.Fatalf("%d units left, want 37", left)
+	}
+}
+
+// Proof-of-work: a room that asks for it gives no ticket without one; a
+// solved challenge buys one ticket, for its user only, once.
+func TestProofOfWorkOnceForOneUser(t *testing.T) {
+	e := newEnv(t)
+	pid := e.roomProduct(10)
+	path := fmt.Sprintf("/api/admin/products/%d/waiting-room", pid)
+	e.do("GET", fmt.Sprintf("/api/products/%d/queue/challenge", pid), token(t, 1), nil).wantError(t, 409, CodePowNotRequired)
+	if r := e.do("POST", path, token(t, adminID), map[string]any{"on": true, "powCost": 2000}); r.status != 200 {
+		t.Fatalf("pow on: %s", r)
+	}
+	queue := func(user int64, payload string) resp {
+		var body any
+		if payload != "" {
+			body = map[string]any{"altcha": payload}
+		}
+		return e.do("POST", fmt.Sprintf("/api/products/%d/queue", pid), token(t, user), body)
+	}
+	queue(1, "").wantError(t, 403, CodePowRequired)
+	payload := solveChallenge(t, e, 1, pid)
+	queue(2, payload).wantError(t, 403, CodePowInvalid) // another user's
+	queue(1, "bm90IGpzb24=").wantError(t, 403, CodePowInvalid)
+	if r := queue(1, payload); r.status != 200 || r.json(t)["state"] != "WAITING" {
+		t.Fatalf("ticket with a solved challenge: %s", r)
+	}
+	if r := queue(1, ""); r.status != 200 {
+		t.Fatalf("asking again for the live ticket needs no new proof: %s", r)
+	}
+	// Buy with it, then try the same solution for a new ticket.
+	e.admit(pid, 1)
+	e.accepted(1, pid, 1, "pow")
+	queue(1, payload).wantError(t, 409, CodePowReused)
+	if r := queue(1, solveChallenge(t, e, 1, pid)); r.status != 200 {
+		t.Fatalf("a new challenge buys a new ticket: %s", r)
+	}
+	// Expired: the gate refuses a payload past its expiry.
+	if _, _, err := e.srv.pow.verify(payload, 1, pid, time.Now().Add(time.Hour)); !errors.Is(err, errPowInvalid) {
+		t.Fatalf("an expired solution: %v", err)
+	}
+	if _, _, err := e.srv.pow.verify(payload, 1, pid+1, time.Now()); !errors.Is(err, errPowInvalid) {
+		t.Fatalf("another product's solution: %v", err)
+	}
+}
+
 // The queue answer and the push service's queue message (push/line.go's
 // sendLocked) agree on every field they share for the same state: WAITING
 // has an estimate once the rate is known, ADMITTED has position 0 and
-// estimate 0, SOLD_OUT keeps its position and has no estimate (null; the
-// HTTP answer said ceil(position/rate) before, push null).
+// estimate 0, SOLD_OUT keeps its position and has no estimate (null); a
+// draw's reserve list has none either.
 func TestPlaceJSONAgreesWithPush(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	eta := func(n int64) *int64 { return &n }
@@ -249,14 +454,24 @@ func TestPlaceJSONAgreesWithPush(t *testing.T) {
 		position int64
 		eta      *int64
 	}{
-		{lua.Place{Ticket: 9, State: lua.PlaceWaiting, Position: 5, Rate: 2}, 5, eta(3)},
-		{lua.Place{Ticket: 9, State: lua.PlaceWaiting, Position: 5}, 5, nil},
-		{lua.Place{Ticket: 9, State: lua.PlaceAdmitted, Rate: 2, Deadline: deadline}, 0, eta(0)},
-		{lua.Place{Ticket: 9, State: lua.PlaceSoldOut, Position: 5, Rate: 2}, 5, nil},
-		{lua.Place{Ticket: 9, State: lua.PlaceSoldOut, Position: 5}, 5, nil},
+		{lua.Place{Ticket: "0000000000000009", State: lua.PlaceWaiting, Position: 5, Rate: 2}, 5, eta(3)},
+		{lua.Place{Ticket: "0000000000000009", State: lua.PlaceWaiting, Position: 5}, 5, nil},
+		{lua.Place{Ticket: "0000000000000009", State: lua.PlaceAdmitted, Rate: 2, Deadline: deadline}, 0, eta(0)},
+		{lua.Place{Ticket: "0000000000000009", State: lua.PlaceSoldOut, Position: 5, Rate: 2}, 5, nil},
+		{lua.Place{Ticket: "0000000000000009", State: lua.PlaceSoldOut, Position: 5}, 5, nil},
+		{lua.Place{Ticket: "0000000000000009", Mode: lua.ModeDraw, State: lua.PlaceWaiting, Position: 2, Rate: 2}, 2, nil},
 	} {
-		got := toPlaceJSON(7, tc.place)
-		if got.ProductID != 7 || got.Ticket != 9 || got.State != string(tc.place.State) || got.Position != tc.position ||
+		var got struct {
+			ProductID  int64  `json:"productId"`
+			Ticket     string `json:"ticket"`
+			State      string `json:"state"`
+			Position   int64  `json:"position"`
+			EtaSeconds *int64 `json:"etaSeconds"`
+		}
+		if err := json.Unmarshal(appendPlace(nil, 7, tc.place), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.ProductID != 7 || got.Ticket != tc.place.Ticket || got.State != string(tc.place.State) || got.Position != tc.position ||
 			(got.EtaSeconds == nil) != (tc.eta == nil) || (tc.eta != nil && *got.EtaSeconds != *tc.eta) {
 			t.Errorf("%+v: %+v (eta %v), want position %d eta %v", tc.place, got, got.EtaSeconds, tc.position, tc.eta)
 		}

@@ -112,15 +112,40 @@ func Room(productID int64) RoomKeys { return RoomKeys{base: ShardKeys(productID,
 // Stock is the shard-0 stock hash, whose field room is "1" while the room is on.
 func (r RoomKeys) Stock() string { return r.base + "stock" }
 
-// State is the room's hash: issued, upto, rate, window, ceiling, last,
-// carry, owed, admitted, expired (room_admit.lua names each).
+// State is the room's hash: issued, upto, rate, window, ceiling, mode,
+// pqms, pre, closed, base, shuffled, seed, lhash, cutoff, pow, … (room_take.lua
+// and room_admit.lua name each).
 func (r RoomKeys) State() string { return r.base + "room" }
 
-// Line is the sorted set of waiting user ids by ticket.
+// Line is the sorted set of waiting user ids by place (or random key).
 func (r RoomKeys) Line() string { return r.base + "room:line" }
 
-// Tickets is the hash userId → "<ticket> <issuedMs>" of the user's last ticket.
+// Tickets is the hash userId → "<place> <issuedMs> <ticketId> <flags>" of the
+// user's last ticket (room_take.lua).
 func (r RoomKeys) Tickets() string { return r.base + "room:tickets" }
 
 // Admitted is the sorted set of admitted user ids by admission deadline (ms).
 func (r RoomKeys) Admitted() string { return r.base + "room:adm" }
+
+// Pre is the hash ticketId → userId of the pre-queue (and of a draw's entries).
+func (r RoomKeys) Pre() string { return r.base + "room:pre" }
+
+// Fresh is the hash userId → ticketId of a random room's tickets waiting for
+// their key (the pacer gives it).
+func (r RoomKeys) Fresh() string { return r.base + "room:fresh" }
+
+// Log is the stream of a random room's admissions (field u: userIds), read
+// by the push feed.
+func (r RoomKeys) Log() string { return r.base + "room:log" }
+
+// List is the published pre-queue list (drop.List), written at the shuffle.
+func (r RoomKeys) List() string { return r.base + "room:list" }
+
+// Pow marks a solved proof-of-work challenge (hex) as used.
+func (r RoomKeys) Pow(challenge string) string { return r.base + "room:pow:" + challenge }
+
+// Claim is userID's claim of its admission to a sharded product's room:
+// "<requestId> <deadlineMs>".
+func (r RoomKeys) Claim(userID int64) string {
+	return r.base + "room:claim:" + strconv.FormatInt(userID, 10)
+}

@@ -20,7 +20,9 @@
 -- KEYS[7] optional admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua):
 --                         userId by admission deadline (ms). Passed by a gateway that knows the
 --                         product's room is on (stock field room = "1"); an accepted order
---                         uses the admission (removes the user)
+--                         uses the admission (removes the user). A sharded product's shards
+--                         carry room = "2" instead: the gateway claimed the admission on shard 0
+--                         before (room_claim.lua) and says so in ARGV[7]
 --
 -- ARGV[1] orderNo to use if this intent is new
 -- ARGV[2] userId (decimal)
@@ -30,6 +32,7 @@
 -- ARGV[6] optional intake mode: absent or "stream" appends to KEYS[5]; "sync" skips the
 --         XADD (the gateway writes the order to MySQL itself, STAMPEDE_INTAKE=sync) and
 --         the RESERVED answer carries two more values: unit price and accepted time (ms)
+-- ARGV[7] optional "claimed": the buyer's admission to a sharded product's room was claimed
 --
 -- Returns {code, orderNo, available}:
 --   0 RESERVED      stock taken, reservation appended to the intake stream, orderNo = ARGV[1]
@@ -52,8 +55,9 @@
 --                   request record) is not an integer: {9, '<field>', 0}. The product's
 --                   data needs repair; nothing else is affected (the gateway answers 500
 --                   STOCK_CORRUPT for this product only)
---  10 ROOM_ON       the stock hash says the waiting room is on and KEYS[7] was not passed:
---                   checked after the stock, before the limit; call again with KEYS[7]
+--  10 ROOM_ON       the stock hash says the waiting room is on and KEYS[7] was not passed
+--                   (room = "1"), or ARGV[7] is not "claimed" (room = "2"): checked after the
+--                   stock, before the limit; call again with KEYS[7] or after a claim
 --  11 NOT_ADMITTED  the waiting room is on and the user holds no admission whose deadline
 --                   (KEYS[7]) is in the future
 --  12 PAUSED        inside the sale window, but the stock hash says paused = "1": checked
@@ -127,6 +131,8 @@ if room then
   if not dl or dl <= now then
     return {11, '', available}
   end
+elseif s[7] == '2' and ARGV[7] ~= 'claimed' then
+  return {10, '', available}
 end
 local limit = tonumber(s[3])
 local held = int(redis.call('GET', KEYS[3]) or '0')

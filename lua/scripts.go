@@ -133,7 +133,12 @@ type ReserveArgs struct {
 	// Admission passes the product's waiting-room admissions (waitingroom.go)
 	// so that reserve.lua checks and uses the user's admission when the room
 	// is on. Without it a product whose room is on answers ErrRoomOn.
+	// One-shard products only (the key is in shard 0's slot).
 	Admission bool
+	// Claimed says the buyer's admission to a sharded product's room was
+	// claimed for this intent (Claim); without it a shard under a room
+	// answers ErrRoomOn.
+	Claimed bool
 }
 
 // ReserveResult is what reserve answered.
@@ -170,7 +175,11 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 	if a.Admission {
 		keys = append(keys, k.RoomAdmitted())
 	}
-	return keys, []any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
+	argv := []any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
+	if a.Claimed {
+		argv = append(argv, "claimed")
+	}
+	return keys, argv
 }
 
 // reserveResult maps reserve.lua's answer to a result and sentinel error.

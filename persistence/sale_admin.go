@@ -18,7 +18,7 @@ const (
 	ActionEnd    = "end"    // change = {saleEnd: {from, to}}
 	ActionAdjust = "adjust" // stock repair; change = {repairNo, delta, reason}
 	ActionRefund = "refund" // a REFUND_PENDING payment refunded; change = {paymentNo, orderNo, refundNo}
-	ActionRoom   = "room"   // waiting-room settings; change = {on, ceiling, windowSeconds}
+	ActionRoom   = "room"   // waiting-room terms; change = {on, mode, ceiling, windowSeconds, preQueueSeconds, reserve, powCost, commitment} (SaveRoom)
 	ActionReplay = "replay" // dead letters replayed; change = {eventIds | all, dropPoison, result}
 )
 

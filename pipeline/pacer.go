@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/drop"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/metric"
 	"github.com/stampede-sh/stampede/persistence"
@@ -24,26 +25,43 @@ import (
 // Interval it runs one lua.Admit step per room that is on: the step expires
 // admissions past their window (their places pass to the next in line) and
 // admits the next tickets, as many as rate × the time since the previous
-// step of any pacer. The time is kept in Redis and the step is one script,
+// step of any pacer, and never more than the units not yet spoken for by a
+// live admission. The time is kept in Redis and the step is one script,
 // so any number of pacers (one per sweeper process) together never admit
 // faster than the rate asked for, and never faster than Ceiling or the
-// room's own ceiling.
+// room's own ceiling. Nobody is admitted while the sale is paused.
+//
+// At the opening the first step asks for the pre-queue's shuffle: the pacer
+// reads the room's seed from MySQL (product_drop), computes the shuffle
+// (package drop) and publishes it (lua.ShuffleRoom); admission starts once
+// it is published. In a random room it gives every step's new tickets their
+// keys (lua.FreshKeys). For a sharded product it passes the units left in
+// every shard (lua.UnitsLeft) to each step.
 //
 // The rate is PacerConfig.Rate when set. Otherwise (auto) each pacer derives
-// it from the product's pipeline backlog, read every MeasureEvery:
+// it from the product's pipeline, read every MeasureEvery:
 //
-//	backlog B  = intake entries not yet stored (consumer-group lag + pending)
+//	backlog  B = intake entries not yet stored (consumer-group lag + pending)
 //	             + the product's PROCESSING orders in MySQL
+//	live     L = admissions not yet used by an order (orders on their way)
 //	accepted A = the intake stream's entries-added counter (every accepted order)
-//	drain    d = (ΔA − ΔB) / Δt, smoothed (EWMA, α = 0.3): orders per second that
-//	             left PROCESSING
+//	drain    d = (ΔA − ΔB) / Δt over the last second (the pipeline works in
+//	             batches), smoothed (EWMA, α = 0.5): orders per second that left
+//	             PROCESSING
 //
-// The target backlog is TargetBacklog seconds of drain, T = TargetBacklog ×
-// max(d, MinRate). Below it the pipeline keeps up and the rate grows by a
-// quarter per measurement (or straight to d + (T − B)/1s if that is more):
-// the drain can only be measured up to what is admitted, so it has to be
-// probed upwards. Above it the rate falls to d − (B − T)/1s, which drains
-// the excess in about a second. The rate stays within [MinRate, Ceiling].
+// The target is TargetBacklog seconds of drain, T = TargetBacklog ×
+// max(d, MinRate), and the rate is
+//
+//	r = d + (T − B − L) / 1s
+//
+// a proportional controller on the orders not yet drained, the live
+// admissions included (they are orders a moment later: counting them is
+// what keeps the backlog from overshooting while the rate climbs). Below the
+// target it admits faster than the drain, above it slower, shedding the
+// excess in about a second. While B + L is below half the target the
+// pipeline keeps up with everything admitted, so the drain seen is only the
+// rate admitted: the rate is then probed upwards, at least doubling per
+// second (from StartRate). The rate stays within [MinRate, Ceiling].
 
 // PacerConfig configures a Pacer.
 type PacerConfig struct {
@@ -62,8 +80,11 @@ type PacerConfig struct {
 	TargetBacklog time.Duration
 	// Interval is the period of admission steps. Default 100ms.
 	Interval time.Duration
-	// MeasureEvery is the period of backlog measurements (auto). Default 500ms.
+	// MeasureEvery is the period of backlog measurements (auto). Default 250ms.
 	MeasureEvery time.Duration
+	// Overbook is how many live admissions a fifo or random room may hold
+	// beyond its units left (lua.AdmitArgs.Overbook). Default 0: none.
+	Overbook int
 	// Window is the admission window of rooms turned on without one. Default 2m.
 	Window time.Duration
 	// ListEvery is how often the product list is re-read. Default 2s.
@@ -85,7 +106,7 @@ func (c *PacerConfig) setDefaults() {
 	c.StartRate = cmp.Or(c.StartRate, 50)
 	c.TargetBacklog = cmp.Or(c.TargetBacklog, 2*time.Second)
 	c.Interval = cmp.Or(c.Interval, 100*time.Millisecond)
-	c.MeasureEvery = cmp.Or(c.MeasureEvery, 500*time.Millisecond)
+	c.MeasureEvery = cmp.Or(c.MeasureEvery, 250*time.Millisecond)
 	c.Window = cmp.Or(c.Window, 2*time.Minute)
 	c.ListEvery = cmp.Or(c.ListEvery, 2*time.Second)
 	c.Group = cmp.Or(c.Group, "writers")
@@ -106,6 +127,8 @@ func (c PacerConfig) Validate() error {
 		return errors.New("invalid config: pacer rate above its ceiling")
 	case c.MinRate > c.Ceiling:
 		return errors.New("invalid config: pacer min rate above its ceiling")
+	case c.Overbook < 0:
+		return errors.New("invalid config: pacer overbook must not be negative")
 	}
 	return nil
 }
@@ -122,13 +145,18 @@ type Pacer struct {
 	rooms map[int64]*roomControl // auto-mode state per product
 }
 
-// roomControl is the auto rate of one product and its last measurement.
+// roomControl is one room's state in this pacer: its auto rate and last
+// measurement, and what it learned of the room.
 type roomControl struct {
 	rate     float64
-	drain    float64 // EWMA of the measured drain, orders per second
+	drain    float64       // smoothed drain, orders per second (measure)
+	window   [8]roomSample // the last measurements, oldest first
 	backlog  int64
 	accepted int64
 	at       time.Time // of the last measurement; zero before the first
+	mode     lua.RoomMode
+	shards   int
+	seed     *drop.Seed // read from MySQL when first needed (shuffle, random keys)
 }
 
 // NewPacer returns a pacer over store (PROCESSING counts, product list) and rdb.
@@ -186,11 +214,14 @@ func (p *Pacer) Run(ctx context.Context) error {
 		}
 		now := time.Now()
 		for _, pr := range products {
-			if off[pr.ID] || pr.Shards > 1 || now.Before(pr.SaleStart) || !now.Before(pr.SaleEnd) {
-				continue // no room on sharded products; nobody admitted outside the sale
+			// Nobody is admitted after the sale; before the opening the
+			// script answers AdmitNotOpen itself (the listing's saleStart may
+			// be ListEvery old: an opening moved forward must not wait for it).
+			if off[pr.ID] || !now.Before(pr.SaleEnd) {
+				continue
 			}
-			on, err := p.Step(ctx, pr.ID, measure)
-			if errors.Is(err, lua.ErrStockCorrupt) { // this product's data, not Redis: step the others
+			on, err := p.StepProduct(ctx, pr.ID, pr.Shards, measure)
+			if errors.Is(err, lua.ErrStockCorrupt) || errors.Is(err, errRoomSeed) { // this product's data, not Redis: step the others
 				if !off[pr.ID] {
 					p.log.Error("pacer: product's room data unusable; skipped until the next listing", "productId", pr.ID, "err", err)
 					off[pr.ID] = true
@@ -211,20 +242,47 @@ func (p *Pacer) Run(ctx context.Context) error {
 	}
 }
 
-// Step runs one admission step for productID and tells whether its room is
-// on. With measure set and the room on it then reads the room's counters
-// for the gauges and, in auto mode, measures the backlog for the next
-// step's rate. A room that is off costs one script call reading one field
-// (Run then skips it until its next product listing).
+// Step is StepProduct for a one-shard product.
 func (p *Pacer) Step(ctx context.Context, productID int64, measure bool) (on bool, err error) {
+	return p.StepProduct(ctx, productID, 1, measure)
+}
+
+// StepProduct runs one admission step for productID (with shards stock
+// shards) and tells whether its room is on. A step that finds the opening
+// passed and the pre-queue not shuffled shuffles it and steps again. With
+// measure set and the room on it then reads the room's counters for the
+// gauges and, in auto mode, measures the backlog for the next step's rate.
+// A room that is off costs one script call reading one field (Run then
+// skips it until its next product listing).
+func (p *Pacer) StepProduct(ctx context.Context, productID int64, shards int, measure bool) (on bool, err error) {
 	rate := p.cfg.Rate
+	rc := p.control(productID)
+	p.mu.Lock()
+	rc.shards = max(shards, 1)
+	p.mu.Unlock()
 	if rate == 0 {
 		rate = p.autoRate(productID)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, err := lua.Admit(sctx, p.rdb, productID, lua.AdmitArgs{Rate: rate, Max: 2000,
-		MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window})
+	args := lua.AdmitArgs{Rate: rate, Max: 2000, MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window, Left: -1,
+		Overbook: int64(p.cfg.Overbook)}
+	if shards > 1 {
+		if args.Left, err = lua.UnitsLeft(sctx, p.rdb, productID, shards); err != nil {
+			return true, err
+		}
+	}
+	if rc.mode == lua.ModeRandom {
+		if args.Keys, err = p.freshKeys(sctx, productID, rc); err != nil {
+			return true, err
+		}
+	}
+	res, err := lua.Admit(sctx, p.rdb, productID, args)
+	if err == nil && res.Code == lua.AdmitShuffle {
+		if err = p.shuffle(sctx, productID, args.Left); err == nil {
+			res, err = lua.Admit(sctx, p.rdb, productID, args)
+		}
+	}
 	if err != nil {
 		return false, err
 	}
@@ -235,17 +293,141 @@ func (p *Pacer) Step(ctx context.Context, productID int64, measure bool) (on boo
 		return false, nil
 	}
 	p.m.record(productID, res, time.Now())
-	if measure {
-		if p.cfg.Rate == 0 {
-			p.measure(sctx, productID)
-		}
+	if measure || rc.mode == "" {
 		st, err := lua.ReadRoom(sctx, p.rdb, productID)
 		if err != nil {
 			return true, err
 		}
+		p.mu.Lock()
+		rc.mode = st.Mode
+		p.mu.Unlock()
+		if p.cfg.Rate == 0 && res.Code == lua.AdmitStepped {
+			p.measure(sctx, productID, st.Live)
+		}
 		p.m.status(productID, st)
 	}
 	return true, nil
+}
+
+// roomSample is one backlog measurement.
+type roomSample struct {
+	at                time.Time
+	backlog, accepted int64
+}
+
+// drainSpan is how far back the drain is measured from.
+const drainSpan = time.Second
+
+// control returns productID's state in this pacer, created on first use.
+func (p *Pacer) control(productID int64) *roomControl {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rc := p.rooms[productID]
+	if rc == nil {
+		rc = &roomControl{rate: min(p.cfg.StartRate, p.cfg.Ceiling)}
+		p.rooms[productID] = rc
+	}
+	return rc
+}
+
+// roomSeed reads productID's shuffle seed from MySQL once.
+func (p *Pacer) roomSeed(ctx context.Context, productID int64, rc *roomControl) (drop.Seed, error) {
+	p.mu.Lock()
+	if rc.seed != nil {
+		s := *rc.seed
+		p.mu.Unlock()
+		return s, nil
+	}
+	p.mu.Unlock()
+	t, err := p.store.Room(ctx, productID)
+	if errors.Is(err, persistence.ErrNotFound) {
+		// A room turned on before its terms were stored (issue 17): it gets
+		// a seed now, published at its shuffle with its commitment.
+		t, err = p.newSeed(ctx, productID)
+	}
+	if err != nil {
+		return drop.Seed{}, fmt.Errorf("%w: product %d: %w", errRoomSeed, productID, err)
+	}
+	seed, err := drop.ParseSeed(t.Seed)
+	if err != nil {
+		return drop.Seed{}, fmt.Errorf("%w: product %d: %w", errRoomSeed, productID, err)
+	}
+	if seed.Commitment() != t.Commitment {
+		return drop.Seed{}, fmt.Errorf("%w: product %d: %w", errRoomSeed, productID, drop.ErrSeedMismatch)
+	}
+	p.mu.Lock()
+	rc.seed = &seed
+	p.mu.Unlock()
+	return seed, nil
+}
+
+// errRoomSeed: a room's seed cannot be read or does not match its
+// commitment; that room is skipped until the next listing, the others go on.
+var errRoomSeed = errors.New("pacer: room seed unusable")
+
+// newSeed stores a seed for a room that has none (SaveRoom keeps one stored
+// meanwhile by another pacer or an admin) and returns the stored terms.
+func (p *Pacer) newSeed(ctx context.Context, productID int64) (persistence.RoomTerms, error) {
+	seed, err := drop.NewSeed()
+	if err != nil {
+		return persistence.RoomTerms{}, err
+	}
+	st, err := lua.ReadRoom(ctx, p.rdb, productID)
+	if err != nil {
+		return persistence.RoomTerms{}, err
+	}
+	p.log.Warn("pacer: room without stored terms: a seed is drawn at its opening", "productId", productID)
+	return p.store.SaveRoom(ctx, 0, persistence.RoomTerms{ProductID: productID, On: st.On, Mode: string(st.Mode),
+		PreQueue: st.PreQueue, Reserve: st.Reserve, PowCost: st.PowCost, Ceiling: int64(st.Ceiling),
+		Window: max(st.Window, time.Second), Seed: seed.Hex(), Commitment: seed.Commitment()})
+}
+
+// shards is productID's number of stock shards as its last step knew it.
+func (p *Pacer) shards(productID int64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rc := p.rooms[productID]; rc != nil {
+		return max(rc.shards, 1)
+	}
+	return 1
+}
+
+// shuffle publishes productID's pre-queue shuffle (any pacer may; one wins).
+func (p *Pacer) shuffle(ctx context.Context, productID, left int64) error {
+	rc := p.control(productID)
+	seed, err := p.roomSeed(ctx, productID, rc)
+	if err != nil {
+		return err
+	}
+	st, err := lua.ReadRoom(ctx, p.rdb, productID)
+	if err != nil {
+		return err
+	}
+	if st.Commitment != "" && st.Commitment != seed.Commitment() {
+		return fmt.Errorf("pacer: product %d: the room's published commitment is not its seed's: %w", productID, drop.ErrSeedMismatch)
+	}
+	start := time.Now()
+	published, err := lua.ShuffleRoom(ctx, p.rdb, productID, st.Mode, seed, left)
+	if err != nil {
+		return err
+	}
+	if published {
+		p.log.Info("pacer: pre-queue shuffled and published", "productId", productID, "mode", st.Mode,
+			"tickets", st.PreQueued, "took", time.Since(start).Round(time.Millisecond))
+	}
+	p.mu.Lock()
+	rc.mode = st.Mode
+	p.mu.Unlock()
+	return nil
+}
+
+// freshKeys keys a random room's new tickets.
+func (p *Pacer) freshKeys(ctx context.Context, productID int64, rc *roomControl) ([]lua.KeyedUser, error) {
+	seed, err := p.roomSeed(ctx, productID, rc)
+	if err != nil {
+		return nil, err
+	}
+	return lua.FreshKeys(ctx, p.rdb, productID, seed)
 }
 
 // Rate is the auto rate this pacer asks for productID (0 before its first
@@ -263,16 +445,12 @@ func (p *Pacer) Rate(productID int64) float64 {
 func (p *Pacer) autoRate(productID int64) float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rc := p.rooms[productID]
-	if rc == nil {
-		rc = &roomControl{rate: min(p.cfg.StartRate, p.cfg.Ceiling)}
-		p.rooms[productID] = rc
-	}
-	return rc.rate
+	return p.rooms[productID].rate
 }
 
-// measure reads productID's backlog and sets the rate of its next steps.
-func (p *Pacer) measure(ctx context.Context, productID int64) {
+// measure reads productID's backlog and sets the rate of its next steps;
+// live is the room's admissions not yet used.
+func (p *Pacer) measure(ctx context.Context, productID, live int64) {
 	backlog, accepted, err := p.backlog(ctx, productID)
 	if err != nil {
 		return // keep the last rate; the next measurement tries again
@@ -286,46 +464,65 @@ func (p *Pacer) measure(ctx context.Context, productID int64) {
 	}
 	if !rc.at.IsZero() {
 		dt := now.Sub(rc.at).Seconds()
-		d := max(float64((accepted-rc.accepted)-(backlog-rc.backlog))/dt, 0)
-		rc.drain = 0.3*d + 0.7*rc.drain
-		rc.rate = nextRate(rc.rate, rc.drain, float64(backlog), p.cfg)
+		// The drain over the last second or so (the pipeline works in
+		// batches: a quarter second sees one or none), then smoothed.
+		old := rc.window[0]
+		for _, w := range rc.window {
+			if !w.at.IsZero() && now.Sub(w.at) >= drainSpan {
+				old = w
+			}
+		}
+		if old.at.IsZero() {
+			old = roomSample{at: rc.at, backlog: rc.backlog, accepted: rc.accepted}
+		}
+		span := now.Sub(old.at).Seconds()
+		d := max(float64((accepted-old.accepted)-(backlog-old.backlog))/span, 0)
+		rc.drain = 0.5*d + 0.5*rc.drain
+		rc.rate = nextRate(rc.rate, rc.drain, float64(backlog+live), dt, p.cfg)
 	}
+	copy(rc.window[:], rc.window[1:])
+	rc.window[len(rc.window)-1] = roomSample{at: now, backlog: backlog, accepted: accepted}
 	rc.backlog, rc.accepted, rc.at = backlog, accepted, now
-	p.m.control(productID, float64(backlog), rc.drain)
+	p.m.control(productID, float64(backlog), rc.drain, p.cfg.TargetBacklog.Seconds()*max(rc.drain, p.cfg.MinRate))
 }
 
-// nextRate is auto mode's control rule (see the package comment above Pacer).
-func nextRate(rate, drain, backlog float64, cfg PacerConfig) float64 {
+// nextRate is auto mode's control rule (see the package comment above
+// Pacer): pending is the backlog plus the live admissions, dt the seconds
+// since the last measurement.
+func nextRate(rate, drain, pending, dt float64, cfg PacerConfig) float64 {
 	target := cfg.TargetBacklog.Seconds() * max(drain, cfg.MinRate)
-	var next float64
-	if backlog < target {
-		next = max(rate*1.25, drain+(target-backlog))
-	} else {
-		next = drain - (backlog - target)
+	next := drain + (target - pending)
+	if pending < target/2 {
+		// Far below the target the pipeline keeps up with everything
+		// admitted, so the drain seen is only what was admitted: probe,
+		// doubling the rate per second.
+		next = max(next, rate*math.Pow(2, min(dt, 1)))
 	}
 	return math.Min(math.Max(next, cfg.MinRate), cfg.Ceiling)
 }
 
 // backlog reads productID's orders not yet past PROCESSING and the count of
-// orders ever accepted into its intake stream (shard 0: rooms are on
-// one-shard products only).
+// orders ever accepted into its intake streams (every shard's).
 func (p *Pacer) backlog(ctx context.Context, productID int64) (backlog, accepted int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	stream := lua.ShardKeys(productID, 0).Intake()
-	pipe := p.rdb.Pipeline()
-	info := pipe.XInfoStream(ctx, stream)
-	groups := pipe.XInfoGroups(ctx, stream)
-	if _, err := pipe.Exec(ctx); err != nil {
-		if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "ERR no such key") {
-			return 0, 0, nil // nothing accepted yet
+	shards := p.shards(productID)
+	for sh := range shards {
+		stream := lua.ShardKeys(productID, sh).Intake()
+		pipe := p.rdb.Pipeline()
+		info := pipe.XInfoStream(ctx, stream)
+		groups := pipe.XInfoGroups(ctx, stream)
+		if _, err := pipe.Exec(ctx); err != nil {
+			if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "ERR no such key") {
+				continue // nothing accepted yet
+			}
+			return 0, 0, err
 		}
-		return 0, 0, err
-	}
-	accepted = info.Val().EntriesAdded
-	for _, g := range groups.Val() {
-		if g.Name == p.cfg.Group {
-			backlog += g.Pending + max(g.Lag, 0)
+		accepted += info.Val().EntriesAdded
+		for _, g := range groups.Val() {
+			if g.Name == p.cfg.Group {
+				backlog += g.Pending + max(g.Lag, 0)
+			}
 		}
 	}
 	processing, err := p.store.CountProcessing(ctx, productID)
@@ -345,14 +542,15 @@ func (p *Pacer) backlog(ctx context.Context, productID int64) (backlog, accepted
 //	room_admission_rate{product}        rate applied by the last step, buyers per second
 //	room_backlog_orders{product}        auto mode: the last measured backlog
 //	room_drain_rate{product}            auto mode: the smoothed drain, orders per second
+//	room_target_backlog_orders{product} auto mode: the backlog aimed at, TargetBacklog × drain
 //	room_wait_seconds                   histogram: time in line of each admitted buyer
 //	room_admissions_total               buyers admitted by this process's pacer steps
 //
 // The gauges read from Redis are the same on every pacer (aggregate with max).
 type RoomMetrics struct {
-	issued, admitted, expired, waiting, live, rate, backlog, drain *prometheus.GaugeVec
-	wait                                                           prometheus.Histogram
-	admissions                                                     prometheus.Counter
+	issued, admitted, expired, waiting, live, rate, backlog, drain, target *prometheus.GaugeVec
+	wait                                                                   prometheus.Histogram
+	admissions                                                             prometheus.Counter
 }
 
 // NewRoomMetrics creates the room series and registers them with reg (nil: unregistered).
@@ -369,6 +567,7 @@ func NewRoomMetrics(reg prometheus.Registerer) *RoomMetrics {
 		rate:     g("admission_rate", "Admission rate applied by the pacer's last step, buyers per second."),
 		backlog:  g("backlog_orders", "Auto pacer: the product's orders accepted and not yet past PROCESSING, at the last measurement."),
 		drain:    g("drain_rate", "Auto pacer: smoothed drain of the product's pipeline, orders per second."),
+		target:   g("target_backlog_orders", "Auto pacer: the backlog aimed at, TargetBacklog seconds of the smoothed drain."),
 		wait: metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "stampede_room_wait_seconds", Help: "Time in line of each admitted buyer, ticket to admission.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
@@ -399,8 +598,9 @@ func (m *RoomMetrics) status(productID int64, st lua.RoomStatus) {
 	m.live.WithLabelValues(l).Set(float64(st.Live))
 }
 
-func (m *RoomMetrics) control(productID int64, backlog, drain float64) {
+func (m *RoomMetrics) control(productID int64, backlog, drain, target float64) {
 	l := strconv.FormatInt(productID, 10)
 	m.backlog.WithLabelValues(l).Set(backlog)
 	m.drain.WithLabelValues(l).Set(drain)
+	m.target.WithLabelValues(l).Set(target)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/drop"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/pipeline"
@@ -22,16 +23,38 @@ import (
 func (e *env) roomProduct(avail int64, buyers int) (persistence.Product, lua.Keys) {
 	e.t.Helper()
 	p, k := e.product(avail, avail)
+	e.roomOn(p.ID, lua.RoomSettings{On: true, Window: time.Minute})
 	ctx := context.Background()
-	if err := lua.SetRoom(ctx, e.rdb, p.ID, lua.RoomSettings{On: true, Window: time.Minute}); err != nil {
-		e.t.Fatal(err)
-	}
 	for u := 1; u <= buyers; u++ {
-		if _, err := lua.Take(ctx, e.rdb, p.ID, int64(u)); err != nil {
+		if _, err := lua.Take(ctx, e.rdb, p.ID, lua.TakeArgs{UserID: int64(u), TicketID: fmt.Sprintf("%016x", u)}); err != nil {
 			e.t.Fatal(err)
 		}
 	}
 	return p, k
+}
+
+// roomOn stores a room with a new seed (what the gateway's admin call does)
+// and turns it on in Redis.
+func (e *env) roomOn(productID int64, rs lua.RoomSettings) drop.Seed {
+	e.t.Helper()
+	seed, err := drop.NewSeed()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mode := rs.Mode
+	if mode == "" {
+		mode = lua.ModeFIFO
+	}
+	t, err := e.store.SaveRoom(context.Background(), 0, persistence.RoomTerms{ProductID: productID, On: rs.On, Mode: string(mode),
+		PreQueue: rs.PreQueue, Reserve: rs.Reserve, PowCost: rs.PowCost, Window: rs.Window, Seed: seed.Hex(), Commitment: seed.Commitment()})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rs.Commitment = t.Commitment
+	if err := lua.SetRoom(context.Background(), e.rdb, productID, rs); err != nil {
+		e.t.Fatal(err)
+	}
+	return seed
 }
 
 // Two pacers at a fixed rate share the budget: together they admit no more
@@ -115,7 +138,9 @@ func TestPacerAutoFollowsDrain(t *testing.T) {
 	defer stop()
 	waitRate := func(want float64) {
 		t.Helper()
-		deadline := time.Now().Add(8 * time.Second)
+		// From StartRate to the ceiling at least doubling per second takes
+		// about 4.3 s of steps; a loaded machine delays the steps.
+		deadline := time.Now().Add(30 * time.Second)
 		for pc.Rate(p.ID) != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("auto rate %v, want %v", pc.Rate(p.ID), want)

@@ -330,7 +330,8 @@ type msg struct {
 	SoldOut     bool       `json:"soldOut"`
 	Code        string     `json:"code"`
 	// {"type":"queue"} (line.go)
-	Ticket      int64  `json:"ticket"`
+	Ticket      string `json:"ticket"`
+	Mode        string `json:"mode"`
 	State       string `json:"state"`
 	Position    int64  `json:"position"`
 	EtaSeconds  *int64 `json:"etaSeconds"`

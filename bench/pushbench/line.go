@@ -168,15 +168,25 @@ func (c *LineConfig) defaults() error {
 // lineProduct is the product whose line the run moves.
 const lineProduct = 28
 
-// lineTickets gives user base+i the ticket first+i.
+// lineTickets gives user base+i the place first+i, with the ticket id
+// lineTicketID(first+i).
 type lineTickets struct{ base, first, n int64 }
 
-func (l lineTickets) Ticket(_ context.Context, userID, productID int64) (int64, error) {
+func (l lineTickets) Ticket(_ context.Context, userID, productID int64) (push.LinePlace, error) {
 	if i := userID - l.base; productID == lineProduct && i >= 0 && i < l.n {
-		return l.first + i, nil
+		return push.LinePlace{Ticket: lineTicketID(l.first + i), Place: l.first + i}, nil
 	}
-	return 0, nil
+	return push.LinePlace{}, nil
 }
+
+// Places is never asked: every ticket of the run has its place.
+func (l lineTickets) Places(context.Context, int64, []int64) (map[int64]int64, error) {
+	return map[int64]int64{}, nil
+}
+
+// lineTicketID is the opaque ticket id of place p in the run: its 16 hex
+// digits, which the clients read back.
+func lineTicketID(p int64) string { return fmt.Sprintf("%016x", p) }
 
 type noSnapshotsLoaded struct{}
 
@@ -275,7 +285,9 @@ func RunLine(ctx context.Context, cfg LineConfig) (LineResult, error) {
 // serveLineHub serves a hub with the run's ticket book on a loopback port
 // and publishes the line at 0; stop shuts it down.
 func serveLineHub(cfg LineConfig, tickets lineTickets) (hub *push.Hub, url string, stop func(), err error) {
-	hub, err = push.New(push.Config{Lines: tickets}, cfg.Verifier, noSnapshotsLoaded{}, "", nil)
+	// The clients open every socket at once from a few loopback source
+	// addresses: no handshake limits (the run measures the fan-out).
+	hub, err = push.New(push.Config{Lines: tickets, HandshakeAddrRate: -1, HandshakeUserRate: -1}, cfg.Verifier, noSnapshotsLoaded{}, "", nil)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -286,7 +298,7 @@ func serveLineHub(cfg LineConfig, tickets lineTickets) (hub *push.Hub, url strin
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- hub.Serve(ctx, ln) }()
-	hub.PublishLine(push.LineState{ProductID: lineProduct, UpTo: 0, Rate: float64(cfg.Step)})
+	hub.PublishLine(push.LineState{ProductID: lineProduct, Closed: true, Shuffled: true, UpTo: 0, Rate: float64(cfg.Step)})
 	return hub, "ws://" + ln.Addr().String() + "/ws", func() {
 		cancel()
 		if err := <-served; err != nil {
@@ -310,7 +322,7 @@ func moveLine(ctx context.Context, cfg LineConfig, hub *push.Hub, clients *lineC
 	for k := 1; k <= cfg.Updates && ctx.Err() == nil; k++ {
 		upTo := int64(k) * cfg.Step
 		t0 := time.Now()
-		hub.PublishLine(push.LineState{ProductID: lineProduct, UpTo: upTo, Rate: float64(cfg.Step)})
+		hub.PublishLine(push.LineState{ProductID: lineProduct, Closed: true, Shuffled: true, UpTo: upTo, Rate: float64(cfg.Step)})
 		mv := LineMove{UpTo: upTo, PublishMs: ms(time.Since(t0).Microseconds())}
 		lat, wrong, err := clients.collect(upTo, t0, cfg.Drain)
 		if err != nil {

@@ -72,14 +72,14 @@ func TestParseQueue(t *testing.T) {
 		want wireQueue
 		ok   bool
 	}{
-		{`{"type":"queue","productId":28,"ticket":5001,"state":"WAITING","position":4001,"etaSeconds":5,"seq":2}`,
+		{`{"type":"queue","productId":28,"mode":"fifo","ticket":"0000000000001389","state":"WAITING","position":4001,"etaSeconds":5,"seq":2}`,
 			wireQueue{Type: "queue", Ticket: 5001, State: "WAITING", Position: 4001, Seq: 2}, true},
-		{`{"type":"queue","productId":28,"ticket":7,"state":"ADMITTED","position":0,"etaSeconds":0,"seq":19}`,
+		{`{"type":"queue","productId":28,"mode":"fifo","ticket":"0000000000000007","state":"ADMITTED","position":0,"etaSeconds":0,"seq":19}`,
 			wireQueue{Type: "queue", Ticket: 7, State: "ADMITTED", Position: 0, Seq: 19}, true},
-		{`{"type":"queue","seq":3,"state":"SOLD_OUT","position":1,"ticket":9}`, // any order
+		{`{"type":"queue","seq":3,"state":"SOLD_OUT","position":1,"ticket":"0000000000000009"}`, // any order
 			wireQueue{Type: "queue", Ticket: 9, State: "SOLD_OUT", Position: 1, Seq: 3}, true},
-		{`{"type":"queue", "ticket": 9, "state": "WAITING", "position": 1, "seq": 3}`, // spaces: encoding/json
-			wireQueue{Type: "queue", Ticket: 9, State: "WAITING", Position: 1, Seq: 3}, true},
+		{`{"type":"queue", "ticket": "0000000000000009", "state": "WAITING", "position": 1, "seq": 3}`, // spaces: encoding/json
+			wireQueue{Type: "queue", TicketID: "0000000000000009", Ticket: 9, State: "WAITING", Position: 1, Seq: 3}, true},
 		{`{"type":"pong"}`, wireQueue{}, false},
 		{`{"type":"product","productId":28,"available":3,"soldOut":false}`, wireQueue{}, false},
 	} {

@@ -76,7 +76,8 @@ type lineSocket struct {
 // wireQueue is the part of push's queue message the client reads.
 type wireQueue struct {
 	Type     string `json:"type"`
-	Ticket   int64  `json:"ticket"`
+	TicketID string `json:"ticket"` // the place's lineTicketID
+	Ticket   int64  `json:"-"`      // the place it names
 	State    string `json:"state"`
 	Position int64  `json:"position"`
 	Seq      uint64 `json:"seq"`
@@ -278,7 +279,11 @@ func parseQueue(b []byte) (m wireQueue, ok bool) {
 	var ok1, ok2, ok3 bool
 	var seq int64
 	m.Type = "queue"
-	m.Ticket, ok1 = num(`"ticket":`)
+	if i := bytes.Index(b, []byte(`"ticket":"`)); i >= 0 && i+len(`"ticket":"`)+16 <= len(b) {
+		j := i + len(`"ticket":"`)
+		v, err := strconv.ParseInt(string(b[j:j+16]), 16, 64)
+		m.Ticket, ok1 = v, err == nil
+	}
 	m.Position, ok2 = num(`"position":`)
 	seq, ok3 = num(`"seq":`)
 	m.Seq = uint64(seq)
@@ -291,7 +296,11 @@ func parseQueue(b []byte) (m wireQueue, ok bool) {
 	}
 	if !ok1 || !ok2 || !ok3 || m.State == "" {
 		m = wireQueue{}
-		return m, json.Unmarshal(b, &m) == nil && m.Type == "queue"
+		if json.Unmarshal(b, &m) != nil || m.Type != "queue" {
+			return m, false
+		}
+		m.Ticket, _ = strconv.ParseInt(m.TicketID, 16, 64)
+		return m, true
 	}
 	return m, true
 }

@@ -819,7 +819,7 @@ async function main() {
       await pageB.reload()
       await pageB.locator('[data-testid=position]').waitFor()
       const afterReload = await pageB.evaluate(() => window.__stampede.place(Number(location.pathname.split('/').pop())).ticket)
-      check(beforeReload > 0 && beforeReload === afterReload, 'a reload keeps the place in line', `ticket ${afterReload}`)
+      check(!!beforeReload && beforeReload === afterReload, 'a reload keeps the place in line', `ticket ${afterReload}`)
       await pageB.evaluate(() => (window.__e2eSamePageB = true))
 
       await page.waitForSelector('[data-testid=waiting-room][data-state=ADMITTED]', { timeout: WAIT_MS })

@@ -26,6 +26,8 @@ type benchFlags struct {
 	roomBuyers, roomSockets int
 	roomStock               int64
 	roomArrival             time.Duration
+	drawEntries, drawSocks  int
+	drawUnits, drawReserve  int64
 	scenarios               string
 	url                     string
 	baselineURL             string
@@ -261,6 +263,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "bench: no redis-benchmark ceiling: %v\n", err)
 		}
 	}
+	params.RoomTarget = cfg.RoomTargetBacklog // the in-process pacer's (or, with --url, the default's)
 	env := bench.Env{
 		Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret),
 		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: script, Log: stdout, IdleWait: idleWait,
@@ -310,6 +313,10 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&f.roomStock, "room-stock", 0, "waitingroom: units on sale (default 5000, 200 with --quick)")
 	fs.DurationVar(&f.roomArrival, "room-arrival", 0, "waitingroom: every buyer arrives within this (default 10s, 2s with --quick)")
 	fs.IntVar(&f.roomSockets, "room-sockets", 0, "waitingroom: sample buyers following the line over push WebSockets (default 200, 20 with --quick)")
+	fs.IntVar(&f.drawEntries, "draw-entries", 0, "draw: buyers entering the draw (default 100000, 2000 with --quick)")
+	fs.Int64Var(&f.drawUnits, "draw-units", 0, "draw: units drawn, one per winner (default 5000, 100 with --quick)")
+	fs.Int64Var(&f.drawReserve, "draw-reserve", -1, "draw: reserve list length (default 1000, 50 with --quick)")
+	fs.IntVar(&f.drawSocks, "draw-sockets", 0, "draw: sample entrants following the draw over push WebSockets (default 200, 20 with --quick)")
 	fs.DurationVar(&f.drainPay, "drain-pay-timeout", 0, "drain: pay timeout of the drained orders; nobody pays, so each is closed at its deadline and the close delay measured (default 1m)")
 }
 
@@ -383,6 +390,14 @@ func (f *benchFlags) params() (bench.Params, error) {
 		p.RoomStock = f.roomStock
 	}
 	setDur(&p.RoomArrival, f.roomArrival)
+	setInt(&p.DrawEntries, f.drawEntries)
+	setInt(&p.DrawSockets, f.drawSocks)
+	if f.drawUnits > 0 {
+		p.DrawUnits = f.drawUnits
+	}
+	if f.drawReserve >= 0 {
+		p.DrawReserve = f.drawReserve
+	}
 	if f.drainDesigns != "" {
 		p.DrainDesigns = nil
 		for _, d := range strings.Split(f.drainDesigns, ",") {

@@ -98,6 +98,10 @@ type Config struct {
 	RoomCeiling       float64       // STAMPEDE_ROOM_CEILING, -room-ceiling: highest admission rate the pacer asks for (2000)
 	RoomWindow        time.Duration // STAMPEDE_ROOM_WINDOW, -room-window: an admission not used by an order within it expires (2m)
 	RoomTargetBacklog time.Duration // STAMPEDE_ROOM_TARGET_BACKLOG, -room-target-backlog: auto pacer keeps PROCESSING at this many seconds of drain (2s)
+	RoomOverbook      int           // STAMPEDE_ROOM_OVERBOOK, -room-overbook: live admissions a room may hold beyond its units left (10)
+	RoomPipeline      int           // STAMPEDE_ROOM_PIPELINE, -room-pipeline: ticket calls per Redis pipeline, 0 = one round trip each (64)
+	PowSecret         string        // STAMPEDE_POW_SECRET, -pow-secret: HMAC key of proof-of-work challenges ("" = derived from the JWT secret)
+	PowExpiry         time.Duration // STAMPEDE_POW_EXPIRY, -pow-expiry: how long a proof-of-work challenge can be used (5m)
 
 	command  string          // the subcommand parsed (parse)
 	explicit map[string]bool // flag names given as a flag or through their variable (parse)
@@ -130,7 +134,7 @@ const minSecretBytes = 32
 // secretFlags are never shown with their values in -h; for dsnFlags the
 // password is masked.
 var (
-	secretFlags = map[string]bool{"jwt-secret": true, "payment-secret": true, "redis-password": true}
+	secretFlags = map[string]bool{"jwt-secret": true, "payment-secret": true, "redis-password": true, "pow-secret": true}
 	dsnFlags    = map[string]bool{"mysql-dsn": true, "amqp-url": true, "jwt-jwks-url": true}
 )
 
@@ -282,6 +286,10 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	f64(&c.RoomCeiling, "room-ceiling", "STAMPEDE_ROOM_CEILING", 2000, "highest waiting-room admission rate the pacer ever asks for, per second")
 	dur(&c.RoomWindow, "room-window", "STAMPEDE_ROOM_WINDOW", 2*time.Minute, "a waiting-room admission not used by an order within this window expires and its place passes on")
 	dur(&c.RoomTargetBacklog, "room-target-backlog", "STAMPEDE_ROOM_TARGET_BACKLOG", 2*time.Second, "the auto pacer keeps the orders not yet past PROCESSING at this many seconds of drain")
+	integer(&c.RoomOverbook, "room-overbook", "STAMPEDE_ROOM_OVERBOOK", 10, "live waiting-room admissions a fifo or random room may hold beyond its units left, so that admitted buyers who never order do not hold the last units a whole window each (a draw admits exactly its units)")
+	integer(&c.RoomPipeline, "room-pipeline", "STAMPEDE_ROOM_PIPELINE", 64, "send concurrent requests' waiting-room ticket calls to Redis in pipelines of up to this many (0: one round trip each)")
+	str(&c.PowSecret, "pow-secret", "STAMPEDE_POW_SECRET", "", "HMAC key of waiting-room proof-of-work challenges, the same on every gateway (empty: derived from the JWT secret)")
+	dur(&c.PowExpiry, "pow-expiry", "STAMPEDE_POW_EXPIRY", 5*time.Minute, "how long a waiting-room proof-of-work challenge can be used (at least 10s)")
 }
 
 // Validate returns "invalid config: ..." for settings that cannot work.
@@ -344,6 +352,15 @@ func (c *Config) Validate() error {
 	}
 	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
 		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
+	}
+	if c.RoomOverbook < 0 {
+		errs = append(errs, fmt.Errorf("room overbook %d is negative", c.RoomOverbook))
+	}
+	if c.RoomPipeline < 0 || c.RoomPipeline > 1024 {
+		errs = append(errs, fmt.Errorf("room pipeline %d is outside 0..1024", c.RoomPipeline))
+	}
+	if c.PowExpiry < 10*time.Second {
+		errs = append(errs, fmt.Errorf("pow expiry %s is under 10s", c.PowExpiry))
 	}
 	if c.RoomRate < 0 || c.RoomCeiling <= 0 || c.RoomRate > c.RoomCeiling || c.RoomWindow < time.Second || c.RoomTargetBacklog <= 0 {
 		errs = append(errs, errors.New("waiting room: room rate must be 0 (auto) up to the ceiling, the ceiling positive, the window at least 1s and the target backlog positive"))

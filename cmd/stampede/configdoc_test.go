@@ -38,7 +38,7 @@ var configSections = []struct {
 	{"Relay", []string{"relay-"}},
 	{"Consumer", []string{"consumer-", "pay-timeout"}},
 	{"Sweeper", []string{"sweep-interval", "outbox-retention", "reconcile-interval"}},
-	{"Waiting room", []string{"room-"}},
+	{"Waiting room", []string{"room-", "pow-"}},
 	{"Push", []string{"push-"}},
 	{"Metrics and profiling", []string{"metrics-addr", "pprof-addr", "stuck-after"}},
 }

@@ -159,6 +159,9 @@ func (b *roleBuilder) gateway() error {
 		ReplicaWait:         b.cfg.RedisReplicaWait,
 		RedisCheckInterval:  b.cfg.RedisCheckInterval,
 		RoomWindow:          b.cfg.RoomWindow,
+		RoomPipeline:        b.cfg.RoomPipeline,
+		PowSecret:           []byte(b.cfg.PowSecret),
+		PowExpiry:           b.cfg.PowExpiry,
 	}, b.a.rdb, b.a.store, b.log.With("role", "gateway"))
 	if err != nil {
 		return err
@@ -246,7 +249,7 @@ func (b *roleBuilder) sweeper() error {
 	// The waiting-room pacer (pipeline/pacer.go) goes with the sweeper: any
 	// number of them may run, their admission steps share one budget.
 	pc, err := pipeline.NewPacer(b.a.store, b.a.rdb, pipeline.PacerConfig{Rate: b.cfg.RoomRate, Ceiling: b.cfg.RoomCeiling,
-		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg), Failures: b.a.tel.pipeline,
+		Window: b.cfg.RoomWindow, TargetBacklog: b.cfg.RoomTargetBacklog, Overbook: b.cfg.RoomOverbook, Metrics: pipeline.NewRoomMetrics(b.a.tel.reg), Failures: b.a.tel.pipeline,
 		Logger: b.log.With("role", "sweeper")})
 	if err != nil {
 		return err

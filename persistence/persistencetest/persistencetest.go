@@ -33,7 +33,7 @@ func DSN(name string) string {
 }
 
 // Tables lists every table, in an order safe for truncation.
-var Tables = []string{"user_identity", "admin_audit", "payment", "mq_consume_log", "mq_outbox", "stock_flow", "order_item", "order_info", "stock", "product"}
+var Tables = []string{"user_identity", "admin_audit", "product_drop", "payment", "mq_consume_log", "mq_outbox", "stock_flow", "order_item", "order_info", "stock", "product"}
 
 // New returns a store on database "stampede_test_<name>", created and
 // migrated if needed and emptied; it is closed when the test ends. Tests that

@@ -14,7 +14,7 @@ export const Place = Object.freeze({
 export class LinePlace {
   constructor() {
     this.state = Place.NONE
-    this.ticket = 0
+    this.ticket = '' // the opaque ticket id (issue 28)
     this.position = 0
     this.firstPosition = 0 // position when the buyer joined: the progress bar's 0 %
     this.etaSeconds = null
@@ -40,7 +40,7 @@ export class LinePlace {
 
   /** fromPush applies a push message; false if it was dropped as stale or foreign. */
   fromPush(m) {
-    if (!m || m.type !== 'queue' || m.ticket !== this.ticket || this.ticket === 0) return false
+    if (!m || m.type !== 'queue' || m.ticket !== this.ticket || !this.ticket) return false
     if (m.seq <= this.seq) return false
     if (this.state === Place.ADMITTED) return false // only the API says what follows an admission
     if (m.state === Place.WAITING && this.state === Place.WAITING && m.position > this.position) return false

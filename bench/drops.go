@@ -1,0 +1,445 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/bench/loadgen"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/pipeline"
+)
+
+// Issue 28's scenarios.
+//
+// tickets: the waiting room's ticket issuance at sale-day scale against the
+// bare HTTP stack, in one run: GET /healthz closed loop (ClosedConns
+// connections, ClosedDuration), then every one of Users buyers takes a
+// ticket (POST /api/products/{id}/queue, a new one each: one Redis call)
+// over the same connections as fast as the gateway answers. Reported: both
+// rates and their ratio (issue 28 asks ≥ 0.5), the service times and the
+// Redis script calls per ticket.
+//
+// draw: DrawEntries buyers enter a draw for DrawUnits units (DrawReserve on
+// the reserve list) as fast as the gateway answers; the draw then closes
+// (its saleStart is moved to now + 2 s), the pacer shuffles the entries and
+// admits the winners, and every entrant asks for its result once the
+// shuffle is published; winners order at once. DrawSockets sample
+// entrants follow the draw over push. Reported: entries/s, the close → shuffle
+// published and → every winner admitted times, the time until every entrant
+// was told (the API sweep's last answer) and the sample sockets' slowest
+// result; checked: every unit sold exactly once, one entry per user, the
+// counts of winners, reserves and losers.
+
+// Scenario names.
+const (
+	Tickets = "tickets"
+	Draw    = "draw"
+)
+
+// classTicket names a 200 of POST /api/products/{id}/queue.
+const classTicket = "200 ticket"
+
+func ticketClass(_ int64, resp *fasthttp.Response, err error) string {
+	if err == nil && resp.StatusCode() == fasthttp.StatusOK {
+		return classTicket
+	}
+	return loadgen.DefaultClassify(0, resp, err)
+}
+
+// queueBuilder sends request i as user i's POST /api/products/{pid}/queue.
+func (r *run) queueBuilder(pid int64, user func(i int64) int) func(int64, *fasthttp.Request) {
+	path := []byte(fmt.Sprintf("/api/products/%d/queue", pid))
+	return func(i int64, req *fasthttp.Request) {
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURIBytes(path)
+		req.Header.SetBytesV("Authorization", r.users.bearer[user(i)])
+	}
+}
+
+// setRoom sets a product's waiting room through the admin API.
+func (r *run) setRoom(ctx context.Context, t *target, pid int64, terms map[string]any) error {
+	admin, err := auth.Issue(r.env.JWTSecret, 1, true, time.Hour)
+	if err != nil {
+		return err
+	}
+	terms["on"] = true
+	status, body, err := t.api.do(ctx, "POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), admin, terms)
+	if err != nil || status != 200 {
+		return fmt.Errorf("waiting room: %d %s %v", status, body, err)
+	}
+	return nil
+}
+
+func runTickets(ctx context.Context, r *run, t *target) *ScenarioResult {
+	s := &ScenarioResult{}
+	pid, err := r.createProduct(ctx, t, Tickets, 1_000_000_000, 0)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	// Ceiling 1: the pacer admits about nobody, the run measures the tickets alone.
+	if err := r.setRoom(ctx, t, pid, map[string]any{"ceiling": 1}); err != nil {
+		return s.fail(err)
+	}
+	hz, err := r.healthz(ctx, t)
+	if err != nil || hz == nil {
+		return s.fail(fmt.Errorf("closed-loop healthz: %w", err))
+	}
+	r.logf("%s", closedLine("GET /healthz", hz, ""))
+	n := int64(len(r.users.ids))
+	before := r.commandStats(ctx)
+	var given atomic.Int64
+	res, err := r.closedLoopCfg(ctx, t, n, r.queueBuilder(pid, func(i int64) int { return int(i) }),
+		func(o loadgen.Outcome, resp *fasthttp.Response) {
+			if o.Status == 200 && bytes.Contains(resp.Body(), []byte(`"state":"WAITING"`)) {
+				given.Add(1)
+			}
+		}, func(c *loadgen.Config) { c.Classify = ticketClass })
+	if err != nil || res == nil {
+		return s.fail(fmt.Errorf("closed-loop tickets: %w", err))
+	}
+	after := r.commandStats(ctx)
+	r.logf("%s", closedLine("tickets", res, classTicket))
+	s.addPhase("bare GET /healthz (closed loop)", 0, hz)
+	s.addPhase("take a ticket (closed loop, a new buyer each)", 0, res)
+	rate := classRate(res, classTicket)
+	s.Headline = Figure{Name: "tickets", Value: rate, Unit: "tickets/s"}
+	s.HeadlineLatency = res.Service
+	s.figure("bare GET /healthz, closed loop", hz.Throughput, "req/s")
+	s.figure("tickets, closed loop", rate, "tickets/s")
+	if hz.Throughput > 0 {
+		s.figure("tickets / bare healthz", rate/hz.Throughput, "×")
+	}
+	s.figure("tickets given", float64(given.Load()), "tickets")
+	if before != nil && after != nil && given.Load() > 0 {
+		per := float64(after["evalsha"]+after["eval"]-before["evalsha"]-before["eval"]) / float64(given.Load())
+		s.figure("script calls (EVALSHA + EVAL) per ticket, every client of Redis counted", per, "calls")
+	}
+	s.Latencies = map[string]loadgen.Summary{
+		"closed loop: GET /healthz, service time": hz.Service,
+		"closed loop: ticket, service time":       res.Service,
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("closed loop: %d connections; GET /healthz for %s, then %d buyers each take a new ticket; the figures are answers per second over each run; the script calls include the pacer's, the push feed's and the pipeline's of the same Redis",
+		r.p.ClosedConns, r.p.ClosedDuration, n))
+	issued, _ := r.env.Redis.HLen(ctx, lua.Room(pid).Tickets()).Result()
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, _ pipeline.ProductAudit) []pipeline.Check {
+		return []pipeline.Check{
+			check("a ticket per buyer", issued == given.Load() && given.Load() == res.Count(classTicket),
+				"%d tickets in Redis, %d answers WAITING, %d answered 200", issued, given.Load(), res.Count(classTicket)),
+		}
+	})
+	return s
+}
+
+// drawSocket is one sample entrant following the draw over push.
+type drawSocket struct {
+	buyer     int
+	connected atomic.Bool
+	mu        sync.Mutex
+	firstOf   map[string]int64 // state → unix ns of its first message after the close
+	final     string           // its last state
+}
+
+// told is when the socket was first told its final state after the close (0: never).
+func (ds *drawSocket) told() int64 {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.final == "PRE_QUEUE" || ds.final == "SHUFFLING" {
+		return 0
+	}
+	return ds.firstOf[ds.final]
+}
+
+func runDraw(ctx context.Context, r *run, t *target) *ScenarioResult {
+	p := r.p
+	s := &ScenarioResult{}
+	admin, err := auth.Issue(r.env.JWTSecret, 1, true, time.Hour)
+	if err != nil {
+		return s.fail(err)
+	}
+	pid, err := r.createDraw(ctx, t, admin)
+	if err != nil {
+		return s.fail(err)
+	}
+	s.ProductID = pid
+	entries := min(p.DrawEntries, len(r.users.ids))
+	r.logf("   %d entrants, %d units, reserve list %d", entries, p.DrawUnits, p.DrawReserve)
+
+	res, err := r.closedLoopCfg(ctx, t, int64(entries), r.queueBuilder(pid, func(i int64) int { return int(i) }), nil,
+		func(c *loadgen.Config) { c.Classify = ticketClass })
+	if err != nil || res == nil {
+		return s.fail(fmt.Errorf("entries: %w", err))
+	}
+	s.addPhase("enter (POST queue, closed loop)", 0, res)
+	r.logf("%s", closedLine("draw entries", res, classTicket))
+	s.Headline = Figure{Name: "entries", Value: classRate(res, classTicket), Unit: "entries/s"}
+	s.HeadlineLatency = res.Service
+	s.figure("entries, closed loop", classRate(res, classTicket), "entries/s")
+
+	// Sample sockets, subscribed once their buyer entered.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var closeAt atomic.Int64
+	var wg sync.WaitGroup
+	socks := r.drawSockets(sctx, t, pid, entries, &closeAt, &wg)
+	// One entry per user: entering again answers the same ticket.
+	again := 0
+	for i := 0; i < min(entries, 200); i++ {
+		if tk := r.queueTicket(ctx, t, pid, i); tk != "" && tk == r.queueTicket(ctx, t, pid, i) {
+			again++
+		}
+	}
+	time.Sleep(time.Second) // the sample sockets subscribe
+
+	closing, st, err := r.closeDraw(ctx, t, pid, admin, s)
+	if err != nil {
+		return s.fail(err)
+	}
+	closeAt.Store(closing.UnixNano())
+	sw, err := r.drawSweep(ctx, sctx, t, pid, entries, closing, s, &wg)
+	if err != nil {
+		return s.fail(err)
+	}
+	told, connected, slowest := socketsTold(socks, closing)
+	stop()
+	wg.Wait()
+	s.figure("sample sockets connected", float64(connected), "sockets")
+	s.figure("sample sockets told their result", float64(told), "sockets")
+	s.figure("close → slowest sample socket told", float64(slowest)/1e6, "ms")
+	s.figure("winners (ADMITTED)", float64(sw.won.Load()), "entrants")
+	s.figure("reserve list (WAITING)", float64(sw.reserve.Load()), "entrants")
+	s.figure("lost", float64(sw.lost.Load()), "entrants")
+	s.figure("orders answered 202", float64(sw.accepted.Load()), "orders")
+	wantReserve := min(p.DrawReserve, int64(entries)-min(p.DrawUnits, int64(entries)))
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		return []pipeline.Check{
+			ordersCheck(orderCount(pa), sw.accepted.Load(), 0),
+			check("every unit sold exactly once", sw.accepted.Load() == p.DrawUnits && sw.refused.Load() == 0,
+				"%d orders accepted (%d refused), %d units", sw.accepted.Load(), sw.refused.Load(), p.DrawUnits),
+			check("one entry per user", st.PreQueued == int64(entries) && again == min(entries, 200),
+				"%d entries for %d entrants; %d of %d entrants asked twice got the same ticket", st.PreQueued, entries, again, min(entries, 200)),
+			check("as many winners as units, then the reserve list, the rest lost", sw.won.Load() == p.DrawUnits &&
+				sw.reserve.Load() == wantReserve && sw.lost.Load() == int64(entries)-p.DrawUnits-wantReserve && sw.other.Load() == 0,
+				"%d won, %d reserve, %d lost, %d other answers", sw.won.Load(), sw.reserve.Load(), sw.lost.Load(), sw.other.Load()),
+			check("every sample socket told its result", told == connected, "%d of %d connected sample sockets (slowest %s after the close)",
+				told, connected, slowest.Round(time.Millisecond)),
+		}
+	})
+	return s
+}
+
+// createDraw creates the draw's product, opening in six hours (closeDraw
+// moves it), and sets its room: mode draw, the reserve list, a 5-minute win.
+func (r *run) createDraw(ctx context.Context, t *target, admin string) (int64, error) {
+	p := r.p
+	now := time.Now().UTC()
+	status, body, err := t.api.do(ctx, "POST", "/api/admin/products", admin, map[string]any{
+		"name": fmt.Sprintf("bench draw %s %s", t.Label, r.id), "price": 100, "stock": p.DrawUnits, "perUserLimit": 1, "maxPerOrder": 1,
+		"saleStart": now.Add(6 * time.Hour).Format(time.RFC3339), "saleEnd": now.Add(24 * time.Hour).Format(time.RFC3339), "waitingRoom": true})
+	if err != nil || status != 201 {
+		return 0, fmt.Errorf("create the draw: %d %s %v", status, body, err)
+	}
+	var prod struct {
+		ID int64 `json:"id"`
+	}
+	_ = json.Unmarshal(body, &prod)
+	return prod.ID, r.setRoom(ctx, t, prod.ID, map[string]any{"mode": "draw", "reserve": p.DrawReserve, "windowSeconds": 300})
+}
+
+// drawSockets opens DrawSockets sample entrants' sockets, spread over the
+// entrants, each following the draw (followDraw) in wg until ctx ends.
+func (r *run) drawSockets(ctx context.Context, t *target, pid int64, entries int, closeAt *atomic.Int64, wg *sync.WaitGroup) []*drawSocket {
+	rr := &roomRun{r: r, t: t, pid: pid}
+	pushURL := rr.pushURL(ctx)
+	var socks []*drawSocket
+	if pushURL == "" || r.p.DrawSockets == 0 {
+		return nil
+	}
+	every := max(entries/r.p.DrawSockets, 1)
+	for i := every / 2; i < entries && len(socks) < r.p.DrawSockets; i += every {
+		ds := &drawSocket{buyer: i}
+		socks = append(socks, ds)
+		wg.Go(func() { r.followDraw(ctx, pushURL, pid, ds, closeAt) })
+	}
+	return socks
+}
+
+// closeDraw moves the draw's opening to 2 s from now and waits until the
+// shuffle is published and every winner admitted, adding those times to s.
+func (r *run) closeDraw(ctx context.Context, t *target, pid int64, admin string, s *ScenarioResult) (time.Time, lua.RoomStatus, error) {
+	closing := time.Now().Add(2 * time.Second).UTC().Truncate(time.Millisecond)
+	status, body, err := t.api.do(ctx, "PATCH", fmt.Sprintf("/api/admin/products/%d", pid), admin,
+		map[string]any{"saleStart": closing.Format(time.RFC3339Nano)})
+	if err != nil || status != 200 {
+		return closing, lua.RoomStatus{}, fmt.Errorf("close the draw: %d %s %v", status, body, err)
+	}
+	var published time.Time
+	var st lua.RoomStatus
+	for deadline := closing.Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if st, err = lua.ReadRoom(ctx, r.env.Redis, pid); err != nil {
+			continue
+		}
+		if st.Shuffled && published.IsZero() {
+			published = time.Now()
+		}
+		if st.Shuffled && st.Admitted >= st.Winners {
+			s.figure("close → shuffle published", float64(published.Sub(closing))/1e6, "ms")
+			s.figure("shuffle published (Redis clock) after the close", float64(st.ShuffledAt.Sub(closing))/1e6, "ms")
+			s.figure("close → every winner admitted", float64(time.Since(closing))/1e6, "ms")
+			return closing, st, nil
+		}
+	}
+	return closing, st, errors.New("the draw's winners were not all admitted within 2 minutes of the close")
+}
+
+// drawSweepResult counts the answers of the results sweep and the winners' orders.
+type drawSweepResult struct {
+	won, reserve, lost, other, accepted, refused atomic.Int64
+}
+
+// drawSweep has every entrant ask for its result once (closed loop) while
+// winners order at once (64 workers in wg, until octx ends); it adds the
+// time until the last entrant was told and the sweep's rate to s.
+func (r *run) drawSweep(ctx, octx context.Context, t *target, pid int64, entries int, closing time.Time, s *ScenarioResult, wg *sync.WaitGroup) (*drawSweepResult, error) {
+	sw := &drawSweepResult{}
+	orders := make(chan int, r.p.DrawUnits+16)
+	defer close(orders)
+	prefix := r.requestPrefix(t, "draw")
+	for range 64 {
+		wg.Go(func() {
+			for i := range orders {
+				st, _, err := t.api.do(octx, "POST", "/api/orders", string(bytes.TrimPrefix(r.users.bearer[i], []byte("Bearer "))),
+					map[string]any{"productId": pid, "quantity": 1, "requestId": prefix + strconv.Itoa(i)})
+				if err == nil && st == 202 {
+					sw.accepted.Add(1)
+				} else {
+					sw.refused.Add(1)
+				}
+			}
+		})
+	}
+	var lastTold atomic.Int64
+	observe := func(o loadgen.Outcome, resp *fasthttp.Response) {
+		if o.Status != 200 {
+			sw.other.Add(1)
+			return
+		}
+		switch b := resp.Body(); {
+		case bytes.Contains(b, []byte(`"state":"ADMITTED"`)):
+			sw.won.Add(1)
+			orders <- int(o.Index)
+		case bytes.Contains(b, []byte(`"state":"WAITING"`)):
+			sw.reserve.Add(1)
+		case bytes.Contains(b, []byte(`"state":"LOST"`)):
+			sw.lost.Add(1)
+		default:
+			sw.other.Add(1)
+			return
+		}
+		for last := lastTold.Load(); o.Done.UnixNano() > last && !lastTold.CompareAndSwap(last, o.Done.UnixNano()); last = lastTold.Load() {
+		}
+	}
+	sweep, err := r.closedLoopCfg(ctx, t, int64(entries), r.queueBuilder(pid, func(i int64) int { return int(i) }), observe,
+		func(c *loadgen.Config) { c.Classify = ticketClass })
+	if err != nil || sweep == nil {
+		return sw, fmt.Errorf("results sweep: %w", err)
+	}
+	s.addPhase("results (POST queue, closed loop, after the shuffle)", 0, sweep)
+	r.logf("%s", closedLine("draw results", sweep, classTicket))
+	s.figure("close → every entrant told (its answer of the results sweep)", float64(lastTold.Load()-closing.UnixNano())/1e6, "ms")
+	s.figure("results sweep, closed loop", classRate(sweep, classTicket), "answers/s")
+	return sw, nil
+}
+
+// socketsTold waits up to 10 s for every connected sample socket to have
+// been told its result and returns how many were, of how many, and the
+// slowest after the close.
+func socketsTold(socks []*drawSocket, closing time.Time) (told, connected int64, slowest time.Duration) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		told, connected, slowest = 0, 0, 0
+		for _, ds := range socks {
+			if !ds.connected.Load() {
+				continue
+			}
+			connected++
+			if f := ds.told(); f != 0 {
+				told++
+				slowest = max(slowest, time.Duration(f-closing.UnixNano()))
+			}
+		}
+		if told == connected || time.Now().After(deadline) {
+			return told, connected, slowest
+		}
+	}
+}
+
+// queueTicket is buyer i's ticket id ("" on any failure).
+func (r *run) queueTicket(ctx context.Context, t *target, pid int64, i int) string {
+	tok := string(bytes.TrimPrefix(r.users.bearer[i], []byte("Bearer ")))
+	status, body, err := t.api.do(ctx, "POST", fmt.Sprintf("/api/products/%d/queue", pid), tok, nil)
+	if err != nil || status != 200 {
+		return ""
+	}
+	var pl struct {
+		Ticket string `json:"ticket"`
+	}
+	_ = json.Unmarshal(body, &pl)
+	return pl.Ticket
+}
+
+// followDraw holds one sample entrant's socket and records when, after the
+// close, it was first told each state (its result is the last: ADMITTED,
+// WAITING on the reserve list, or LOST).
+func (r *run) followDraw(ctx context.Context, url string, pid int64, ds *drawSocket, closeAt *atomic.Int64) {
+	tok := string(bytes.TrimPrefix(r.users.bearer[ds.buyer], []byte("Bearer ")))
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ws, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{"stampede", tok}})
+	cancel()
+	if err != nil {
+		return
+	}
+	defer ws.CloseNow()
+	ds.connected.Store(true)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = ws.Write(wctx, websocket.MessageText, []byte(`{"type":"queue","productId":`+strconv.FormatInt(pid, 10)+`}`))
+	cancel()
+	if err != nil {
+		return
+	}
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		var m struct {
+			Type  string `json:"type"`
+			State string `json:"state"`
+		}
+		if json.Unmarshal(data, &m) != nil || m.Type != "queue" {
+			continue
+		}
+		now := time.Now().UnixNano()
+		ds.mu.Lock()
+		ds.final = m.State
+		if c := closeAt.Load(); c != 0 && now >= c {
+			if ds.firstOf == nil {
+				ds.firstOf = map[string]int64{}
+			}
+			if _, ok := ds.firstOf[m.State]; !ok {
+				ds.firstOf[m.State] = now
+			}
+		}
+		ds.mu.Unlock()
+	}
+}

@@ -1,0 +1,398 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/drop"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// A room's terms and its public record (issue 28): the admin settings
+// (POST/GET /api/admin/products/{id}/waiting-room) and what any buyer reads
+// to check the shuffle (GET /api/products/{id}/drop and …/drop/tickets).
+
+// Limits of the admin room settings.
+const (
+	maxRoomCeiling  = 1_000_000  // admissions per second
+	maxRoomWindow   = 3600       // seconds
+	maxRoomPreQueue = 30 * 86400 // seconds
+	maxRoomReserve  = 1_000_000  // entries
+	maxRoomPowCost  = 10_000_000 // maxnumber: about 5 million SHA-256 on average
+)
+
+// roomTermsJSON is the answer of POST /api/admin/products/{id}/waiting-room.
+type roomTermsJSON struct {
+	ProductID       int64  `json:"productId"`
+	On              bool   `json:"on"`
+	Mode            string `json:"mode"`
+	Ceiling         int64  `json:"ceiling"`
+	WindowSeconds   int64  `json:"windowSeconds"`
+	PreQueueSeconds int64  `json:"preQueueSeconds"`
+	Reserve         int64  `json:"reserve"`
+	PowCost         int64  `json:"powCost"`
+	Commitment      string `json:"commitment"`
+}
+
+func toRoomTermsJSON(t persistence.RoomTerms) roomTermsJSON {
+	return roomTermsJSON{ProductID: t.ProductID, On: t.On, Mode: t.Mode, Ceiling: t.Ceiling,
+		WindowSeconds: int64(t.Window / time.Second), PreQueueSeconds: int64(t.PreQueue / time.Second),
+		Reserve: t.Reserve, PowCost: t.PowCost, Commitment: t.Commitment}
+}
+
+// saveRoom stores t (drawing the room's seed if it has none: the stored
+// one never changes) and writes it to Redis, shards being the product's
+// stock shards. It returns the stored terms, with their commitment.
+func (s *Server) saveRoom(adminID int64, t persistence.RoomTerms, shards int) (persistence.RoomTerms, error) {
+	seed, err := drop.NewSeed()
+	if err != nil {
+		return t, err
+	}
+	t.Seed, t.Commitment = seed.Hex(), seed.Commitment()
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	t, err = s.store.SaveRoom(sctx, adminID, t)
+	cancel()
+	if err != nil {
+		return t, err
+	}
+	rs := lua.RoomSettings{On: t.On, Ceiling: float64(t.Ceiling), Window: t.Window, Mode: lua.RoomMode(t.Mode),
+		PreQueue: t.PreQueue, Reserve: t.Reserve, PowCost: t.PowCost, Commitment: t.Commitment, Shards: shards}
+	err = s.redisCall(func(rctx context.Context) error { return lua.SetRoom(rctx, s.rdb, t.ProductID, rs) })
+	if err == nil {
+		s.rooms.set(t.ProductID, t.On)
+	}
+	return t, err
+}
+
+// adminWaitingRoom is POST /api/admin/products/{id}/waiting-room
+//
+//	{"on": true|false (required), "ceiling" (admissions per second, 0 = the pacer's own
+//	 ceiling only), "windowSeconds" (1…3600: how long an admission, or a draw's win, lasts),
+//	 "mode" ("fifo" | "random" | "draw"), "preQueueSeconds" (0…2592000: how long before the
+//	 sale's start tickets can be taken; 0 = any time), "reserve" (draw: reserve list length,
+//	 0…1000000), "powCost" (proof-of-work per new ticket, the challenges' maxnumber, 0…10000000;
+//	 0 = none)}
+//
+// Fields left out keep their stored value (defaults: ceiling 0, window Config.RoomWindow, fifo,
+// 0, 0, 0). 200 {"productId","on","mode","ceiling","windowSeconds","preQueueSeconds","reserve",
+// "powCost","commitment"}: the commitment (hex SHA-256 of the room's secret seed, drawn the
+// first time, never changed) is public at once, the seed at the opening. 400 (a draw needs
+// maxPerOrder 1); 403; 404; 409 ROOM_STARTED (mode, preQueueSeconds or reserve changed once
+// the pre-queue has a ticket or the room opened). Turning the room off lets every buyer order
+// directly; the line is kept and is used again if the room is turned back on. Other gateways
+// learn of a room turned on from their next order request for the product (ROOM_ON, answered
+// again with the admission check).
+func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	productID, ok := s.roomProductID(ctx)
+	if !ok {
+		return
+	}
+	var (
+		on                                   bool
+		ceiling, window, pq, reserve, pow    int64
+		hasCeil, hasWin, hasPQ, hasRes, hasP bool
+		mode                                 string
+		hasMode                              bool
+	)
+	fields := [...]field{
+		boolField("on", &on),
+		optional(intField("ceiling", &ceiling), &hasCeil),
+		optional(intField("windowSeconds", &window), &hasWin),
+		optional(stringField("mode", &mode), &hasMode),
+		optional(intField("preQueueSeconds", &pq), &hasPQ),
+		optional(intField("reserve", &reserve), &hasRes),
+		optional(intField("powCost", &pow), &hasP),
+	}
+	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	shards, err := s.shardCount(productID)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	t, err := s.store.Room(sctx, productID)
+	cancel()
+	switch {
+	case errors.Is(err, persistence.ErrNotFound):
+		t = persistence.RoomTerms{ProductID: productID, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
+	case err != nil:
+		s.fail(ctx, err)
+		return
+	}
+	t.On = on
+	if hasCeil {
+		t.Ceiling = ceiling
+	}
+	if hasWin {
+		t.Window = time.Duration(window) * time.Second
+	}
+	if hasMode {
+		t.Mode = mode
+	}
+	if hasPQ {
+		t.PreQueue = time.Duration(pq) * time.Second
+	}
+	if hasRes {
+		t.Reserve = reserve
+	}
+	if hasP {
+		t.PowCost = pow
+	}
+	if err := s.checkRoomTerms(productID, t); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if t, err = s.saveRoom(c.UserID, t, shards); err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.log.Info("waiting room set", "productId", productID, "on", t.On, "mode", t.Mode, "ceiling", t.Ceiling,
+		"window", t.Window, "preQueue", t.PreQueue, "reserve", t.Reserve, "powCost", t.PowCost, "adminId", c.UserID)
+	s.writeJSON(ctx, fasthttp.StatusOK, toRoomTermsJSON(t))
+}
+
+// checkRoomTerms validates t for productID: bounds, a draw's maxPerOrder,
+// and (ROOM_STARTED) no change of mode, pre-queue or reserve once a ticket
+// exists.
+func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error {
+	window := int64(t.Window / time.Second)
+	pq := int64(t.PreQueue / time.Second)
+	switch {
+	case t.Ceiling < 0 || t.Ceiling > maxRoomCeiling:
+		return invalidArg("ceiling must be from 0 (none) to %d admissions per second", maxRoomCeiling)
+	case window < 1 || window > maxRoomWindow:
+		return invalidArg("windowSeconds must be from 1 to %d", maxRoomWindow)
+	case !lua.ValidMode(lua.RoomMode(t.Mode)):
+		return invalidArg("mode must be fifo, random or draw")
+	case pq < 0 || pq > maxRoomPreQueue:
+		return invalidArg("preQueueSeconds must be from 0 (any time before the opening) to %d", maxRoomPreQueue)
+	case t.Reserve < 0 || t.Reserve > maxRoomReserve:
+		return invalidArg("reserve must be from 0 to %d", maxRoomReserve)
+	case t.PowCost < 0 || t.PowCost > maxRoomPowCost:
+		return invalidArg("powCost must be from 0 (none) to %d", maxRoomPowCost)
+	}
+	if t.Mode == string(lua.ModeDraw) {
+		p, err := s.productRow(productID)
+		if err != nil {
+			return err
+		}
+		if p.MaxPerOrder != 1 {
+			return invalidArg("a draw sells one unit per winner: the product needs maxPerOrder 1 (it has %d)", p.MaxPerOrder)
+		}
+	}
+	var st lua.RoomStatus
+	err := s.redisCall(func(rctx context.Context) (err error) {
+		st, err = lua.ReadRoom(rctx, s.rdb, productID)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	started := st.PreQueued > 0 || st.Closed || st.Issued > 0
+	if started && (string(st.Mode) != t.Mode || st.PreQueue != t.PreQueue || st.Reserve != t.Reserve) {
+		return lua.ErrRoomLocked
+	}
+	return nil
+}
+
+// dropState names where a room stands: OFF, PRE_QUEUE (before the
+// opening), SHUFFLING (the opening passed, the shuffle is not published
+// yet), OPEN (published).
+func dropState(st lua.RoomStatus, now time.Time) string {
+	switch {
+	case !st.On && !st.Shuffled:
+		return "OFF"
+	case st.Shuffled:
+		return "OPEN"
+	case now.Before(st.Start) && !st.Closed:
+		return "PRE_QUEUE"
+	}
+	return "SHUFFLING"
+}
+
+// dropJSON is GET /api/products/{id}/drop: the public record of a room's
+// shuffle, everything a buyer needs to recompute its position.
+type dropJSON struct {
+	ProductID       int64      `json:"productId"`
+	On              bool       `json:"on"`
+	Mode            string     `json:"mode"`
+	State           string     `json:"state"`
+	Rule            string     `json:"rule"`
+	Commitment      string     `json:"commitment"`
+	PreQueueOpensAt *time.Time `json:"preQueueOpensAt"` // null: open whenever the room is on
+	OpensAt         time.Time  `json:"opensAt"`
+	PreQueued       int64      `json:"preQueued"`
+	Seed            *string    `json:"seed"`
+	ListHash        *string    `json:"listHash"`
+	ShuffledAt      *time.Time `json:"shuffledAt"`
+	ListURL         string     `json:"listUrl"`
+	PowCost         int64      `json:"powCost"`
+	Winners         *int64     `json:"winners"` // draw, after the close
+	Reserve         int64      `json:"reserve"`
+}
+
+func toDropJSON(productID int64, st lua.RoomStatus, now time.Time) dropJSON {
+	d := dropJSON{ProductID: productID, On: st.On, Mode: string(st.Mode), State: dropState(st, now), Rule: drop.Rule,
+		Commitment: st.Commitment, OpensAt: st.Start, PreQueued: st.PreQueued, PowCost: st.PowCost, Reserve: st.Reserve,
+		ListURL: "/api/products/" + strconv.FormatInt(productID, 10) + "/drop/tickets"}
+	if st.PreQueue > 0 {
+		at := st.Start.Add(-st.PreQueue)
+		d.PreQueueOpensAt = &at
+	}
+	if st.Shuffled {
+		seed, lh, at := st.Seed, st.ListHash, st.ShuffledAt
+		d.Seed, d.ListHash, d.ShuffledAt = &seed, &lh, &at
+		if st.Mode == lua.ModeDraw {
+			w := st.Winners
+			d.Winners = &w
+		}
+	}
+	return d
+}
+
+// dropInfo is GET /api/products/{id}/drop (no auth): the room's public
+// record. Before the opening it shows the commitment; from the shuffle on
+// also the seed, the list's hash and when it was published.
+//
+//	200 dropJSON; 404 PRODUCT_NOT_FOUND; 409 WAITING_ROOM_OFF (the product never had a room)
+func (s *Server) dropInfo(ctx *fasthttp.RequestCtx) {
+	productID, ok := s.roomProductID(ctx)
+	if !ok {
+		return
+	}
+	st, err := s.readRoom(productID)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	if !st.On && st.Commitment == "" {
+		s.fail(ctx, lua.ErrRoomOff)
+		return
+	}
+	s.writeJSON(ctx, fasthttp.StatusOK, toDropJSON(productID, st, time.Now()))
+}
+
+// readRoom reads productID's room (404 for an unknown product).
+func (s *Server) readRoom(productID int64) (lua.RoomStatus, error) {
+	if _, err := s.shardCount(productID); err != nil {
+		return lua.RoomStatus{}, err
+	}
+	var st lua.RoomStatus
+	err := s.redisCall(func(rctx context.Context) (err error) {
+		st, err = lua.ReadRoom(rctx, s.rdb, productID)
+		return err
+	})
+	return st, err
+}
+
+// dropTickets is GET /api/products/{id}/drop/tickets (no auth): the
+// published pre-queue list, text/plain, the ticket ids sorted ascending one
+// per line (each ended by "\n"); its SHA-256 is the drop's listHash. It
+// never changes once published (this gateway keeps it in memory).
+//
+//	200 text/plain; 404 PRODUCT_NOT_FOUND; 409 WAITING_ROOM_OFF; 409 SHUFFLE_NOT_PUBLISHED
+func (s *Server) dropTickets(ctx *fasthttp.RequestCtx) {
+	productID, ok := s.roomProductID(ctx)
+	if !ok {
+		return
+	}
+	if v, ok := s.lists.Load(productID); ok {
+		writeList(ctx, v.([]byte))
+		return
+	}
+	st, err := s.readRoom(productID)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	switch {
+	case !st.On && st.Commitment == "":
+		s.fail(ctx, lua.ErrRoomOff)
+		return
+	case !st.Shuffled:
+		s.fail(ctx, errNotShuffled)
+		return
+	}
+	var list []byte
+	err = s.redisCall(func(rctx context.Context) (err error) {
+		list, err = lua.PublishedList(rctx, s.rdb, productID)
+		return err
+	})
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.lists.Store(productID, list)
+	writeList(ctx, list)
+}
+
+func writeList(ctx *fasthttp.RequestCtx, list []byte) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Control", "public, max-age=300")
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
+	ctx.Response.SetBody(list)
+}
+
+// roomStatusJSON is GET /api/admin/products/{id}/waiting-room: the terms,
+// the public record and the live counters the console shows.
+type roomStatusJSON struct {
+	ProductID     int64         `json:"productId"`
+	Terms         roomTermsJSON `json:"terms"`
+	Drop          dropJSON      `json:"drop"`
+	Paused        bool          `json:"paused"`
+	Available     int64         `json:"available"`     // units left (sharded: at the pacer's last step)
+	Issued        int64         `json:"issued"`        // places given (pre-queued ones from the close)
+	AdmittedUpTo  int64         `json:"admittedUpTo"`  // places up to it admitted or finished
+	Admitted      int64         `json:"admitted"`      // admissions (a draw: wins) made
+	Expired       int64         `json:"expired"`       // admissions not used in time: passed on
+	Claimed       int64         `json:"claimed"`       // sharded: admissions claimed by an order
+	Live          int64         `json:"live"`          // admissions not yet used or expired
+	Waiting       int64         `json:"waiting"`       // tickets not yet admitted (a draw: reserve list left)
+	Cutoff        int64         `json:"cutoff"`        // draw: last place that can still win
+	RatePerSecond float64       `json:"ratePerSecond"` // the pacer's last step
+}
+
+// adminRoomStatus is GET /api/admin/products/{id}/waiting-room: the room's
+// terms, its public record and its counters (403 for a buyer; 404; 409
+// WAITING_ROOM_OFF for a product that never had a room). The seed shows only
+// once published.
+func (s *Server) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	productID, ok := s.roomProductID(ctx)
+	if !ok {
+		return
+	}
+	st, err := s.readRoom(productID)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	t, err := s.store.Room(sctx, productID)
+	cancel()
+	if errors.Is(err, persistence.ErrNotFound) {
+		if !st.On {
+			s.fail(ctx, lua.ErrRoomOff)
+			return
+		}
+		// A room turned on before its terms were stored (issue 17).
+		t = persistence.RoomTerms{ProductID: productID, Mode: string(st.Mode), Window: st.Window, Commitment: st.Commitment}
+	} else if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	t.On = st.On
+	out := roomStatusJSON{ProductID: productID, Terms: toRoomTermsJSON(t), Drop: toDropJSON(productID, st, time.Now()),
+		Paused: st.Paused, Available: st.Available, Issued: st.Issued, AdmittedUpTo: st.UpTo, Admitted: st.Admitted,
+		Expired: st.Expired, Claimed: st.Claimed, Live: st.Live, Waiting: st.Waiting(), Cutoff: st.Cutoff, RatePerSecond: st.Rate}
+	s.writeJSON(ctx, fasthttp.StatusOK, out)
+}
