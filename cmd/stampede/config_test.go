@@ -171,3 +171,52 @@ func TestWriterBatchLimitMatchesPipeline(t *testing.T) {
 		t.Fatal("--redis-check-interval 10ms accepted")
 	}
 }
+
+// TestEnvValuesParsed checks each kind of setting read from its variable: a
+// valid value becomes the flag's default, a malformed one is reported with
+// the variable's name and leaves the code's default.
+func TestEnvValuesParsed(t *testing.T) {
+	t.Setenv("STAMPEDE_WRITER_WAIT", "7ms")
+	t.Setenv("STAMPEDE_WRITER_BATCH", "123")
+	t.Setenv("STAMPEDE_NODE_ID", "42")
+	t.Setenv("STAMPEDE_MIGRATE", "true")
+	t.Setenv("STAMPEDE_RATE_USER", "2.5")
+	t.Setenv("STAMPEDE_CURRENCY", "EUR")
+	var cfg Config
+	var errs []error
+	newFlagSet("serve", &cfg, &errs, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if cfg.WriterWait != 7*time.Millisecond || cfg.WriterBatch != 123 || cfg.NodeID != 42 || !cfg.Migrate || cfg.RateUser != 2.5 || cfg.Currency != "EUR" {
+		t.Fatalf("valid variables not applied: wait %s batch %d node %d migrate %v rate %v currency %q",
+			cfg.WriterWait, cfg.WriterBatch, cfg.NodeID, cfg.Migrate, cfg.RateUser, cfg.Currency)
+	}
+
+	t.Setenv("STAMPEDE_WRITER_WAIT", "soon")
+	t.Setenv("STAMPEDE_WRITER_BATCH", "many")
+	t.Setenv("STAMPEDE_NODE_ID", "x")
+	t.Setenv("STAMPEDE_MIGRATE", "maybe")
+	t.Setenv("STAMPEDE_RATE_USER", "fast")
+	cfg, errs = Config{}, nil
+	newFlagSet("serve", &cfg, &errs, nil)
+	got := errors.Join(errs...).Error()
+	for _, want := range []string{
+		`STAMPEDE_WRITER_WAIT="soon": time: invalid duration "soon"`,
+		`STAMPEDE_WRITER_BATCH="many": not an integer`,
+		`STAMPEDE_NODE_ID="x": not an integer`,
+		`STAMPEDE_MIGRATE="maybe": not a boolean`,
+		`STAMPEDE_RATE_USER="fast": not a number`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors %q lack %q", got, want)
+		}
+	}
+	if len(errs) != 5 {
+		t.Errorf("%d errors, want 5: %v", len(errs), errs)
+	}
+	if cfg.WriterWait != 20*time.Millisecond || cfg.WriterBatch != 500 || cfg.NodeID != -1 || cfg.Migrate || cfg.RateUser != 20 {
+		t.Errorf("malformed variables did not leave the defaults: wait %s batch %d node %d migrate %v rate %v",
+			cfg.WriterWait, cfg.WriterBatch, cfg.NodeID, cfg.Migrate, cfg.RateUser)
+	}
+}
