@@ -22,7 +22,10 @@
 // that the page does not scroll sideways). Screenshots go to
 // client/e2e/artifacts/. Environment as flow.mjs: STAMPEDE_URL,
 // STAMPEDE_ADMIN_TOKEN (required), STAMPEDE_PUSH_URL, CHROMIUM,
-// E2E_STEP_TIMEOUT_MS, E2E_WAIT_MS. Every wait is for evidence, bounded.
+// E2E_STEP_TIMEOUT_MS, E2E_WAIT_MS; and E2E_SWEEPER_PID, the process that
+// runs the pacer (run.sh sets it): it is stopped over the opening so that
+// "being shuffled" lasts (without it the state is only looked for: it may
+// be over before the page shows it). Every wait is for evidence, bounded.
 import { createHash } from 'node:crypto'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -39,6 +42,7 @@ const WAIT_MS = Number(process.env.E2E_WAIT_MS || 60_000)
 const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artifacts')
 const DESKTOP = { width: 1280, height: 800 }
 const PHONE = { width: 390, height: 844 }
+const SWEEPER_PID = Number(process.env.E2E_SWEEPER_PID || 0) // run.sh: the sweeper (pacer) process, held at an opening
 const POW_COST = 20_000 // about half a second in headless Chromium (README "A price on bots")
 
 let passed = 0
@@ -190,9 +194,17 @@ async function main() {
     await page.setViewportSize(DESKTOP)
     check(overflow <= 1, `${name}: no sideways scrolling at phone width`, `${overflow}px`)
   }
-  // as signs the page in as userId (the session the client keeps in localStorage).
-  const as = async (token, userId) => {
-    await page.evaluate(([t, u]) => localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u })), [token, userId])
+  // as signs the page in as userId (the session the client keeps in
+  // localStorage); with joined (a product id), as a buyer whose browser took
+  // a ticket for it before (the page then asks for its place at once).
+  const as = async (token, userId, joined = 0) => {
+    await page.evaluate(
+      ([t, u, j]) => {
+        localStorage.setItem('stampede.session', JSON.stringify({ token: t, userId: u }))
+        if (j) localStorage.setItem(`stampede.line.${u}.${j}`, '1')
+      },
+      [token, userId, joined],
+    )
   }
   const roomState = (sel = '[data-testid=waiting-room]') => page.locator(sel).getAttribute('data-state')
   const text = (sel) => page.locator(sel).first().textContent().then((t) => t.trim())
@@ -262,10 +274,21 @@ async function preQueueDrop(page, { shot, shots, as, roomState, text }) {
   const again = await placeOf(d.id, buyer.token)
   check(again.ticket === mine.ticket, 'a buyer holding a ticket asks again without a new proof and keeps it')
 
-  // The opening: "the line is being shuffled" until the place arrives.
-  await page.locator('[data-testid=waiting-room][data-state=SHUFFLING]').waitFor({ timeout: 40_000 })
-  await shot('desktop-drop-shuffling')
-  check(true, 'at the opening the page says the line is being shuffled')
+  // The opening: "the line is being shuffled" until the place arrives. With
+  // the sweeper's pid (run.sh) the pacer is held over the opening, so the
+  // state lasts long enough to be checked on the API and photographed.
+  if (SWEEPER_PID) process.kill(SWEEPER_PID, 'SIGSTOP')
+  try {
+    await page.locator('[data-testid=waiting-room][data-state=SHUFFLING]').waitFor({ timeout: 40_000 })
+    if (SWEEPER_PID) {
+      const st = await until(async () => ((await placeOf(d.id, buyer.token)).state === 'SHUFFLING' ? 'SHUFFLING' : ''), 'the API to say SHUFFLING')
+      check(st === 'SHUFFLING', 'at the opening, before the shuffle is published, the API says SHUFFLING')
+      await shots('drop-shuffling')
+    } else await shot('desktop-drop-shuffling')
+    check(true, 'at the opening the page says the line is being shuffled')
+  } finally {
+    if (SWEEPER_PID) process.kill(SWEEPER_PID, 'SIGCONT')
+  }
   await page.waitForFunction(() => ['WAITING', 'ADMITTED'].includes(document.querySelector('[data-testid=waiting-room]')?.dataset.state), null, { timeout: WAIT_MS })
   const dropRec = await api('GET', `/api/products/${d.id}/drop`)
   check(dropRec.state === 'OPEN' && dropRec.preQueued === 13, 'the shuffle is published', `${dropRec.preQueued} tickets`)
@@ -340,7 +363,7 @@ async function drawDrop(page, { shot, shots, as, roomState, text }) {
   check(rec.winners === 2 && won.every((o) => o.place.shufflePosition <= 2), 'the winners are the first two places of the shuffle')
 
   // The second winner's page: the win's countdown; it buys at once.
-  await as(won[1].token, won[1].uid)
+  await as(won[1].token, won[1].uid, d.id)
   await page.goto(`${BASE}/products/${d.id}`)
   await page.locator('[data-testid=won]').waitFor()
   check(/\d\d:\d\d/.test(await text('[data-testid=admitted]')) && !(await page.locator('[data-testid=buy]').isDisabled()), 'won: the win counts down, Buy is open')
@@ -351,12 +374,12 @@ async function drawDrop(page, { shot, shots, as, roomState, text }) {
   await page.locator('[data-testid=ordered]').waitFor()
   check(true, 'the win used by an order shows as such')
   await shots('draw-ordered')
-  await as(reserve[0].token, reserve[0].uid)
+  await as(reserve[0].token, reserve[0].uid, d.id)
   await page.goto(`${BASE}/products/${d.id}`)
   await page.locator('[data-testid=reserve]').waitFor()
   check(Number(await text('[data-testid=position]')) === 1, 'reserve list: number 1')
   await shots('draw-reserve')
-  await as(lost[0].token, lost[0].uid)
+  await as(lost[0].token, lost[0].uid, d.id)
   await page.goto(`${BASE}/products/${d.id}`)
   await page.locator('[data-testid=lost]').waitFor()
   await shots('draw-lost')
@@ -366,7 +389,7 @@ async function drawDrop(page, { shot, shots, as, roomState, text }) {
   await shot('desktop-draw-verify-lost')
 
   // The first winner does not buy: its win passes to the reserve list's first.
-  await as(won[0].token, won[0].uid)
+  await as(won[0].token, won[0].uid, d.id)
   await page.goto(`${BASE}/products/${d.id}`)
   await page.locator('[data-testid=expired]').waitFor({ timeout: WAIT_MS })
   check(true, 'the unused win shows as passed on')

@@ -14,7 +14,8 @@
 #                   (127.0.0.1:18580, or the next even port nothing listens on)
 #   E2E_REDIS_DB    Redis database, flushed first (9)
 #   E2E_NAME        MySQL database and RabbitMQ vhost name (stampede_e2e)
-#   E2E_ROLES       roles to run (the binary's default: all)
+#   E2E_ROLES       roles to run in the one server process (default: every role but
+#                   the sweeper, which then runs as a process of its own)
 #   E2E_PUSH_CMD    extra command to start next to stampede (e.g. a push built elsewhere)
 #   E2E_FLOWS       the scripts to run, in order (default "flow.mjs drops.mjs": the
 #                   shop, console and waiting room, then the fair drops of issue 28)
@@ -93,8 +94,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=(serve --migrate --static-dir client/dist)
-[[ -n ${E2E_ROLES:-} ]] && args+=(--roles "$E2E_ROLES")
+# The sweeper (with the waiting room's pacer) runs as a process of its own,
+# so that drops.mjs can hold the pacer at a drop's opening (SIGSTOP, then
+# SIGCONT: E2E_SWEEPER_PID) and photograph "the line is being shuffled".
+args=(serve --migrate --static-dir client/dist --roles "${E2E_ROLES:-gateway,writer,relay,consumer,push}")
 bin/stampede "${args[@]}" >"$ART/stampede.log" 2>&1 &
 pids+=($!)
 # The 429 step's gateway: same services, its own listener and token buckets
@@ -107,6 +110,11 @@ for i in $(seq 360); do
 	fi
 	sleep 0.5
 done
+if [[ -z ${E2E_ROLES:-} ]]; then
+	bin/stampede serve --roles sweeper >"$ART/stampede-sweeper.log" 2>&1 &
+	pids+=($!)
+	export E2E_SWEEPER_PID=$!
+fi
 STAMPEDE_HTTP_ADDR=$LIMITED_ADDR STAMPEDE_RATE_USER=0.1 STAMPEDE_RATE_USER_BURST=1 \
 	bin/stampede serve --roles gateway --static-dir client/dist >"$ART/stampede-limited.log" 2>&1 &
 pids+=($!)
