@@ -21,8 +21,9 @@
 #                   shop, console and waiting room, then the fair drops of issue 28)
 #   E2E_MYSQL_PORT  MySQL port on 127.0.0.1 (3306)
 #   E2E_REDIS_ADDR  Redis address (127.0.0.1:6379)
-#   E2E_AMQP_URL    RabbitMQ URL used as it is (default: the vhost E2E_NAME on
-#                   127.0.0.1:5672, made afresh with rabbitmqctl)
+#   E2E_AMQP_PORT   RabbitMQ port on 127.0.0.1 (5672); the vhost E2E_NAME is made
+#                   afresh with rabbitmqctl
+#   E2E_RABBIT_NODE that broker's node name for rabbitmqctl -n (default: rabbitmqctl's)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -45,6 +46,9 @@ NAME=${E2E_NAME:-stampede_e2e}
 MYSQL_PORT=${E2E_MYSQL_PORT:-3306}
 REDIS_ADDR=${E2E_REDIS_ADDR:-127.0.0.1:6379}
 FLOWS=${E2E_FLOWS:-flow.mjs drops.mjs}
+AMQP_PORT=${E2E_AMQP_PORT:-5672}
+rmq=(rabbitmqctl -q)
+[[ -n ${E2E_RABBIT_NODE:-} ]] && rmq+=(-n "$E2E_RABBIT_NODE")
 mkdir -p "$ART"
 
 if [[ ! -x /usr/bin/chromium ]]; then
@@ -64,10 +68,10 @@ for cli in mariadb mysql; do
 		break
 	fi
 done
-if [[ -z ${E2E_AMQP_URL:-} ]] && command -v rabbitmqctl >/dev/null 2>&1; then
-	rabbitmqctl -q delete_vhost "$NAME" >/dev/null 2>&1 || true
-	rabbitmqctl -q add_vhost "$NAME" >/dev/null 2>&1 || true
-	rabbitmqctl -q set_permissions -p "$NAME" guest ".*" ".*" ".*" >/dev/null
+if command -v rabbitmqctl >/dev/null 2>&1; then
+	"${rmq[@]}" delete_vhost "$NAME" >/dev/null 2>&1 || true
+	"${rmq[@]}" add_vhost "$NAME" >/dev/null 2>&1 || true
+	"${rmq[@]}" set_permissions -p "$NAME" guest ".*" ".*" ".*" >/dev/null
 fi
 redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR##*:}" -n "$REDIS_DB" flushdb >/dev/null
 
@@ -81,7 +85,7 @@ export STAMPEDE_PUSH_ADDR=$PUSH_ADDR
 export STAMPEDE_REDIS_DB=$REDIS_DB
 export STAMPEDE_REDIS_ADDR=$REDIS_ADDR
 export STAMPEDE_MYSQL_DSN="root@tcp(127.0.0.1:$MYSQL_PORT)/$NAME?parseTime=true"
-export STAMPEDE_AMQP_URL=${E2E_AMQP_URL:-"amqp://guest:guest@127.0.0.1:5672/$NAME"}
+export STAMPEDE_AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/$NAME"
 export STAMPEDE_PUSH_URL="ws://$PUSH_ADDR/ws"
 export STAMPEDE_URL="http://$HTTP_ADDR"
 # The payment callback key, shared with flow.mjs (it signs a late payment's callback).
