@@ -78,7 +78,7 @@ redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR##*:}" -n "$REDIS_DB" flushdb >/
 go build -o bin/stampede ./cmd/stampede
 
 # Development mode: the test logs in through the demo login and pays through
-# the demo checkout (README "Running in production").
+# the demo checkout (docs/production.md).
 export STAMPEDE_MODE=development
 export STAMPEDE_HTTP_ADDR=$HTTP_ADDR
 export STAMPEDE_PUSH_ADDR=$PUSH_ADDR

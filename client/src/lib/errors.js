@@ -21,7 +21,7 @@ export const MESSAGES = {
   CONFLICT: 'That refund number already refunded another payment. Click again for a new one.',
   PAYLOAD_TOO_LARGE: 'That is too much text for one request. Shorten the description.',
   STOCK_CONFLICT:
-    'Redis still holds the stock of an earlier product with this id (another database, or a restored backup). Nothing was created; an operator must look at it (README: Deployment identity).',
+    'Redis still holds the stock of an earlier product with this id (another database, or a restored backup). Nothing was created; an operator must look at it (docs/production.md: Deployment identity).',
   SOLD_OUT: 'Sold out: every unit has been claimed.',
   INSUFFICIENT_STOCK: 'Not enough units left for that quantity. Try fewer.',
   PURCHASE_LIMIT_EXCEEDED: 'You have reached the purchase limit for this product.',
