@@ -43,7 +43,7 @@ const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artif
 const DESKTOP = { width: 1280, height: 800 }
 const PHONE = { width: 390, height: 844 }
 const SWEEPER_PID = Number(process.env.E2E_SWEEPER_PID || 0) // run.sh: the sweeper (pacer) process, held at an opening
-const POW_COST = 20_000 // about half a second in headless Chromium (README "A price on bots")
+const POW_COST = 20_000 // about half a second in headless Chromium (docs/sale-lifecycle.md "A price on bots")
 
 let passed = 0
 let failed = 0
@@ -113,7 +113,7 @@ async function api(method, p, body, token) {
 }
 const login = async (userId) => (await api('POST', '/api/auth/login', { userId })).token
 
-// solvePow solves a room's ALTCHA v1 challenge as a script would (README
+// solvePow solves a room's ALTCHA v1 challenge as a script would (docs/sale-lifecycle.md
 // "A price on bots"): n with hex SHA-256(salt ‖ n) = challenge.
 async function solvePow(productId, token) {
   const c = await api('GET', `/api/products/${productId}/queue/challenge`, undefined, token)

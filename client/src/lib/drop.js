@@ -99,7 +99,7 @@ export function roomCounts(s) {
  * powEstimate is the buyer's expected solving time in seconds for a
  * challenge of cost (maxnumber): cost/2 hashes at perSecond hashes/s
  * (default 20,000: the ALTCHA solver in headless Chromium on one worker,
- * README "A price on bots").
+ * docs/sale-lifecycle.md "A price on bots").
  */
 export function powEstimate(cost, perSecond = 20_000) {
   return cost > 0 ? cost / 2 / perSecond : 0
