@@ -408,14 +408,15 @@ func TestAdminActionLogsNameTheAdmin(t *testing.T) {
 }
 
 // TestLookalikeSubjectsMapApart (issue 26): a provider's subjects are opaque
-// strings. "+1001", "0001001" and "1001" name three identities under a JWKS,
+// strings. "+1001", "0001001", "1001" and "1001 " (VARBINARY: no padding)
+// name four identities under a JWKS,
 // each mapped (real MariaDB) to its own internal id, none of them user 1001
 // of an HS256 token.
 func TestLookalikeSubjectsMapApart(t *testing.T) {
 	p := newTestIdP(t)
 	store := persistencetest.New(t, "gateway")
 	ids := map[int64]string{}
-	for _, sub := range []string{"+1001", "0001001", "1001"} {
+	for _, sub := range []string{"+1001", "0001001", "1001", "1001 "} {
 		c, err := verifierFor(t, p, &countingSubjects{store: store}).Verify(p.token(buyersIssuer, sub, nil))
 		if err != nil {
 			t.Fatalf("sub %q: %v", sub, err)
