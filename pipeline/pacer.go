@@ -39,12 +39,12 @@ import (
 //
 // The rate is PacerConfig.Rate when set. Otherwise (auto) the pacer keeps
 // the orders on their way through the pipeline at TargetBacklog seconds of
-// drain with window flow control (package comment of levelControl, below):
-// the backlog it aims for is a number of orders, T = TargetBacklog × the
-// drain measured over the last two seconds, and each step admits the gap
-// between T and its estimate of the orders pending (backlog + live
-// admissions, measured every MeasureEvery and carried forward between
-// measurements by its own admissions and the drain).
+// drain with window flow control (levelControl, pacer_level.go): the
+// backlog it aims for is a number of orders, T = TargetBacklog × the drain
+// measured over the last three seconds, and each step admits the gap
+// between T and the orders pending (backlog + live admissions, measured
+// every MeasureEvery, plus its own admissions since): a place is given
+// again once an order was seen leaving.
 
 // PacerConfig configures a Pacer.
 type PacerConfig struct {

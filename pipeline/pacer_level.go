@@ -7,32 +7,36 @@ import (
 
 // levelControl is the auto pacer's controller of one room: window flow
 // control of the orders on their way through the pipeline, the scheme TCP
-// and BBR use for the bytes in flight (V. Jacobson, "Congestion Avoidance
-// and Control", SIGCOMM 1988; N. Cardwell et al., "BBR: Congestion-Based
-// Congestion Control", ACM Queue 14(5), 2016: in-flight capped at the
-// measured delivery rate × a target delay), with the target delay the
-// operator's TargetBacklog.
+// uses for the packets in flight (V. Jacobson, "Congestion Avoidance and
+// Control", SIGCOMM 1988: "conservation of packets", a new packet enters
+// only as an old one leaves; the window sized as BBR sizes it, N. Cardwell
+// et al., "BBR: Congestion-Based Congestion Control", ACM Queue 14(5),
+// 2016: the measured delivery rate × a target delay), the target delay
+// being the operator's TargetBacklog.
 //
 //	pending  P = backlog B (intake entries not yet stored + PROCESSING orders)
 //	             + live admissions L (orders a moment later)
 //	drain    d = orders that left PROCESSING per second over the last
-//	             drainSpan (2 s): ΔA − ΔB over the span, A the intake's
+//	             drainSpan (3 s): (ΔA − ΔB) / span, A the intake's
 //	             entries-added counter; a plain moving window, long enough
 //	             that one batch of the writers or the consumer (hundreds of
-//	             orders at once) moves it by a fraction of itself
+//	             orders at once) or a stall of a loaded machine moves it
+//	             by a fraction of itself
 //	level    T = TargetBacklog × max(d, MinRate) orders (Little's law: T
 //	             orders draining at d take TargetBacklog to pass)
 //
 // Each step admits the gap T − P̂, at most (AdmitArgs.Max), at the rate
 // (T − P̂) / Interval bounded to [MinRate, Ceiling]; P̂ is P as last
-// measured (every MeasureEvery), plus the admissions of this pacer's steps
-// since, minus d × the time since. The previous controller set a rate, r =
-// d + (T − P) / 1 s, from measurements 0.25 s apart, smoothed and then
-// applied for the next quarter second: three lags between a batch leaving
-// and the admissions that replace it, and a drain estimate over one second
-// that one batch moved by half. Here an admission counts in P̂ at once (it
-// is an order on its way from that moment), the only lag is the
-// measurement's, and a batch that leaves is replaced within one step.
+// measured (every MeasureEvery) plus the admissions of this pacer's steps
+// since. P̂ is not lowered by the expected drain between measurements: an
+// order's place is given again only once the measurement saw it leave
+// (conservation of packets), so P exceeds T only when T itself falls (the
+// drain slowed), by what the drain of the last span overstated. The
+// previous controller set a rate, r = d + (T − P) / 1 s, from
+// measurements 0.25 s apart, smoothed (EWMA) and applied for the next
+// quarter second: it kept admitting at the drain it had seen while a
+// stalled pipeline drained nothing, and its one-second drain, moved by
+// half by one batch, moved its target as much.
 //
 // While P stays below half of T with buyers still waiting, the pipeline
 // finished everything it was given, so the drain seen is only what was
@@ -49,7 +53,6 @@ type levelControl struct {
 	target  float64 // T, orders
 	drain   float64 // d, orders per second (0 before two measurements)
 	pending float64 // P̂, orders
-	at      time.Time
 	// measures are the last measurements, oldest first (at zero: none).
 	measures [drainSamples]levelSample
 	waiting  bool // the last step left buyers waiting
@@ -64,8 +67,8 @@ type levelSample struct {
 // drainSpan is how far back the drain is measured; drainSamples holds
 // enough measurements to span it at MeasureEvery down to 100 ms.
 const (
-	drainSpan    = 2 * time.Second
-	drainSamples = 24
+	drainSpan    = 3 * time.Second
+	drainSamples = 32
 )
 
 func newLevelControl(cfg PacerConfig) levelControl {
@@ -75,10 +78,6 @@ func newLevelControl(cfg PacerConfig) levelControl {
 // ask is the rate (admissions per second) and the most admissions of the
 // next step at now.
 func (lc *levelControl) ask(now time.Time, cfg PacerConfig) (rate float64, most int) {
-	if !lc.at.IsZero() {
-		lc.pending = max(lc.pending-lc.drain*now.Sub(lc.at).Seconds(), 0)
-	}
-	lc.at = now
 	gap := lc.target - lc.pending
 	if gap < 1 {
 		return cfg.MinRate, 1 // at or over the level: the floor only
@@ -112,7 +111,7 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 	pending := float64(backlog + live)
 	span := now.Sub(old.at).Seconds()
 	if old.at.IsZero() || span <= 0 {
-		lc.pending, lc.at = pending, now // the first measurement: no drain yet, the level stays
+		lc.pending = pending // the first measurement: no drain yet, the level stays
 		return
 	}
 	lc.drain = max(float64((accepted-old.accepted)-(backlog-old.backlog))/span, 0)
@@ -123,5 +122,5 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 		next = max(next, lc.target*math.Pow(2, min(now.Sub(prev.at).Seconds(), 1)))
 	}
 	lc.target = min(next, tau*cfg.Ceiling)
-	lc.pending, lc.at = pending, now
+	lc.pending = pending
 }

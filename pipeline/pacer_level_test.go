@@ -11,18 +11,18 @@ import (
 // PROCESSING every 50 ms; the consumer settles PROCESSING orders in
 // batches of up to batch, a batch of n taking base + n/perSecond.
 type simPipeline struct {
-	batch                   int
-	base                    time.Duration
-	perSecond               float64
-	orderDelay              time.Duration
-	ordersAt                []time.Duration // when each live admission orders
-	intake, processing      int64
-	accepted, settled       int64
-	busyUntil               time.Duration
-	inBatch                 int64
-	nextWrite               time.Duration
-	live                    int64
-	admittedTotal, settled0 int64
+	batch              int
+	base               time.Duration
+	perSecond          float64
+	orderDelay         time.Duration
+	ordersAt           []time.Duration // when each live admission orders
+	intake, processing int64
+	accepted, settled  int64
+	busyUntil          time.Duration
+	inBatch            int64
+	nextWrite          time.Duration
+	live               int64
+	stallEvery, stall  time.Duration // the consumer stalls stall in every stallEvery (a loaded machine)
 }
 
 func (sp *simPipeline) advance(now time.Duration) {
@@ -36,6 +36,9 @@ func (sp *simPipeline) advance(now time.Duration) {
 		sp.processing += sp.intake
 		sp.intake = 0
 		sp.nextWrite = now + 50*time.Millisecond
+	}
+	if sp.stallEvery > 0 && now%sp.stallEvery < sp.stall {
+		return
 	}
 	if sp.inBatch > 0 && now >= sp.busyUntil {
 		sp.processing -= sp.inBatch
@@ -55,12 +58,15 @@ func TestLevelControlHoldsTheBacklog(t *testing.T) {
 	cfg := PacerConfig{}
 	cfg.setDefaults()
 	for _, tc := range []struct {
-		name      string
-		batch     int
-		perSecond float64
-	}{{"600/s in batches of 256", 256, 800}, {"2000/s in batches of 256", 256, 2600}, {"150/s in batches of 64", 64, 200}} {
+		name       string
+		batch      int
+		perSecond  float64
+		stallEvery time.Duration
+	}{{"600/s in batches of 256", 256, 800, 0}, {"2000/s in batches of 256", 256, 2600, 0}, {"150/s in batches of 64", 64, 200, 0},
+		{"stalling 0.5 s in every 1.7 s", 256, 800, 1700 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
-			sp := &simPipeline{batch: tc.batch, base: 50 * time.Millisecond, perSecond: tc.perSecond, orderDelay: 30 * time.Millisecond}
+			sp := &simPipeline{batch: tc.batch, base: 50 * time.Millisecond, perSecond: tc.perSecond, orderDelay: 30 * time.Millisecond,
+				stallEvery: tc.stallEvery, stall: 500 * time.Millisecond}
 			lc := newLevelControl(cfg)
 			t0 := time.Unix(1_700_000_000, 0)
 			const tick = 10 * time.Millisecond
