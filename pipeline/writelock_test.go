@@ -212,9 +212,9 @@ func TestWriterLockRacingWriters(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // both are in their transaction, waiting for the stock row
 	release()
 	waitNoPending(t, e, k.Intake())
-	pipelinetest.WaitFor(t, 10*time.Second, "the loser recognises the stored rows", func() (bool, string) {
+	pipelinetest.WaitFor(t, 20*time.Second, "the loser recognises the stored rows", func() (bool, string) {
 		a, b := e.writerStats(ws[0]), e.writerStats(ws[1])
-		return a.Duplicates+b.Duplicates >= 60, fmt.Sprintf("%+v and %+v", a, b)
+		return a.Duplicates+b.Duplicates >= 60 && a.Batches > 0 && b.Batches > 0, fmt.Sprintf("%+v and %+v", a, b)
 	})
 	a, b := e.writerStats(ws[0]), e.writerStats(ws[1])
 	if a.Written+b.Written != 60 || a.Duplicates+b.Duplicates < 60 || a.Batches == 0 || b.Batches == 0 {

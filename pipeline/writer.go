@@ -146,7 +146,7 @@ func (c *WriterConfig) Validate() error {
 		return errors.New("invalid config: writer durations must be positive")
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("invalid config: writer retry backoff %v…%v", c.RetryMin, c.RetryMax)
-	case c.PayTimeout <= 0:
+	case c.LockOrders && c.PayTimeout <= 0:
 		return fmt.Errorf("invalid config: writer pay timeout %v", c.PayTimeout)
 	case c.DeadMaxLen < 1:
 		return fmt.Errorf("invalid config: writer dead stream max length %d", c.DeadMaxLen)
