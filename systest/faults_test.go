@@ -201,7 +201,7 @@ func TestFault03MySQLUnavailable(t *testing.T) {
 // use up the messages' retry budget and dead-letter them.
 func TestFault03bMySQLUnreachableFromConsumers30s(t *testing.T) {
 	e := newEnv(t)
-	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
+	e.lockDesign = "batch"                         // the order-lock consumer's ORDER_CREATED path
 	e.serve("app", "gateway,writer,relay,sweeper") // direct to MySQL
 	db := e.mysqlProxy()
 	consumer := e.serve("consumer", "consumer") // through the proxy
