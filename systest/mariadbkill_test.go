@@ -64,7 +64,7 @@ func (e *env) killMySQL() (restart func()) {
 // again; one whose commit landed before the kill is found stored.
 func TestMariaDBKilledMidBatch(t *testing.T) {
 	e := newEnvFor(t, "mariadbkill")
-	e.serve("app", allButPush)
+	app := e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
 	const n = 3000
 	pid := e.product(n)
@@ -74,16 +74,22 @@ func TestMariaDBKilledMidBatch(t *testing.T) {
 	saleDone := make(chan struct{})
 	go func() {
 		defer close(saleDone)
-		intents = e.sale(pid, n, 5_000_000, saleOptions{workers: 16, accepted: &accepted})
+		intents = e.sale(pid, n, 5_000_000, saleOptions{workers: 8, pace: 20 * time.Millisecond, accepted: &accepted})
 	}()
 	waitAccepted(t, &accepted, 800, 60*time.Second)
+	stored := e.count(`SELECT COUNT(*) FROM order_info WHERE product_id = ?`, pid)
+	acceptedAtKill := accepted.Load()
 	restart := e.killMySQL()
 	killedAt := time.Now()
 	time.Sleep(3 * time.Second)
 	restart()
 	upAt := time.Now()
 	<-saleDone
-	t.Logf("MariaDB killed after %d accepted, back %s later", accepted.Load(), upAt.Sub(killedAt).Round(time.Millisecond))
+	t.Logf("MariaDB killed after %d accepted (%d stored just before), back %s later; %d accepted in all",
+		acceptedAtKill, stored, upAt.Sub(killedAt).Round(time.Millisecond), accepted.Load())
+	if acceptedAtKill >= n {
+		t.Fatalf("the sale was over before the kill: no batch was in flight")
+	}
 	rep := e.settle(pid, upAt, 120*time.Second)
 	got, other := count202(intents)
 	if got != n {
@@ -96,6 +102,10 @@ func TestMariaDBKilledMidBatch(t *testing.T) {
 	}
 	if c := e.count(`SELECT locked FROM stock WHERE product_id = ?`, pid); c != got {
 		t.Errorf("MySQL stock locked %d, want %d", c, got)
+	}
+	// The writers met the dead server with a batch in hand and retried it.
+	if !strings.Contains(app.stderr.String(), "writer: flush batch failed, retrying") {
+		t.Errorf("no writer batch failed against the killed MariaDB: the kill did not hit a batch")
 	}
 	if c := e.count(`SELECT COUNT(*) FROM mq_outbox WHERE event_type = 'ORDER_CREATED'`); c != 0 {
 		t.Errorf("%d ORDER_CREATED rows: the writer design writes none", c)
