@@ -166,6 +166,7 @@ func (r *Report) Markdown() string {
 		}
 		w("| redis-benchmark ceiling | Redis | %s | %s | %s | %s | | | |\n", val, fmtMs(c.P50), fmtMs(c.P95), fmtMs(c.P99))
 	}
+	r.mysqlCeilingRows(&b)
 	w("\n")
 
 	if len(r.Goals) > 0 {
@@ -340,4 +341,24 @@ func (r *Report) SummaryMarkdown() string {
 		return md[:i]
 	}
 	return md
+}
+
+// mysqlCeilingRows adds to the summary table, for each drain scenario that
+// measured the MySQL ceiling (mysqlceiling.go), the ceiling and each
+// design's drain as a ratio to it.
+func (r *Report) mysqlCeilingRows(b *strings.Builder) {
+	for _, s := range r.Results {
+		c, ok := s.Figure("MySQL ceiling")
+		if s.Scenario != Drain || !ok {
+			continue
+		}
+		ratios := []string{}
+		for _, f := range s.Figures {
+			if design, found := strings.CutSuffix(f.Name, ": drain / MySQL ceiling"); found {
+				ratios = append(ratios, fmt.Sprintf("%s %.2f×", design, f.Value))
+			}
+		}
+		fmt.Fprintf(b, "| MySQL insert ceiling (order, item, flow; %d per tx) | MySQL | %s orders/s; drain / ceiling: %s | | | | | | |\n",
+			mysqlCeilingPerTx, fmtNum(c), strings.Join(ratios, ", "))
+	}
 }
