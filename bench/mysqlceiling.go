@@ -84,7 +84,7 @@ func insertCeilingTx(ctx context.Context, db *sql.DB, prefix string, lo, hi int6
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit: a no-op
+	defer tx.Rollback() // after Commit: a no-op
 	now := time.Now().UTC()
 	n := int(hi - lo)
 	var oa, ia, fa []any

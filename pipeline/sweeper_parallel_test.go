@@ -203,7 +203,52 @@ func TestClosePathRacesPaymentsAndCancels(t *testing.T) {
 		}
 		wg.Go(func() { s.Run(runCtx) })
 	}
-	var paid, refund, userCancelled, lostCancel sync.Map
+	r := raceCloses(t, store, p, nos)
+	deadline := time.Now().Add(60 * time.Second)
+	for countQ(t, store, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, p.ID) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("orders still WAITING_PAY after 60s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	wg.Wait()
+
+	paid, refund, userCancelled, lostCancel := &r.paid, &r.refund, &r.userCancelled, &r.lostCancel
+	t.Logf("paid %d, payments refunded %d, user cancels %d, lost to the sweeper %d",
+		mapLen(paid), mapLen(refund), mapLen(userCancelled), mapLen(lostCancel))
+	if mapLen(paid) == 0 || mapLen(userCancelled) == 0 {
+		t.Error("no payment or no user cancel won: the race did not happen, the test proves nothing")
+	}
+	checkOrderEnds(t, store, p.ID, nos, paid)
+	if c := countQ(t, store, `SELECT COUNT(*) FROM payment WHERE order_no IN (SELECT order_no FROM order_info WHERE product_id = ?) AND status = 'REFUND_PENDING'`, p.ID); c != mapLen(refund) {
+		t.Errorf("%d REFUND_PENDING payments, want %d", c, mapLen(refund))
+	}
+	st, _ := store.GetStock(ctx, p.ID)
+	if sold := mapLen(paid); st.Locked != 0 || st.Sold != sold || st.Available != n-sold {
+		t.Errorf("mysql stock %+v, want locked 0, sold %d, available %d", st, sold, n-sold)
+	}
+}
+
+// raceResult is what the racers of raceCloses won and lost (orderNo → true).
+type raceResult struct {
+	paid, refund, userCancelled, lostCancel sync.Map
+}
+
+func mapLen(m *sync.Map) (c int64) {
+	m.Range(func(any, any) bool { c++; return true })
+	return c
+}
+
+// raceCloses pays the orders nos[i] with i % 3 = 0 and cancels (as their
+// buyer) those with i % 3 = 1, from 16 goroutines, while the sweepers close
+// what falls due; it returns who won each.
+func raceCloses(t *testing.T, store *persistence.Store, p persistence.Product, nos []string) *raceResult {
+	t.Helper()
+	ctx := context.Background()
+	n := len(nos)
+	r := &raceResult{}
 	var racers sync.WaitGroup
 	const racerCount = 16
 	for w := range racerCount {
@@ -217,18 +262,18 @@ func TestClosePathRacesPaymentsAndCancels(t *testing.T) {
 					case err != nil:
 						t.Errorf("pay %s: %v", no, err)
 					case out == persistence.PayPaid:
-						paid.Store(no, true)
+						r.paid.Store(no, true)
 					case out == persistence.PayRefundPending:
-						refund.Store(no, true)
+						r.refund.Store(no, true)
 					}
 				case 1:
 					_, err := store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, UserID: int64(i + 1), Reason: order.ReasonUser,
 						From: []order.Status{order.WaitingPay}})
 					switch {
 					case err == nil:
-						userCancelled.Store(no, true)
+						r.userCancelled.Store(no, true)
 					case errors.Is(err, persistence.ErrInvalidState):
-						lostCancel.Store(no, true)
+						r.lostCancel.Store(no, true)
 					default:
 						t.Errorf("cancel %s: %v", no, err)
 					}
@@ -237,34 +282,7 @@ func TestClosePathRacesPaymentsAndCancels(t *testing.T) {
 		})
 	}
 	racers.Wait()
-	deadline := time.Now().Add(60 * time.Second)
-	for countQ(t, store, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, p.ID) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("orders still WAITING_PAY after 60s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
-	cancel()
-	wg.Wait()
-
-	mapLen := func(m *sync.Map) (c int64) {
-		m.Range(func(any, any) bool { c++; return true })
-		return c
-	}
-	t.Logf("paid %d, payments refunded %d, user cancels %d, lost to the sweeper %d",
-		mapLen(&paid), mapLen(&refund), mapLen(&userCancelled), mapLen(&lostCancel))
-	if mapLen(&paid) == 0 || mapLen(&userCancelled) == 0 {
-		t.Error("no payment or no user cancel won: the race did not happen, the test proves nothing")
-	}
-	checkOrderEnds(t, store, p.ID, nos, &paid)
-	if r := countQ(t, store, `SELECT COUNT(*) FROM payment WHERE order_no IN (SELECT order_no FROM order_info WHERE product_id = ?) AND status = 'REFUND_PENDING'`, p.ID); r != mapLen(&refund) {
-		t.Errorf("%d REFUND_PENDING payments, want %d", r, mapLen(&refund))
-	}
-	st, _ := store.GetStock(ctx, p.ID)
-	if sold := mapLen(&paid); st.Locked != 0 || st.Sold != sold || st.Available != n-sold {
-		t.Errorf("mysql stock %+v, want locked 0, sold %d, available %d", st, sold, n-sold)
-	}
+	return r
 }
 
 // checkOrderEnds checks that each of nos is PAID (exactly those in paid,
