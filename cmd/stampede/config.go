@@ -56,7 +56,7 @@ type Config struct {
 	ConsumerWorkers     int           // STAMPEDE_CONSUMER_WORKERS, -consumer-workers: concurrent messages per queue (8)
 	ConsumerPrefetch    int           // STAMPEDE_CONSUMER_PREFETCH, -consumer-prefetch: AMQP prefetch per queue (64)
 	ConsumerMaxAttempts int           // STAMPEDE_CONSUMER_MAX_ATTEMPTS, -consumer-max-attempts: deliveries before a failing message is dead-lettered (5)
-	ConsumerLock        string        // STAMPEDE_CONSUMER_LOCK, -consumer-lock: "batch" (set-based order-lock transactions) or "message" (the previous design, one per order) (batch)
+	ConsumerLock        string        // STAMPEDE_CONSUMER_LOCK, -consumer-lock: "writer" (orders stored locked by the writer), "batch" (set-based order-lock transactions) or "message" (the previous design, one per order) (writer)
 	ConsumerBatch       int           // STAMPEDE_CONSUMER_BATCH, -consumer-batch: ORDER_CREATED messages per order-lock transaction (256)
 	ConsumerBatchWait   time.Duration // STAMPEDE_CONSUMER_BATCH_WAIT, -consumer-batch-wait: longest wait to fill an order-lock batch (5ms)
 	ConsumerLockChans   int           // STAMPEDE_CONSUMER_LOCK_CHANNELS, -consumer-lock-channels: order-lock batches in flight per process (2)
@@ -250,7 +250,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
 	integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
 	integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
-	str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "batch", "order-lock design: batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
+	str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "writer", "order-lock design: writer (the writer's batch transaction stores orders already WAITING_PAY or FAILED, with one conditional stock UPDATE per product: no ORDER_CREATED message), batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
 	integer(&c.ConsumerBatch, "consumer-batch", "STAMPEDE_CONSUMER_BATCH", 256, fmt.Sprintf("ORDER_CREATED messages per order-lock transaction (1..%d)", persistence.MaxLockBatch))
 	dur(&c.ConsumerBatchWait, "consumer-batch-wait", "STAMPEDE_CONSUMER_BATCH_WAIT", 5*time.Millisecond, "longest wait to fill an order-lock batch once its first message arrived")
 	integer(&c.ConsumerLockChans, "consumer-lock-channels", "STAMPEDE_CONSUMER_LOCK_CHANNELS", 2, "order-lock batches applied at once per process, each on its own AMQP channel (1..64)")
@@ -312,8 +312,8 @@ func (c *Config) Validate() error {
 	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
 	}
-	if c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
-		errs = append(errs, fmt.Errorf("consumer lock %q is neither batch nor message", c.ConsumerLock))
+	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
+		errs = append(errs, fmt.Errorf("consumer lock %q is none of writer, batch, message", c.ConsumerLock))
 	}
 	if c.ConsumerBatch < 1 || c.ConsumerBatch > persistence.MaxLockBatch {
 		errs = append(errs, fmt.Errorf("consumer batch %d is outside 1..%d", c.ConsumerBatch, persistence.MaxLockBatch))

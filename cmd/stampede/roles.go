@@ -178,6 +178,7 @@ func (b *roleBuilder) writer() error {
 		BatchSize: b.cfg.WriterBatch, BatchWait: b.cfg.WriterWait, ClaimIdle: b.cfg.WriterClaimIdle, Logger: b.log.With("role", "writer"),
 		FlushTimeout: min(5*time.Second, b.cfg.ShutdownTimeout/2), Metrics: b.a.tel.pipeline,
 		ReplicaAcks: writerReplicaAcks(b.cfg), ReplicaWait: b.cfg.RedisReplicaWait,
+		LockOrders: b.cfg.ConsumerLock == "writer", PayTimeout: b.cfg.PayTimeout,
 	})
 	if err != nil {
 		return err
