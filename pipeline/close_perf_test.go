@@ -83,6 +83,9 @@ func closeDelays(t *testing.T, store *persistence.Store, pid int64) ([]time.Dura
 		}
 		out = append(out, time.Duration(us)*time.Microsecond)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	var spanUS int64
 	if err := store.DB.QueryRow(`SELECT TIMESTAMPDIFF(MICROSECOND, MIN(pay_deadline), MAX(updated_at)) FROM order_info WHERE product_id = ?`, pid).Scan(&spanUS); err != nil {

@@ -159,6 +159,9 @@ func assertOneEventPerOrder(t *testing.T, store *persistence.Store, pid int64, n
 			}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	if len(seen) != n {
 		t.Errorf("status batches carry %d orders, want %d", len(seen), n)
 	}
@@ -313,6 +316,9 @@ func checkOrderEnds(t *testing.T, store *persistence.Store, pid int64, nos []str
 		default:
 			t.Errorf("order %s: %s (paid by the test: %v), %d RELEASE and %d CONFIRM flows", no, status, wasPaid, releases, confirms)
 		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	if seen != len(nos) {
 		t.Errorf("%d orders, want %d", seen, len(nos))
