@@ -255,6 +255,7 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 		}
 		runs = append(runs, dr)
 	}
+	r.addMySQLCeiling(ctx, s, runs) // mysqlceiling.go
 	if len(pids) > 0 {
 		s.ProductID = pids[len(pids)-1]
 	}

@@ -63,6 +63,7 @@ type Config struct {
 	RelayBatch          int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
 	RelayWorkers        int           // STAMPEDE_RELAY_WORKERS, -relay-workers: relays per process, each with its own connection (2)
 	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
+	SweepWorkers        int           // STAMPEDE_SWEEP_WORKERS, -sweep-workers: close passes run at once per sweeper, each over its own part of the due orders (2)
 	OutboxRetention     time.Duration // STAMPEDE_OUTBOX_RETENTION, -outbox-retention: SENT outbox rows kept this long, 0 = forever (168h)
 	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
 	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = development: ws://<host>:<push port>/ws; production: the client's own fallback)
@@ -256,6 +257,7 @@ func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
 	integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
 	integer(&c.RelayWorkers, "relay-workers", "STAMPEDE_RELAY_WORKERS", 2, "relays per process, each claiming with SKIP LOCKED on its own RabbitMQ connection, so one's confirm wait overlaps another's claim (1..16)")
 	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
+	integer(&c.SweepWorkers, "sweep-workers", "STAMPEDE_SWEEP_WORKERS", 2, fmt.Sprintf("close passes a sweeper runs at once, each over its own part of the due orders (id mod this) under its own MySQL advisory lock, so a sale's unpaid orders close as fast as they were locked; the same value on every sweeper (1..%d)", persistence.MaxCloseParts))
 	dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
 	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
 	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers by GET /api/config (empty: development ws://<request host>:<push port>/ws; production none, the client uses its own host and port 8081)")
@@ -324,6 +326,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
 		errs = append(errs, err)
+	}
+	if c.SweepWorkers < 1 || c.SweepWorkers > persistence.MaxCloseParts {
+		errs = append(errs, fmt.Errorf("sweep workers %d is outside 1..%d", c.SweepWorkers, persistence.MaxCloseParts))
 	}
 	if c.RelayWorkers < 1 || c.RelayWorkers > 16 {
 		errs = append(errs, fmt.Errorf("relay workers %d is outside 1..16", c.RelayWorkers))

@@ -241,7 +241,7 @@ func (b *roleBuilder) sweeper() error {
 	if retention == 0 {
 		retention = -1 // keep every row
 	}
-	s, err := pipeline.NewSweeper(b.a.store, pipeline.SweeperConfig{Interval: b.cfg.SweepInterval, Logger: b.log.With("role", "sweeper"),
+	s, err := pipeline.NewSweeper(b.a.store, pipeline.SweeperConfig{Interval: b.cfg.SweepInterval, Workers: b.cfg.SweepWorkers, Logger: b.log.With("role", "sweeper"),
 		Metrics: b.a.tel.pipeline, Redis: b.a.rdb, ReconcileInterval: reconcile, OutboxRetention: retention})
 	if err != nil {
 		return err
