@@ -165,8 +165,9 @@ type Params struct {
 	E2EPoll     time.Duration `json:"e2ePoll"` // period of the WAITING_PAY count
 
 	// DrainOrders reservations are accepted at DrainRate with the pipeline
-	// stopped, then drained by each of DrainDesigns (DesignMessage, the
-	// previous design, and DesignBatch) with pay timeout DrainPayTimeout.
+	// stopped, then drained by each of DrainDesigns (default DesignBatch,
+	// the previous design, then DesignWriter; DesignMessage too on demand)
+	// with pay timeout DrainPayTimeout.
 	DrainOrders     int64         `json:"drainOrders"`
 	DrainRate       float64       `json:"drainRate"`
 	DrainDesigns    []string      `json:"drainDesigns"`
@@ -227,7 +228,7 @@ func DefaultParams() Params {
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
 		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000,
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
-		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignMessage, DesignBatch}, DrainPayTimeout: time.Minute,
+		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignBatch, DesignWriter}, DrainPayTimeout: time.Minute,
 		RoomBuyers: 100_000, RoomStock: 5_000, RoomArrival: 10 * time.Second, RoomSockets: 200, RoomTarget: 2 * time.Second,
 		DrawEntries: 100_000, DrawUnits: 5_000, DrawReserve: 1_000, DrawSockets: 200,
 		CeilingRequests: 200_000, CeilingClients: 50,
@@ -293,8 +294,8 @@ func (p Params) Validate() error {
 		errs = append(errs, errors.New("drain orders, rate and designs must be positive, the drain pay timeout at least 1s"))
 	}
 	for _, d := range p.DrainDesigns {
-		if d != DesignBatch && d != DesignMessage {
-			errs = append(errs, fmt.Errorf("drain design %q is neither %s nor %s", d, DesignBatch, DesignMessage))
+		if d != DesignWriter && d != DesignBatch && d != DesignMessage {
+			errs = append(errs, fmt.Errorf("drain design %q is none of %s, %s, %s", d, DesignWriter, DesignBatch, DesignMessage))
 		}
 	}
 	if p.RoomBuyers < 1 || p.RoomStock < 1 || p.RoomArrival <= 0 || p.RoomSockets < 0 || p.RoomSockets > p.RoomBuyers {

@@ -24,14 +24,16 @@ import (
 type Pipeline interface {
 	// Stop stops the running pipeline roles and returns once they drained.
 	Stop()
-	// Start starts them with the order-lock design ("batch" or "message",
-	// see ConsumerConfig.PerMessageLock) and pay timeout (0: the configured
-	// one).
+	// Start starts them with the order-lock design ("writer", "batch" or
+	// "message", see WriterConfig.LockOrders and
+	// ConsumerConfig.PerMessageLock; "": the configured one) and pay timeout
+	// (0: the configured one).
 	Start(ctx context.Context, design string, payTimeout time.Duration) error
 }
 
 // Lock designs the drain scenario compares.
 const (
+	DesignWriter  = "writer"  // orders stored WAITING_PAY by the writer's own batch transaction
 	DesignBatch   = "batch"   // batched consumers, sweeper closes unpaid orders
 	DesignMessage = "message" // the previous design: one transaction and one delayed close message per order
 )
@@ -235,7 +237,6 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if r.env.Pipeline == nil {
 		return s.fail(fmt.Errorf("the drain scenario needs the pipeline roles in the bench process (run without --url)"))
 	}
-	p := r.p
 	defer func() {
 		r.env.Pipeline.Stop()
 		if err := r.env.Pipeline.Start(context.WithoutCancel(ctx), "", 0); err != nil {
@@ -244,7 +245,7 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 	}()
 	var runs []*drainRun
 	var pids []int64
-	for _, design := range p.DrainDesigns {
+	for _, design := range r.p.DrainDesigns {
 		dr, pid, err := r.drainOnce(ctx, t, design, s)
 		if pid > 0 {
 			pids = append(pids, pid)
@@ -254,9 +255,21 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 		}
 		runs = append(runs, dr)
 	}
+	r.addMySQLCeiling(ctx, s, runs) // mysqlceiling.go
 	if len(pids) > 0 {
 		s.ProductID = pids[len(pids)-1]
 	}
+	s.Tables = append(s.Tables, drainCostTable(runs), drainTable(runs, s))
+	drainFigures(runs, s)
+	for i, pid := range pids {
+		s.Notes = append(s.Notes, fmt.Sprintf("product %d: the %s design", pid, runs[min(i, len(runs)-1)].design))
+	}
+	s.Audit = r.drainAudit(ctx, pids, runs)
+	return s
+}
+
+// drainCostTable is the cost per order of every design, drained and closed.
+func drainCostTable(runs []*drainRun) Table {
 	cols := []string{"per order"}
 	for _, dr := range runs {
 		cols = append(cols, dr.design+" (drain)")
@@ -280,7 +293,12 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 			tbl.Rows = append(tbl.Rows, row)
 		}
 	}
-	s.Tables = append(s.Tables, tbl)
+	return tbl
+}
+
+// drainTable is the drain and close of every design, with the notes on
+// what overlapped or did not finish.
+func drainTable(runs []*drainRun, s *ScenarioResult) Table {
 	rt := Table{Title: "Drain and close", Header: []string{"design", "orders", "drain orders/s (10–90 %)", "start → last orders/s", "time to last", "FAILED",
 		"Redis B/order (product's keys) before drain", "after", "Redis keys/order before", "after", "close delay p50", "p95", "p99", "max"}}
 	for _, dr := range runs {
@@ -300,9 +318,25 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 			s.Notes = append(s.Notes, dr.design+": "+dr.closeIncomplete)
 		}
 	}
-	s.Tables = append(s.Tables, rt)
+	return rt
+}
+
+// drainFigures names the figures of every design: drain rate, its ratio to
+// the batch design of the same run, commits, statements, row writes and
+// RabbitMQ messages (published + delivered) per drained order, close delay;
+// the headline is the last design's drain rate.
+func drainFigures(runs []*drainRun, s *ScenarioResult) {
+	var batchRate float64
+	for _, dr := range runs {
+		if dr.design == DesignBatch {
+			batchRate = dr.rate
+		}
+	}
 	for _, dr := range runs {
 		s.figure(dr.design+": drain rate", dr.rate, "orders/s")
+		if batchRate > 0 && dr.design != DesignBatch {
+			s.figure(dr.design+": drain rate / batch design's", dr.rate/batchRate, "×")
+		}
 		if v, ok := dr.drainCost["Com_commit"]; ok {
 			s.figure(dr.design+": MySQL commits per drained order", v, "")
 			s.Notes = append(s.Notes, fmt.Sprintf("%s: %.4f MySQL COMMITs and %.3f statements per drained order", dr.design, v, dr.drainCost["statements"]))
@@ -310,19 +344,27 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 		if v, ok := dr.drainCost["statements"]; ok {
 			s.figure(dr.design+": MySQL statements per drained order", v, "")
 		}
+		if v, ok := dr.drainCost["rows"]; ok {
+			s.figure(dr.design+": row writes per drained order", v, "")
+		}
+		pub, okP := dr.drainCost[rabbitCounters[0]]
+		del, okD := dr.drainCost[rabbitCounters[1]]
+		if okP && okD {
+			s.figure(dr.design+": RabbitMQ messages per drained order", pub+del, "")
+		}
 		s.figure(dr.design+": close delay p95", dr.closeDelay.P95, "ms")
 	}
 	last := runs[len(runs)-1]
 	s.Headline = Figure{Name: "drain rate (" + last.design + "; p50–p99: its close delay)", Value: last.rate, Unit: "orders/s"}
 	s.HeadlineLatency = last.closeDelay
-	for i, pid := range pids {
-		s.Notes = append(s.Notes, fmt.Sprintf("product %d: the %s design", pid, runs[min(i, len(runs)-1)].design))
-	}
 	s.Latencies = map[string]loadgen.Summary{}
 	for _, dr := range runs {
 		s.Latencies[dr.design+": pay deadline → CANCELLED (MySQL, ms resolution)"] = dr.closeDelay
 	}
-	// The audit of every product of the scenario; one Audit holds them all.
+}
+
+// drainAudit audits every product of the scenario; one Audit holds them all.
+func (r *run) drainAudit(ctx context.Context, pids []int64, runs []*drainRun) *Audit {
 	a := &Audit{Pass: true, Idle: true, Orders: map[string]int64{}}
 	for i, pid := range pids {
 		acc := runs[min(i, len(runs)-1)].accepted
@@ -344,8 +386,7 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 			a.Error = pa.Error
 		}
 	}
-	s.Audit = a
-	return s
+	return a
 }
 
 func costMaps(runs []*drainRun, drain bool) []map[string]float64 {
@@ -359,12 +400,12 @@ func costMaps(runs []*drainRun, drain bool) []map[string]float64 {
 	return out
 }
 
-// drainOnce is one design's run of the drain scenario.
+// drainOnce is one design's run of the drain scenario: accept with the
+// pipeline stopped, drain with design, then wait for the close.
 func (r *run) drainOnce(ctx context.Context, t *target, design string, s *ScenarioResult) (*drainRun, int64, error) {
-	p := r.p
 	dr := &drainRun{design: design}
 	r.env.Pipeline.Stop()
-	pid, err := r.createProduct(ctx, t, Drain+" "+design, p.DrainOrders, 0)
+	pid, err := r.createProduct(ctx, t, Drain+" "+design, r.p.DrainOrders, 0)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -372,100 +413,139 @@ func (r *run) drainOnce(ctx context.Context, t *target, design string, s *Scenar
 	if err != nil {
 		return nil, pid, err
 	}
-	var acc outcomes
-	cfg := r.loadConfig(t)
-	cfg.Rate = p.DrainRate
-	cfg.Duration = time.Duration(float64(p.DrainOrders) / p.DrainRate * float64(time.Second))
-	nUsers := int64(len(r.users.ids))
-	cfg.Build = r.orderBuilder(pid, r.requestPrefix(t, "dr"+design[:1]), func(i int64) int { return int(i % nUsers) }, func(i int64) int64 { return i })
-	cfg.Observe = acc.observe
-	r.logf("   %s design: accepting %d reservations at %s/s with the pipeline stopped", design, p.DrainOrders, fmtNum(cfg.Rate))
-	res, err := loadgen.Run(ctx, cfg)
-	if res != nil {
-		s.addPhase(design+": intake (pipeline stopped)", cfg.Rate, res)
-	}
-	if err != nil {
+	if err := r.acceptStopped(ctx, t, dr, pid, s); err != nil {
 		return nil, pid, err
-	}
-	dr.accepted, _ = acc.counts()
-	if dr.accepted == 0 {
-		return nil, pid, fmt.Errorf("no reservation accepted")
 	}
 	if mem, keys, err := r.redisFootprint(ctx, pid); err == nil {
 		dr.memDuring = float64(mem-mem0) / float64(dr.accepted)
 		dr.keysDuring = float64(keys-keys0) / float64(dr.accepted)
 	}
-
-	c0, notes := r.readCounters(ctx)
-	s.Notes = appendNew(s.Notes, notes...)
-	payTimeout := p.DrainPayTimeout
-	start := time.Now()
-	if err := r.env.Pipeline.Start(ctx, design, payTimeout); err != nil {
+	c1, err := r.drainMeasured(ctx, dr, pid, s)
+	if err != nil {
 		return nil, pid, err
 	}
-	r.logf("   %s design: pipeline started, draining", design)
-	var own int64 // SELECTs this scenario sends while counting
-	var samples []drainSample
+	if mem, keys, err := r.redisFootprint(ctx, pid); err == nil {
+		dr.memAfter = float64(mem-mem0) / float64(dr.accepted)
+		dr.keysAfter = float64(keys-keys0) / float64(dr.accepted)
+	}
+	r.logf("   %s design: %d orders past PROCESSING in %s (%s orders/s), waiting for their pay deadline (%s) to measure the close",
+		design, dr.accepted, dr.toLast.Round(time.Millisecond), fmtNum(dr.rate), r.p.DrainPayTimeout)
+	if err := r.closeMeasured(ctx, dr, pid, c1); err != nil {
+		return nil, pid, err
+	}
+	r.logf("   %s design: %d closed, pay deadline → CANCELLED p50 %s p95 %s max %s", design, dr.closed,
+		fmtMs(dr.closeDelay.P50), fmtMs(dr.closeDelay.P95), fmtMs(dr.closeDelay.Max))
+	return dr, pid, nil
+}
+
+// acceptStopped accepts DrainOrders reservations of pid at DrainRate with
+// the pipeline stopped and records how many were accepted.
+func (r *run) acceptStopped(ctx context.Context, t *target, dr *drainRun, pid int64, s *ScenarioResult) error {
+	p := r.p
+	var acc outcomes
+	cfg := r.loadConfig(t)
+	cfg.Rate = p.DrainRate
+	cfg.Duration = time.Duration(float64(p.DrainOrders) / p.DrainRate * float64(time.Second))
+	nUsers := int64(len(r.users.ids))
+	cfg.Build = r.orderBuilder(pid, r.requestPrefix(t, "dr"+dr.design[:1]), func(i int64) int { return int(i % nUsers) }, func(i int64) int64 { return i })
+	cfg.Observe = acc.observe
+	r.logf("   %s design: accepting %d reservations at %s/s with the pipeline stopped", dr.design, p.DrainOrders, fmtNum(cfg.Rate))
+	res, err := loadgen.Run(ctx, cfg)
+	if res != nil {
+		s.addPhase(dr.design+": intake (pipeline stopped)", cfg.Rate, res)
+	}
+	if err != nil {
+		return err
+	}
+	dr.accepted, _ = acc.counts()
+	if dr.accepted == 0 {
+		return fmt.Errorf("no reservation accepted")
+	}
+	return nil
+}
+
+// drainMeasured starts the pipeline with dr's design, waits until every
+// accepted order of pid is past PROCESSING and its status events are sent,
+// and records the drain's rates and cost per order. It returns the counters
+// read at its end.
+func (r *run) drainMeasured(ctx context.Context, dr *drainRun, pid int64, s *ScenarioResult) (counters, error) {
+	c0, notes := r.readCounters(ctx)
+	s.Notes = appendNew(s.Notes, notes...)
+	start := time.Now()
+	if err := r.env.Pipeline.Start(ctx, dr.design, r.p.DrainPayTimeout); err != nil {
+		return nil, err
+	}
+	r.logf("   %s design: pipeline started, draining", dr.design)
 	deadline := start.Add(r.env.IdleWait)
-	for {
-		n, err := r.countStatus(ctx, pid, order.WaitingPay, order.Failed, order.Cancelled)
-		own++
-		if err != nil {
-			return nil, pid, err
-		}
-		samples = append(samples, drainSample{time.Now(), n})
-		if n >= dr.accepted {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, pid, fmt.Errorf("%d of %d orders past PROCESSING after %s", n, dr.accepted, r.env.IdleWait)
-		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return nil, pid, ctx.Err()
-		}
+	samples, own, err := r.waitPastProcessing(ctx, pid, dr.accepted, deadline)
+	if err != nil {
+		return nil, err
 	}
 	lastAt := samples[len(samples)-1].at
 	dr.toLast = lastAt.Sub(start)
 	dr.rate = drainRate(samples, dr.accepted)
 	dr.wallRate = float64(dr.accepted) / dr.toLast.Seconds()
 	// Until every status event of the drain is published and delivered.
-	for {
-		n, err := r.env.Store.PendingOutboxFor(ctx, []int64{pid})
-		own++
-		if err != nil {
-			return nil, pid, err
-		}
-		if n == 0 || time.Now().After(deadline) {
-			dr.pendingAfterDrain = n
-			break
-		}
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
+	n, polls := r.waitOutboxSent(ctx, pid, deadline)
+	dr.pendingAfterDrain = n
+	own += polls
 	sleepCtx(ctx, time.Second) // deliveries of the last published events
 	if n, err := r.countStatus(ctx, pid, order.Cancelled); err == nil && n > 0 {
 		dr.closesOverlapped = true
 	}
-	own++
-	failed, _ := r.countStatus(ctx, pid, order.Failed)
-	own++
-	dr.failed = failed
+	dr.failed, _ = r.countStatus(ctx, pid, order.Failed)
+	own += 2
 	c1, _ := r.readCounters(ctx)
 	dr.drainCost = perOrder(c0, c1, dr.accepted, own)
-	if mem, keys, err := r.redisFootprint(ctx, pid); err == nil {
-		dr.memAfter = float64(mem-mem0) / float64(dr.accepted)
-		dr.keysAfter = float64(keys-keys0) / float64(dr.accepted)
-	}
-	r.logf("   %s design: %d orders past PROCESSING in %s (%s orders/s), waiting for their pay deadline (%s) to measure the close",
-		design, dr.accepted, dr.toLast.Round(time.Millisecond), fmtNum(dr.rate), payTimeout)
+	return c1, nil
+}
 
-	// The close: nobody pays; every order must be CANCELLED at its deadline.
-	own = 0
-	closeBy := time.Now().Add(payTimeout + r.env.IdleWait)
+// waitPastProcessing samples how many of pid's orders are past PROCESSING
+// every 100 ms until all accepted are, or deadline. own counts its SELECTs.
+func (r *run) waitPastProcessing(ctx context.Context, pid, accepted int64, deadline time.Time) (samples []drainSample, own int64, err error) {
+	for {
+		n, err := r.countStatus(ctx, pid, order.WaitingPay, order.Failed, order.Cancelled)
+		own++
+		if err != nil {
+			return nil, own, err
+		}
+		samples = append(samples, drainSample{time.Now(), n})
+		if n >= accepted {
+			return samples, own, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, own, fmt.Errorf("%d of %d orders past PROCESSING after %s", n, accepted, r.env.IdleWait)
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return nil, own, ctx.Err()
+		}
+	}
+}
+
+// waitOutboxSent waits until pid has no unsent outbox row, or deadline; it
+// returns the rows still unsent and its polls.
+func (r *run) waitOutboxSent(ctx context.Context, pid int64, deadline time.Time) (pending, polls int64) {
+	for {
+		n, err := r.env.Store.PendingOutboxFor(ctx, []int64{pid})
+		polls++
+		if err != nil || n == 0 || time.Now().After(deadline) {
+			return n, polls
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+}
+
+// closeMeasured waits until every locked order of pid is CANCELLED (nobody
+// pays) or the pay timeout + IdleWait passed, and records the close's cost
+// per order from c1 on and the delays past the deadline.
+func (r *run) closeMeasured(ctx context.Context, dr *drainRun, pid int64, c1 counters) error {
+	var own int64
+	closeBy := time.Now().Add(r.p.DrainPayTimeout + r.env.IdleWait)
 	for {
 		n, err := r.countStatus(ctx, pid, order.Cancelled)
 		own++
 		if err != nil {
-			return nil, pid, err
+			return err
 		}
 		if n >= dr.accepted-dr.failed {
 			break
@@ -476,25 +556,16 @@ func (r *run) drainOnce(ctx context.Context, t *target, design string, s *Scenar
 		}
 		sleepCtx(ctx, 250*time.Millisecond)
 	}
-	for {
-		n, err := r.env.Store.PendingOutboxFor(ctx, []int64{pid})
-		own++
-		if err != nil || n == 0 || time.Now().After(closeBy) {
-			break
-		}
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
+	_, polls := r.waitOutboxSent(ctx, pid, closeBy)
+	own += polls
 	sleepCtx(ctx, time.Second)
 	c2, _ := r.readCounters(ctx)
 	dr.closed, _ = r.countStatus(ctx, pid, order.Cancelled)
 	own++
 	dr.closeCost = perOrder(c1, c2, max(dr.closed, 1), own)
-	if dr.closeDelay, err = r.closeDelays(ctx, pid); err != nil {
-		return nil, pid, err
-	}
-	r.logf("   %s design: %d closed, pay deadline → CANCELLED p50 %s p95 %s max %s", design, dr.closed,
-		fmtMs(dr.closeDelay.P50), fmtMs(dr.closeDelay.P95), fmtMs(dr.closeDelay.Max))
-	return dr, pid, nil
+	var err error
+	dr.closeDelay, err = r.closeDelays(ctx, pid)
+	return err
 }
 
 func appendNew(dst []string, xs ...string) []string {

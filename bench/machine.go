@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -25,7 +27,7 @@ type Machine struct {
 	OS        string `json:"os"`        // GOOS/GOARCH and kernel release
 	LoadAvg   string `json:"loadAvg"`   // /proc/loadavg at the start: 1, 5, 15 minutes
 	Redis     string `json:"redis"`     // redis_version
-	MySQL     string `json:"mysql"`     // SELECT VERSION()
+	MySQL     string `json:"mysql"`     // SELECT VERSION(), with the settings of mysqlSettings
 }
 
 func machineInfo(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store) Machine {
@@ -57,8 +59,25 @@ func machineInfo(ctx context.Context, rdb redis.UniversalClient, store *persiste
 	}
 	if store != nil {
 		_ = store.DB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&m.MySQL)
+		m.MySQL += mysqlSettings(ctx, store.DB)
 	}
 	return m
+}
+
+// mysqlSettings describes the server settings a drain depends on (docs/mysql.md)
+// as " (buffer pool 1024 MB, redo log 1024 MB, flush at commit 1)"; "" when
+// they cannot be read. MySQL 8.0.30+ reports its redo capacity.
+func mysqlSettings(ctx context.Context, db *sql.DB) string {
+	var pool, redo int64
+	var flush string
+	if err := db.QueryRowContext(ctx, `SELECT @@innodb_buffer_pool_size, @@innodb_log_file_size, @@innodb_flush_log_at_trx_commit`).Scan(&pool, &redo, &flush); err != nil {
+		return ""
+	}
+	var capacity int64
+	if db.QueryRowContext(ctx, `SELECT @@innodb_redo_log_capacity`).Scan(&capacity) == nil && capacity > 0 {
+		redo = capacity
+	}
+	return fmt.Sprintf(" (buffer pool %d MB, redo log %d MB, flush at commit %s)", pool>>20, redo>>20, flush)
 }
 
 // cpuModel returns the first "model name" of /proc/cpuinfo (or "Hardware" /

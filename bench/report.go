@@ -146,27 +146,7 @@ func (r *Report) Markdown() string {
 	w("\nMethod: open model, constant arrival rate; latency from each request's scheduled time " +
 		"(coordinated omission corrected); HDR histograms; warm-up excluded; throughput = answers per second of the measured window. See bench/README.md.\n\n")
 
-	w("## Summary\n\n")
-	w("| scenario | target | headline | p50 | p95 | p99 | audit | goal | met |\n")
-	w("|---|---|---|--:|--:|--:|:-:|---|:-:|\n")
-	for _, s := range r.Results {
-		l := s.HeadlineLatency
-		goal, met := r.scenarioGoal(s)
-		audit := verdict(s.Pass)
-		if s.Error != "" {
-			audit = "FAIL (error)"
-		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Scenario, s.Target, s.headlineText(),
-			fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99), audit, goal, metText(met))
-	}
-	if c := r.Ceiling; c != nil {
-		val := c.line()
-		if c.Skipped == "" && c.Error == "" {
-			val = fmtNum(c.OpsPerSec) + " EVALSHA reserve/s"
-		}
-		w("| redis-benchmark ceiling | Redis | %s | %s | %s | %s | | | |\n", val, fmtMs(c.P50), fmtMs(c.P95), fmtMs(c.P99))
-	}
-	w("\n")
+	r.summaryTable(&b)
 
 	if len(r.Goals) > 0 {
 		w("## Goals (issue 5)\n\n| goal | target | this run | met |\n|---|---|---|:-:|\n")
@@ -340,4 +320,52 @@ func (r *Report) SummaryMarkdown() string {
 		return md[:i]
 	}
 	return md
+}
+
+// mysqlCeilingRows adds to the summary table, for each drain scenario that
+// measured the MySQL ceiling (mysqlceiling.go), the ceiling and each
+// design's drain as a ratio to it.
+func (r *Report) mysqlCeilingRows(b *strings.Builder) {
+	for _, s := range r.Results {
+		c, ok := s.Figure("MySQL ceiling")
+		if s.Scenario != Drain || !ok {
+			continue
+		}
+		ratios := []string{}
+		for _, f := range s.Figures {
+			if design, found := strings.CutSuffix(f.Name, ": drain / MySQL ceiling"); found {
+				ratios = append(ratios, fmt.Sprintf("%s %.2f×", design, f.Value))
+			}
+		}
+		fmt.Fprintf(b, "| MySQL insert ceiling (order, item, flow; %d per tx) | MySQL | %s orders/s; drain / ceiling: %s | | | | | | |\n",
+			mysqlCeilingPerTx, fmtNum(c), strings.Join(ratios, ", "))
+	}
+}
+
+// summaryTable renders the summary: one row per scenario, then the
+// redis-benchmark and MySQL ceilings.
+func (r *Report) summaryTable(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Summary\n\n")
+	w("| scenario | target | headline | p50 | p95 | p99 | audit | goal | met |\n")
+	w("|---|---|---|--:|--:|--:|:-:|---|:-:|\n")
+	for _, s := range r.Results {
+		l := s.HeadlineLatency
+		goal, met := r.scenarioGoal(s)
+		audit := verdict(s.Pass)
+		if s.Error != "" {
+			audit = "FAIL (error)"
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Scenario, s.Target, s.headlineText(),
+			fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99), audit, goal, metText(met))
+	}
+	if c := r.Ceiling; c != nil {
+		val := c.line()
+		if c.Skipped == "" && c.Error == "" {
+			val = fmtNum(c.OpsPerSec) + " EVALSHA reserve/s"
+		}
+		w("| redis-benchmark ceiling | Redis | %s | %s | %s | %s | | | |\n", val, fmtMs(c.P50), fmtMs(c.P95), fmtMs(c.P99))
+	}
+	r.mysqlCeilingRows(b)
+	w("\n")
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -94,7 +95,44 @@ func (s *Store) LockStockBatch(ctx context.Context, consumer string, events []Lo
 }
 
 func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEvent, payTimeout time.Duration, results []LockResult) error {
-	// 1. Lock the orders, in key order.
+	orders, err := lockOrderRows(ctx, tx, events)
+	if err != nil {
+		return err
+	}
+	toLock, err := sortLockEvents(ctx, tx, consumer, events, orders, results)
+	if err != nil || len(toLock) == 0 {
+		return err
+	}
+	group := make([]*Order, len(toLock))
+	claims := make([]stockClaim, len(toLock))
+	for k, i := range toLock {
+		group[k] = orders[events[i].OrderNo]
+		claims[k] = stockClaim{productID: group[k].ProductID, qty: group[k].Quantity}
+	}
+	fit, err := takeStock(ctx, tx, claims)
+	if err != nil {
+		return err
+	}
+	now, err := lockMoment(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if err := transitionLocked(ctx, tx, group, fit, now, now.Add(payTimeout)); err != nil {
+		return err
+	}
+	for k, i := range toLock {
+		results[i].Order = *group[k]
+		results[i].Outcome = LockLocked
+		if group[k].Status == order.Failed {
+			results[i].Outcome = LockFailed
+		}
+	}
+	return nil
+}
+
+// lockOrderRows locks the orders of events with one SELECT … FOR UPDATE over
+// an IN list, in key order: orderNo → row as found.
+func lockOrderRows(ctx context.Context, tx *sql.Tx, events []LockEvent) (map[string]*Order, error) {
 	nos := make([]string, 0, len(events))
 	for _, e := range events {
 		nos = append(nos, e.OrderNo)
@@ -105,24 +143,31 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	rows, err := tx.QueryContext(ctx, `SELECT `+orderCols+` FROM order_info WHERE order_no IN (`+marks(len(nos))+`)
 		ORDER BY order_no FOR UPDATE`, anys(nos)...)
 	if err != nil {
-		return fmt.Errorf("lock orders: %w", err)
+		return nil, fmt.Errorf("lock orders: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		o, err := scanOrder(rows)
 		if err != nil {
-			rows.Close()
-			return err
+			return nil, err
 		}
 		orders[o.OrderNo] = &o
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("lock orders: %w", err)
+		return nil, fmt.Errorf("lock orders: %w", err)
 	}
+	return orders, nil
+}
 
-	// 2. Events applied before. READ COMMITTED: this read sees every commit
-	// made before the order locks were granted, so a batch that applied one
-	// of these events and committed is seen.
+// sortLockEvents decides every event in batch order from the consume log and
+// the locked rows: applied before (LockDuplicate; READ COMMITTED, so this
+// read sees every commit made before the order locks were granted), order
+// missing (ErrNotFound), order no longer PROCESSING or already taken by an
+// earlier copy in the batch (LockSkipped). It records the consume-log rows
+// of every applied or skipped event and returns the indexes of the events
+// whose order is to be locked.
+func sortLockEvents(ctx context.Context, tx *sql.Tx, consumer string, events []LockEvent, orders map[string]*Order,
+	results []LockResult) (toLock []int, err error) {
 	ids := make([]string, 0, len(events))
 	for _, e := range events {
 		ids = append(ids, e.EventID)
@@ -131,12 +176,9 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	ids = slices.Compact(ids)
 	seen, err := consumedBefore(ctx, tx, consumer, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	// 3. Decide per event, in batch order.
 	var record []string // consume-log rows to insert
-	var toLock []int    // indexes of events whose order is to be locked
 	taken := map[string]bool{}
 	for i, e := range events {
 		o := orders[e.OrderNo]
@@ -159,33 +201,40 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	}
 	if len(record) > 0 {
 		if err := insertConsumed(ctx, tx, record, consumer); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if len(toLock) == 0 {
-		return nil
-	}
+	return toLock, nil
+}
 
-	// 4. Stock, one product at a time in id order: the batch's sum, or as
-	// many orders as fit.
+// stockClaim is one order's claim on MySQL stock: units of a product.
+type stockClaim struct {
+	productID int64
+	qty       int64
+}
+
+// takeStock locks MySQL stock for claims, one product at a time in id order
+// (so two batches never deadlock on stock rows): one conditional UPDATE per
+// product for the claims' summed quantity. When a product's stock cannot
+// cover the sum, its row is read FOR UPDATE and the claims are taken in the
+// order given while they fit, then their sum is locked with a second
+// conditional UPDATE: exactly the claims that do not fit are left out, no
+// more, no fewer. fit[k] reports whether claims[k] got its units. Both the
+// batch consumer (lockBatch) and the writer's locked insert
+// (InsertLockedReservations) take stock here.
+func takeStock(ctx context.Context, tx *sql.Tx, claims []stockClaim) (fit []bool, err error) {
 	want := map[int64]int64{}
-	for _, i := range toLock {
-		o := orders[events[i].OrderNo]
-		want[o.ProductID] += o.Quantity
+	for _, c := range claims {
+		want[c.productID] += c.qty
 	}
-	products := make([]int64, 0, len(want))
-	for pid := range want {
-		products = append(products, pid)
-	}
-	slices.Sort(products)
-	fits := map[int64]int64{} // product → units left for the orders, when short
+	products := slices.Sorted(maps.Keys(want))
+	left := map[int64]int64{} // product → units available for the claims, when short
 	for _, pid := range products {
-		res, err := tx.ExecContext(ctx, `UPDATE stock SET available = available - ?, locked = locked + ?, version = version + 1,
-			updated_at = NOW(3) WHERE product_id = ? AND available >= ?`, want[pid], want[pid], pid, want[pid])
+		ok, err := lockUnits(ctx, tx, pid, want[pid])
 		if err != nil {
-			return fmt.Errorf("lock stock of product %d: %w", pid, err)
+			return nil, err
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if ok {
 			continue
 		}
 		var available int64
@@ -193,124 +242,154 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 		if errors.Is(err, sql.ErrNoRows) {
 			available = 0 // no stock row: nothing fits
 		} else if err != nil {
-			return fmt.Errorf("read stock of product %d: %w", pid, err)
+			return nil, fmt.Errorf("read stock of product %d: %w", pid, err)
 		}
-		fits[pid] = available
+		left[pid] = available
 	}
-	var locked, failed []*Order
-	short := map[int64]int64{} // product → units locked when short
-	for _, i := range toLock {
-		o := orders[events[i].OrderNo]
-		left, isShort := fits[o.ProductID]
+	fit = make([]bool, len(claims))
+	short := map[int64]int64{} // product → units taken when short
+	for k, c := range claims {
+		units, isShort := left[c.productID]
 		switch {
 		case !isShort:
-			locked = append(locked, o)
-		case o.Quantity <= left:
-			fits[o.ProductID] = left - o.Quantity
-			short[o.ProductID] += o.Quantity
-			locked = append(locked, o)
-		default:
-			failed = append(failed, o)
+			fit[k] = true
+		case c.qty <= units:
+			left[c.productID] = units - c.qty
+			short[c.productID] += c.qty
+			fit[k] = true
 		}
 	}
 	for _, pid := range products {
-		n, ok := short[pid]
-		if !ok || n == 0 {
+		n := short[pid]
+		if n == 0 {
 			continue
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE stock SET available = available - ?, locked = locked + ?, version = version + 1,
-			updated_at = NOW(3) WHERE product_id = ? AND available >= ?`, n, n, pid, n)
+		ok, err := lockUnits(ctx, tx, pid, n)
 		if err != nil {
-			return fmt.Errorf("lock stock of product %d: %w", pid, err)
+			return nil, err
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return fmt.Errorf("lock stock of product %d: row changed under its lock", pid)
+		if !ok {
+			return nil, fmt.Errorf("lock stock of product %d: row changed under its lock", pid)
 		}
 	}
+	return fit, nil
+}
 
-	// 5. The lock moment, after every wait.
+// lockUnits moves n units of product pid from available to locked if that
+// many are available; ok reports whether it did.
+func lockUnits(ctx context.Context, tx *sql.Tx, pid, n int64) (ok bool, err error) {
+	res, err := tx.ExecContext(ctx, `UPDATE stock SET available = available - ?, locked = locked + ?, version = version + 1,
+		updated_at = NOW(3) WHERE product_id = ? AND available >= ?`, n, n, pid, n)
+	if err != nil {
+		return false, fmt.Errorf("lock stock of product %d: %w", pid, err)
+	}
+	affected, _ := res.RowsAffected()
+	return affected == 1, nil
+}
+
+// lockMoment is the database clock read after every lock of the transaction
+// was granted: time spent waiting for a lock never shortens a buyer's pay
+// window.
+func lockMoment(ctx context.Context, tx *sql.Tx) (time.Time, error) {
 	var now time.Time
 	if err := tx.QueryRowContext(ctx, `SELECT NOW(3)`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the lock moment: %w", err)
+	}
+	return now, nil
+}
+
+// transitionLocked moves the PROCESSING orders of group to WAITING_PAY
+// (fit[k], pay deadline) or FAILED (NO_STOCK) with one conditional UPDATE
+// per target status, updates the rows in group to match and writes their
+// flows and outbox rows (lockOutcomes).
+func transitionLocked(ctx context.Context, tx *sql.Tx, group []*Order, fit []bool, now, deadline time.Time) error {
+	var locked, failed []*Order
+	for k, o := range group {
+		if fit[k] {
+			locked = append(locked, o)
+		} else {
+			failed = append(failed, o)
+		}
+	}
+	if err := moveProcessing(ctx, tx, locked, order.WaitingPay, "", &deadline, now); err != nil {
 		return err
 	}
-	deadline := now.Add(payTimeout)
+	if err := moveProcessing(ctx, tx, failed, order.Failed, string(order.ReasonNoStock), nil, now); err != nil {
+		return err
+	}
+	return lockOutcomes(ctx, tx, group, now)
+}
 
-	// 6. Transitions, flows, outbox.
+// moveProcessing updates group from PROCESSING to status to (version + 1,
+// close reason and pay deadline when given) and the rows in group with it.
+func moveProcessing(ctx context.Context, tx *sql.Tx, group []*Order, to order.Status, reason string, dl *time.Time, now time.Time) error {
+	if len(group) == 0 {
+		return nil
+	}
+	args := []any{string(to), now, reason, dl}
+	for _, o := range group {
+		args = append(args, o.OrderNo)
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE order_info SET status = ?, version = version + 1, updated_at = ?,
+			close_reason = COALESCE(NULLIF(?, ''), close_reason), pay_deadline = COALESCE(?, pay_deadline)
+		WHERE order_no IN (`+marks(len(group))+`) AND status = 'PROCESSING'`, args...)
+	if err != nil {
+		return fmt.Errorf("transition to %s: %w", to, err)
+	}
+	if n, _ := res.RowsAffected(); n != int64(len(group)) {
+		return fmt.Errorf("%w: %d of %d orders left PROCESSING under their lock", ErrInvalidState, len(group)-int(n), len(group))
+	}
+	for _, o := range group {
+		o.Status, o.Version, o.UpdatedAt = to, o.Version+1, now
+		if reason != "" {
+			o.CloseReason = reason
+		}
+		if dl != nil {
+			d := *dl
+			o.PayDeadline = &d
+		}
+	}
+	return nil
+}
+
+// lockOutcomes writes what locking the orders of group (now WAITING_PAY or
+// FAILED, coming from PROCESSING at now) leaves behind: a LOCK flow per
+// WAITING_PAY order and one ORDER_STATUS_BATCH outbox row per product
+// carrying its WAITING_PAY changes (StatusBatchMessage: push is their only
+// reader); a RELEASE flow of 0 units and a status-changed outbox row per
+// FAILED order (the release consumer gives its Redis reservation back,
+// once). Multi-row inserts; the flows must be new.
+func lockOutcomes(ctx context.Context, tx *sql.Tx, group []*Order, now time.Time) error {
 	var msgs []OutboxMessage
 	var flows []flowRow
 	waiting := map[int64][]order.Event{} // product → its WAITING_PAY events, one batch message each
-	move := func(group []*Order, to order.Status, reason string, dl *time.Time) error {
-		if len(group) == 0 {
-			return nil
+	for _, o := range group {
+		ev := order.Event{OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity,
+			Amount: o.Amount, From: order.Processing, Status: o.Status, Version: o.Version, Reason: o.CloseReason,
+			PayDeadline: o.PayDeadline, OccurredAt: now}
+		if o.Status == order.WaitingPay {
+			waiting[o.ProductID] = append(waiting[o.ProductID], ev)
+			flows = append(flows, flowRow{order.FlowLock, o.OrderNo, o.ProductID, o.Quantity, ""})
+			continue
 		}
-		args := []any{string(to), now, reason, dl}
-		for _, o := range group {
-			args = append(args, o.OrderNo)
-		}
-		res, err := tx.ExecContext(ctx, `UPDATE order_info SET status = ?, version = version + 1, updated_at = ?,
-				close_reason = COALESCE(NULLIF(?, ''), close_reason), pay_deadline = COALESCE(?, pay_deadline)
-			WHERE order_no IN (`+marks(len(group))+`) AND status = 'PROCESSING'`, args...)
+		m, err := StatusMessage(ev)
 		if err != nil {
-			return fmt.Errorf("transition to %s: %w", to, err)
+			return err
 		}
-		if n, _ := res.RowsAffected(); n != int64(len(group)) {
-			return fmt.Errorf("%w: %d of %d orders left PROCESSING under their lock", ErrInvalidState, len(group)-int(n), len(group))
-		}
-		for _, o := range group {
-			o.Status, o.Version, o.UpdatedAt = to, o.Version+1, now
-			if reason != "" {
-				o.CloseReason = reason
-			}
-			if dl != nil {
-				d := *dl
-				o.PayDeadline = &d
-			}
-			ev := order.Event{OrderNo: o.OrderNo, UserID: o.UserID, ProductID: o.ProductID, Quantity: o.Quantity,
-				Amount: o.Amount, From: order.Processing, Status: to, Version: o.Version, Reason: reason, PayDeadline: o.PayDeadline, OccurredAt: now}
-			if to == order.WaitingPay {
-				waiting[o.ProductID] = append(waiting[o.ProductID], ev)
-				flows = append(flows, flowRow{order.FlowLock, o.OrderNo, o.ProductID, o.Quantity, ""})
-				continue
-			}
-			m, err := StatusMessage(ev)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, m)
-			flows = append(flows, flowRow{order.FlowRelease, o.OrderNo, o.ProductID, 0, "mysql stock short"})
-		}
-		return nil
-	}
-	if err := move(locked, order.WaitingPay, "", &deadline); err != nil {
-		return err
-	}
-	if err := move(failed, order.Failed, string(order.ReasonNoStock), nil); err != nil {
-		return err
+		msgs = append(msgs, m)
+		flows = append(flows, flowRow{order.FlowRelease, o.OrderNo, o.ProductID, 0, "mysql stock short"})
 	}
 	if err := insertFlows(ctx, tx, flows); err != nil {
 		return err
 	}
-	for _, pid := range products {
-		if evs := waiting[pid]; len(evs) > 0 {
-			m, err := StatusBatchMessage(evs)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, m)
+	for _, pid := range slices.Sorted(maps.Keys(waiting)) {
+		m, err := StatusBatchMessage(waiting[pid])
+		if err != nil {
+			return err
 		}
+		msgs = append(msgs, m)
 	}
-	if err := appendNewOutbox(ctx, tx, msgs); err != nil {
-		return err
-	}
-	for _, i := range toLock {
-		o := orders[events[i].OrderNo]
-		results[i].Order = *o
-		results[i].Outcome = LockLocked
-		if o.Status == order.Failed {
-			results[i].Outcome = LockFailed
-		}
-	}
-	return nil
+	return appendNewOutbox(ctx, tx, msgs)
 }
 
 // flowRow is one stock_flow row to insert.

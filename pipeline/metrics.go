@@ -288,13 +288,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}))
 	m.sweeperPasses = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_sweeper_passes_total",
-		Help: "Sweeper passes by pass (close: one batch of due orders; reconcile: lost-reservation repair, stock repair sync and reconciliation) and result: done, skipped (another sweeper held the pass's MySQL advisory lock, or reconciled less than an interval ago), error.",
+		Help: "Sweeper passes by pass (close: one batch of due orders; reconcile: lost-reservation repair, stock repair sync and reconciliation) and result: done, skipped (another sweeper held the pass's MySQL advisory lock, or reconciled less than an interval ago), error, deferred (reconcile only: a due round waited one sweep interval for a sale's hot period to end).",
 	}, []string{"pass", "result"}))
 	for _, p := range []string{"close", "reconcile"} {
 		for _, r := range []string{"done", "skipped", "error"} {
 			m.sweeperPasses.WithLabelValues(p, r)
 		}
 	}
+	m.sweeperPasses.WithLabelValues("reconcile", "deferred")
 	m.drift = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_drift",
 		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",

@@ -28,6 +28,14 @@ type SweeperConfig struct {
 	// 6,000 orders/s a pass of 500 closed too slowly to stay within 2 s of
 	// the deadlines (measured in the bench's drain scenario).
 	BatchSize int
+	// Workers is the number of close passes that run at the same time, each
+	// over its own part of the due orders (persistence.Store.CloseDuePart:
+	// id MOD Workers), under its own advisory lock. Every sweeper of a
+	// deployment must use the same value (STAMPEDE_SWEEP_WORKERS); should two
+	// differ, their parts overlap and the overlapping passes still close
+	// each order once (SKIP LOCKED, conditional update), with wasted
+	// attempts. Default 2; 1…persistence.MaxCloseParts.
+	Workers int
 	// ErrorBackoff bounds the pause after a failed query (MySQL down); it
 	// doubles from Interval up to this. Default 30s.
 	ErrorBackoff time.Duration
@@ -46,6 +54,10 @@ type SweeperConfig struct {
 	ReconcileInterval time.Duration
 	// ReconcileTimeout bounds one reconciliation. Default 30s.
 	ReconcileTimeout time.Duration
+	// ReconcileDeferMax bounds how long a due reconciliation round waits for
+	// the hot period of a sale to end (see Sweeper): after it, the round
+	// runs anyway. Default 5m; negative: rounds are never deferred.
+	ReconcileDeferMax time.Duration
 	// LostGrace is the age after which a Redis reservation with neither an
 	// intake entry nor a MySQL order counts as lost and is released
 	// (RepairLostReservations), before each reconciliation. Default 2m;
@@ -76,6 +88,8 @@ func (c *SweeperConfig) setDefaults() {
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
 	c.PurgeBatch = cmp.Or(c.PurgeBatch, 5000)
 	c.BatchSize = cmp.Or(c.BatchSize, 2000)
+	c.Workers = cmp.Or(c.Workers, 2)
+	c.ReconcileDeferMax = cmp.Or(c.ReconcileDeferMax, 5*time.Minute)
 	c.ErrorBackoff = cmp.Or(c.ErrorBackoff, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -91,6 +105,8 @@ func (c *SweeperConfig) Validate() error {
 		return fmt.Errorf("invalid config: sweeper purge batch %d not in 1…100000", c.PurgeBatch)
 	case c.BatchSize < 1 || c.BatchSize > persistence.MaxLockBatch:
 		return fmt.Errorf("invalid config: sweeper batch size %d not in 1…%d", c.BatchSize, persistence.MaxLockBatch)
+	case c.Workers < 1 || c.Workers > persistence.MaxCloseParts:
+		return fmt.Errorf("invalid config: sweeper workers %d not in 1…%d", c.Workers, persistence.MaxCloseParts)
 	case c.ErrorBackoff < c.Interval:
 		return fmt.Errorf("invalid config: sweeper error backoff %v below interval %v", c.ErrorBackoff, c.Interval)
 	case c.ReconcileTimeout <= 0:
@@ -103,37 +119,51 @@ func (c *SweeperConfig) Validate() error {
 // database clock (SPEC §1 "sweeper"). With the batch order-lock design (the
 // default) it is the closer of unpaid orders: no delayed close message is
 // scheduled, and each pass closes up to BatchSize due orders in one
-// set-based transaction (persistence.Store.CloseDueBatch) every Interval, so
-// an order is closed within about Interval of its deadline. With the
-// per-message design it is the safety net under the delayed close message,
-// which can be late (a per-message TTL expires only at the head of its queue)
-// or lost with a broker. Every close is a conditional update from
+// set-based transaction (persistence.Store.CloseDuePart). A pass that
+// filled its batch is followed by the next at once, one that closed fewer by
+// the next after Interval/5, one that found nothing after Interval: an order
+// is closed within about Interval of its deadline when closes are rare, and
+// within a fraction of it while a sale's orders fall due by the thousand.
+// With the per-message design it is the safety net under the delayed close
+// message, which can be late (a per-message TTL expires only at the head of
+// its queue) or lost with a broker. Every close is a conditional update from
 // WAITING_PAY, so several sweepers, the close consumer and a racing payment
-// can never both win, and a paid order is never cancelled. Its release of MySQL stock happens in the same transaction; the
-// Redis release follows through the CANCELLED status event.
+// can never both win, and a paid order is never cancelled. Its release of
+// MySQL stock happens in the same transaction; the Redis release follows
+// through the CANCELLED status event.
 //
-// Many sweepers (one per process with the sweeper role) share the work
-// without duplicating it. A close pass (read one batch of due orders, close
-// them) runs only while holding the MySQL advisory lock "close" of the
-// database (persistence.Store.TryLock: GET_LOCK on a pinned connection,
-// released after the batch); a sweeper that finds it held skips that pass
-// (stampede_sweeper_passes_total{pass="close",result="skipped"}). Passes are
-// therefore serial and each reads the due list after the previous pass
-// committed its closes: no sweeper tries an order another sweeper closed.
-// The lock lives in the server session, so a sweeper that dies or loses its
-// connection mid-pass frees it at once and the next sweeper carries on; the
-// orders that sweeper had not closed are still WAITING_PAY and due. Should
-// the lock ever fail (a network partition keeping a dead holder's session
-// open until the server times it out), passes merely wait; and two
-// overlapping passes would still be safe, CloseOrder's conditional update
+// The due orders are split into Workers disjoint parts (id MOD Workers), and
+// each sweeper runs one close loop per part, so Workers passes run at the
+// same time: a sale where nobody pays falls due at the rate it was locked,
+// faster than one pass after another can close it. Many sweepers (one per
+// process with the sweeper role) share the work without duplicating it. A
+// close pass over part k runs only while holding the MySQL advisory lock
+// "close" of part k of the database (persistence.Store.TryLock: GET_LOCK on a
+// pinned connection, released after the batch); a sweeper that finds it held
+// skips that pass (stampede_sweeper_passes_total{pass="close",result="skipped"}).
+// Passes over one part are therefore serial and each reads the part's due
+// list after the previous pass committed its closes: no sweeper tries an
+// order another sweeper closed. The lock lives in the server session, so a
+// sweeper that dies or loses its connection mid-pass frees it at once and the
+// next sweeper carries on; the orders that sweeper had not closed are still
+// WAITING_PAY and due. Should the lock ever fail (a network partition keeping
+// a dead holder's session open until the server times it out), passes merely
+// wait; and two overlapping passes would still be safe, the locking read
+// skipping the rows the other holds and CloseOrder's conditional update
 // picking one winner per order.
 //
 // The reconciliation round (lost-reservation repair, stock-repair sync,
 // Reconcile) is expensive and pointless twice: a sweeper runs it only while
 // holding the advisory lock "reconcile" and only if no sweeper started one
 // less than ReconcileInterval ago (a Redis key set with NX and that TTL).
-// The drift gauges are exported by the sweeper that ran the last round; the
-// others drop theirs when they skip, so a stale drift never lingers.
+// Its queries read every order and flow of every product, which costs the
+// drain and the closes most exactly when they are busiest; so a round that
+// falls due in the hot period of a sale — this sweeper's close passes closed
+// more than hotCloses orders in the last hotWindow, or some product has more
+// than hotBacklog intake entries not yet written — waits until it ends, at
+// most ReconcileDeferMax. The drift gauges are exported by the sweeper that
+// ran the last round; the others drop theirs when they skip, so a stale
+// drift never lingers.
 type Sweeper struct {
 	cfg   SweeperConfig
 	store *persistence.Store
@@ -149,6 +179,8 @@ type Sweeper struct {
 	// roundFails logs failed reconcile rounds (reconcileLoop's goroutine;
 	// nil for rounds run directly).
 	roundFails *FailureLog
+	// recent counts the orders the close passes closed lately (hot).
+	recent closeWindow
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -156,6 +188,15 @@ const (
 	sweepLockClose     = "sweeper.close"
 	sweepLockReconcile = "sweeper.reconcile"
 )
+
+// closeLockName is the advisory lock of part part of parts: "sweeper.close"
+// when the due orders are one part, as before parts existed.
+func closeLockName(part, parts int) string {
+	if parts == 1 {
+		return sweepLockClose
+	}
+	return fmt.Sprintf("%s.%d/%d", sweepLockClose, part, parts)
+}
 
 // NewSweeper returns a Sweeper; cfg is completed with defaults and validated.
 func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
@@ -166,63 +207,90 @@ func NewSweeper(store *persistence.Store, cfg SweeperConfig) (*Sweeper, error) {
 	return &Sweeper{cfg: cfg, store: store, log: cfg.Logger.With("component", "sweeper"), m: orNew(cfg.Metrics)}, nil
 }
 
-// Run sweeps every Interval, and reconciles every ReconcileInterval when
-// Redis is set, until ctx is cancelled; it returns nil then.
+// Run runs one close loop per part (Workers), and reconciles every
+// ReconcileInterval when Redis is set, until ctx is cancelled; it returns nil
+// then.
 func (s *Sweeper) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if s.cfg.Redis != nil && s.cfg.ReconcileInterval > 0 {
 		wg.Go(func() { s.reconcileLoop(ctx) })
 	}
-	defer wg.Wait()
-	// Failed passes back off from Interval to ErrorBackoff; the first of a
-	// run of failures and the recovery are logged, the rest counted
-	// (stampede_loop_failures_total{loop="sweeper_close"}).
-	fails := NewFailureLog("sweeper_close", "sweeper: close pass", s.log, s.m, s.cfg.Interval, s.cfg.ErrorBackoff)
+	for part := range s.cfg.Workers {
+		wg.Go(func() { s.closeLoop(ctx, part) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// closeLoop runs the close passes of one part until ctx is cancelled. Failed
+// passes back off from Interval to ErrorBackoff; the first of a run of
+// failures and the recovery are logged, the rest counted
+// (stampede_loop_failures_total{loop="sweeper_close"}).
+func (s *Sweeper) closeLoop(ctx context.Context, part int) {
+	fails := NewFailureLog("sweeper_close", "sweeper: close pass", s.log.With("part", part), s.m, s.cfg.Interval, s.cfg.ErrorBackoff)
 	for ctx.Err() == nil {
-		more, err := s.Sweep(ctx)
+		closed, more, err := s.sweepPart(ctx, part)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return
 		case err != nil:
 			sleep(ctx, fails.Fail(err))
 		case more:
 			fails.OK()
+		case closed > 0:
+			fails.OK()
+			sleep(ctx, s.cfg.Interval/5)
 		default:
 			fails.OK()
 			sleep(ctx, s.cfg.Interval)
 		}
 	}
-	return nil
 }
 
-// Sweep runs one close pass: under the close lock (see Sweeper), it closes
-// one batch of due orders, then purges SENT outbox rows past
-// OutboxRetention (up to PurgeBatch). more reports that the batch was full
-// and at least one order was closed, or the purge was full, so more work may
-// be due at once. When another
-// sweeper holds the lock it returns (false, nil) at once and counts a
-// skipped pass. A close lost to another closer (the close consumer, a
-// payment) is normal and not an error; it counts in stampede_sweeper_lost_closes_total.
+// Sweep runs one close pass over every part, one after another (see
+// sweepPart). more reports that some pass may have left work due at once.
+// Errors: the first pass that failed (the others still run).
+func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
+	for part := range s.cfg.Workers {
+		_, m, perr := s.sweepPart(ctx, part)
+		more = more || m
+		if err == nil {
+			err = perr
+		}
+	}
+	return more, err
+}
+
+// sweepPart runs one close pass over part: under the part's close lock (see
+// Sweeper), it closes one batch of due orders of the part, then (part 0
+// only) purges SENT outbox rows past OutboxRetention (up to PurgeBatch). It
+// returns the orders closed; more reports that the batch was full and at
+// least one order was closed, or the purge was full, so more work may be due
+// at once. When another sweeper holds the lock it returns (0, false, nil) at
+// once and counts a skipped pass. A close lost to another closer (the close
+// consumer, a payment) is normal and not an error; it counts in
+// stampede_sweeper_lost_closes_total.
 //
 // Errors: MySQL failed (taking the lock, reading the due orders, or every
 // close of the batch).
-func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
-	lock, ok, err := s.store.TryLock(ctx, sweepLockClose)
+func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more bool, err error) {
+	lock, ok, err := s.store.TryLock(ctx, closeLockName(part, s.cfg.Workers))
 	if err != nil {
 		if ctx.Err() != nil { // stopping: not a failure
-			return false, nil
+			return 0, false, nil
 		}
 		s.m.sweeperErrors.Inc()
 		s.m.sweeperPasses.WithLabelValues("close", "error").Inc()
-		return false, fmt.Errorf("sweeper: %w", err)
+		return 0, false, fmt.Errorf("sweeper: %w", err)
 	}
 	if !ok {
 		s.m.sweeperPasses.WithLabelValues("close", "skipped").Inc()
-		return false, nil
+		return 0, false, nil
 	}
 	defer lock.Release()
-	more, err = s.sweepLocked(ctx)
-	if err == nil && s.cfg.OutboxRetention > 0 {
+	closed, more, err = s.sweepLocked(ctx, part)
+	s.recent.add(time.Now(), closed)
+	if err == nil && part == 0 && s.cfg.OutboxRetention > 0 {
 		n, perr := s.store.PurgeSentOutbox(ctx, s.cfg.OutboxRetention, s.cfg.PurgeBatch)
 		s.m.outboxPurged.Add(float64(n))
 		if perr != nil && ctx.Err() == nil {
@@ -235,44 +303,45 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 		result = "error"
 	}
 	s.m.sweeperPasses.WithLabelValues("close", result).Inc()
-	return more, err
+	return closed, more, err
 }
 
-// sweepLocked closes one batch of due orders with one set-based transaction
-// (persistence.Store.CloseDueBatch). Should that transaction fail with an
-// error MySQL answered (not an outage), the pass falls back to closing the
-// due orders one at a time, so one bad row delays only itself.
-func (s *Sweeper) sweepLocked(ctx context.Context) (more bool, err error) {
-	closed, err := s.store.CloseDueBatch(ctx, s.cfg.BatchSize)
+// sweepLocked closes one batch of due orders of part with one set-based
+// transaction (persistence.Store.CloseDuePart). Should that transaction fail
+// with an error MySQL answered (not an outage), the pass falls back to
+// closing the due orders one at a time, so one bad row delays only itself.
+func (s *Sweeper) sweepLocked(ctx context.Context, part int) (closed int, more bool, err error) {
+	orders, err := s.store.CloseDuePart(ctx, s.cfg.BatchSize, part, s.cfg.Workers)
 	if err == nil {
-		if s.cfg.Redis != nil && len(closed) > 0 {
-			_ = CacheStatuses(ctx, s.cfg.Redis, closed, s.log) // replays answer CANCELLED (statuscache.go)
+		if s.cfg.Redis != nil && len(orders) > 0 {
+			_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log) // replays answer CANCELLED (statuscache.go)
 		}
-		s.m.sweeperClosed.Add(float64(len(closed)))
-		return len(closed) == s.cfg.BatchSize, nil
+		s.m.sweeperClosed.Add(float64(len(orders)))
+		return len(orders), len(orders) == s.cfg.BatchSize, nil
 	}
 	if ctx.Err() != nil { // stopping: not a failure
-		return false, nil
+		return 0, false, nil
 	}
 	if isOutage(err) {
 		s.m.sweeperErrors.Inc()
-		return false, fmt.Errorf("sweeper: %w", err)
+		return 0, false, fmt.Errorf("sweeper: %w", err)
 	}
 	s.log.Warn("sweeper: batch close failed, closing the due orders one by one", "err", err)
 	return s.sweepOneByOne(ctx)
 }
 
-// sweepOneByOne is the close pass one order per transaction.
-func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
+// sweepOneByOne is the close pass one order per transaction, over every
+// part (the rare fallback; a close of another part's order is still one
+// conditional update, safe against that part's pass).
+func (s *Sweeper) sweepOneByOne(ctx context.Context) (closed int, more bool, err error) {
 	due, err := s.store.DueOrders(ctx, s.cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() != nil { // stopping: not a failure
-			return false, nil
+			return 0, false, nil
 		}
 		s.m.sweeperErrors.Inc()
-		return false, fmt.Errorf("sweeper: %w", err)
+		return 0, false, fmt.Errorf("sweeper: %w", err)
 	}
-	closed := 0
 	var firstErr error
 	for _, no := range due {
 		o, err := s.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: no, Reason: order.ReasonTimeout,
@@ -287,7 +356,7 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 		case errors.Is(err, persistence.ErrInvalidState), errors.Is(err, persistence.ErrNotDue), errors.Is(err, persistence.ErrNotFound):
 			s.m.sweeperLost.Inc()
 		case ctx.Err() != nil:
-			return false, nil
+			return closed, false, nil
 		default:
 			s.m.sweeperErrors.Inc()
 			if firstErr == nil {
@@ -297,20 +366,24 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (more bool, err error) {
 		}
 	}
 	if firstErr != nil && closed == 0 {
-		return false, fmt.Errorf("sweeper: %w", firstErr)
+		return 0, false, fmt.Errorf("sweeper: %w", firstErr)
 	}
-	return len(due) == s.cfg.BatchSize && closed > 0, nil
+	return closed, len(due) == s.cfg.BatchSize && closed > 0, nil
 }
 
 // reconcileLoop runs a reconciliation round each ReconcileInterval (the
-// first after one interval) unless another sweeper runs or ran it (see
-// Sweeper), and exports the drift per product. A drift while the product has
+// first after one interval; one due in a sale's hot period waits for its end,
+// awaitCool) unless another sweeper runs or ran it (see Sweeper), and
+// exports the drift per product. A drift while the product has
 // no intake backlog and no PROCESSING order is logged at warn (a release on
 // its way to Redis can still explain it for a moment; a real drift stays, run
 // after run).
 func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	s.roundFails = NewFailureLog("sweeper_reconcile", "sweeper: reconcile round", s.log, s.m, s.cfg.ReconcileInterval, s.cfg.ReconcileInterval)
 	for sleep(ctx, s.cfg.ReconcileInterval) {
+		if !s.awaitCool(ctx) {
+			return
+		}
 		s.ReconcileRound(ctx)
 	}
 }

@@ -81,6 +81,31 @@ type WriterConfig struct {
 	// (with its stock decrement and idempotency record). Default 0: no wait.
 	ReplicaAcks int
 	ReplicaWait time.Duration
+	// Flushers is the number of batches written at once, each in its own
+	// MySQL transaction (1…16). With LockOrders their transactions overlap
+	// everywhere but from the stock UPDATE to the commit; batches may then
+	// commit out of stream order (when MySQL stock is short, the orders that
+	// do not fit are decided in stream order within a batch). Default 2 with
+	// LockOrders, else 1 (today's designs unchanged).
+	Flushers int
+	// LockOrders selects the "writer" order-lock design
+	// (STAMPEDE_CONSUMER_LOCK=writer, the default): each batch is stored
+	// already locked in the writer's own transaction
+	// (persistence.Store.InsertLockedReservations: WAITING_PAY with its pay
+	// deadline, or FAILED where MySQL stock is short), so no ORDER_CREATED
+	// message is written and the order-lock consumer has nothing to do.
+	// False: orders are stored PROCESSING with an ORDER_CREATED outbox row
+	// for the order-lock consumer (the batch and message designs).
+	LockOrders bool
+	// PayTimeout is how long a locked order waits for payment (with
+	// LockOrders): its pay_deadline is the database's clock after the stock
+	// locks + PayTimeout (SPEC §7, STAMPEDE_PAY_TIMEOUT). Default 15m.
+	PayTimeout time.Duration
+	// AfterCommit, if set, runs after a batch's MySQL transaction committed
+	// and before its entries are acknowledged, with the number of
+	// reservations written. It exists for fault injection (a writer killed
+	// right there); leave it nil in production.
+	AfterCommit func(entries int)
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the writer's series. Default: private, unregistered.
@@ -110,6 +135,11 @@ func (c *WriterConfig) setDefaults() {
 	c.FlushTimeout = cmp.Or(c.FlushTimeout, 5*time.Second)
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
 	c.ReplicaWait = cmp.Or(c.ReplicaWait, 100*time.Millisecond)
+	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
+	if c.LockOrders {
+		c.Flushers = cmp.Or(c.Flushers, 2)
+	}
+	c.Flushers = cmp.Or(c.Flushers, 1)
 	c.DeadMaxLen = cmp.Or(c.DeadMaxLen, 100000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -127,6 +157,10 @@ func (c *WriterConfig) Validate() error {
 		return errors.New("invalid config: writer durations must be positive")
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("invalid config: writer retry backoff %v…%v", c.RetryMin, c.RetryMax)
+	case c.Flushers < 0 || c.Flushers > 16:
+		return fmt.Errorf("invalid config: writer flushers %d not in 1…16", c.Flushers)
+	case c.LockOrders && c.PayTimeout <= 0:
+		return fmt.Errorf("invalid config: writer pay timeout %v", c.PayTimeout)
 	case c.DeadMaxLen < 1:
 		return fmt.Errorf("invalid config: writer dead stream max length %d", c.DeadMaxLen)
 	}
@@ -474,7 +508,23 @@ func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
 // ---- writing ----
 
+// flushLoop collects entries into batches (N or T, whichever first) and
+// hands each to one of Flushers goroutines that write it. A batch a flusher
+// could not write before ctx was cancelled is written by finalFlush.
 func (w *Writer) flushLoop(ctx context.Context, in <-chan entry) {
+	batches := make(chan []entry)
+	var wg sync.WaitGroup
+	for range max(w.cfg.Flushers, 1) {
+		wg.Go(func() {
+			for b := range batches {
+				if !w.flush(ctx, b) {
+					w.finalFlush(b)
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(batches)
 	batch := make([]entry, 0, w.cfg.BatchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -490,13 +540,15 @@ func (w *Writer) flushLoop(ctx context.Context, in <-chan entry) {
 				timer.Reset(w.cfg.BatchWait)
 			}
 			batch = append(batch, e)
-			if len(batch) >= w.cfg.BatchSize && w.flush(ctx, batch) {
-				batch = batch[:0]
+			if len(batch) >= w.cfg.BatchSize {
+				batches <- batch
+				batch = make([]entry, 0, w.cfg.BatchSize)
 				timer.Stop()
 			}
 		case <-timer.C:
-			if len(batch) > 0 && w.flush(ctx, batch) {
-				batch = batch[:0]
+			if len(batch) > 0 {
+				batches <- batch
+				batch = make([]entry, 0, w.cfg.BatchSize)
 			}
 		}
 	}
@@ -636,24 +688,12 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		}
 	}
 	if len(res) > 0 {
-		start := time.Now()
-		var out persistence.InsertResult
-		err := guard(w.mysql, func() error {
-			names, err := w.productNames(ctx, res)
-			if err != nil {
-				return err
-			}
-			out, err = w.store.InsertReservationsWithin(ctx, res, names, w.cfg.RequestTTL)
+		if err := w.storeBatch(ctx, res); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("writer: flush batch: %w", err)
 		}
-		w.m.writerCommit.Observe(time.Since(start).Seconds())
-		w.m.writerBatch.Observe(float64(len(res)))
-		w.m.writerWritten.Add(float64(out.Inserted))
-		w.m.writerDup.Add(float64(out.Duplicates))
-		w.m.writerReused.Add(float64(out.Reused))
+		if w.cfg.AfterCommit != nil {
+			w.cfg.AfterCommit(len(res))
+		}
 	}
 	// Acknowledge even if ctx was cancelled during the commit (shutdown):
 	// the rows are stored, and an unacknowledged entry would wait ClaimIdle
@@ -670,6 +710,45 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		// Committed but not acknowledged: the entries are reclaimed after
 		// ClaimIdle and their second write changes nothing.
 		w.log.Warn("writer: ack after commit failed; entries will be reclaimed", "entries", len(done), "err", err)
+	}
+	return nil
+}
+
+// storeBatch writes the reservations of one batch in one MySQL transaction:
+// PROCESSING with ORDER_CREATED (InsertReservationsWithin), or already
+// locked with WriterConfig.LockOrders (InsertLockedReservations, whose
+// new statuses are then recorded in Redis for replays, as the order-lock
+// consumer does).
+func (w *Writer) storeBatch(ctx context.Context, res []order.Reservation) error {
+	start := time.Now()
+	var out persistence.InsertResult
+	var moved []persistence.Order
+	err := guard(w.mysql, func() error {
+		names, err := w.productNames(ctx, res)
+		if err != nil {
+			return err
+		}
+		if !w.cfg.LockOrders {
+			out, err = w.store.InsertReservationsWithin(ctx, res, names, w.cfg.RequestTTL)
+			return err
+		}
+		locked, err := w.store.InsertLockedReservations(ctx, res, names, w.cfg.RequestTTL, w.cfg.PayTimeout)
+		out, moved = locked.InsertResult, locked.Orders
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("writer: flush batch: %w", err)
+	}
+	w.m.writerCommit.Observe(time.Since(start).Seconds())
+	w.m.writerBatch.Observe(float64(len(res)))
+	w.m.writerWritten.Add(float64(out.Inserted))
+	w.m.writerDup.Add(float64(out.Duplicates))
+	w.m.writerReused.Add(float64(out.Reused))
+	if len(moved) > 0 {
+		// A failure only leaves replays one status behind (statuscache.go).
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FlushTimeout)
+		_ = CacheStatuses(sctx, w.rdb, moved, w.log)
+		cancel()
 	}
 	return nil
 }

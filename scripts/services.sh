@@ -28,6 +28,7 @@ NO_INSTALL=${STAMPEDE_SERVICES_NO_INSTALL:-0}
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COMPOSE_FILE="$REPO_ROOT/deploy/services.compose.yml" # passwordless, loopback: development only
+SALE_CNF="$REPO_ROOT/deploy/mysql/conf/mariadb.cnf"    # MariaDB settings for a sale (docs/mysql.md)
 APT_UPDATED=0
 
 log() { printf '%s\n' "$*"; }
@@ -143,10 +144,23 @@ start_mariadb_local() {
 	fi
 	local extra=()
 	mapfile -t extra < <(mariadb_extra_args)
-	if ((${#extra[@]})); then
-		start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- "${extra[@]}"
-	else
-		start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+	# The settings for a sale (docs/mysql.md); --defaults-extra-file must
+	# come first. The server's own config files are still read.
+	start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- \
+		"--defaults-extra-file=$SALE_CNF" "${extra[@]}"
+}
+
+# mysql_sale_advice: a server this script did not start (or started before
+# it shipped the settings) may run with a buffer pool or redo log too small
+# for a sale; say what to set, change nothing.
+mysql_sale_advice() {
+	[[ -n $(mysql_client) ]] || return 0
+	local row pool redo
+	row=$(mysql_tcp -N -e "SELECT @@innodb_buffer_pool_size, COALESCE(@@innodb_log_file_size, 0)" 2>/dev/null) || return 0
+	read -r pool redo <<<"$row"
+	if ((pool < 1073741824 || redo < 1073741824)); then
+		log "mysql: note: innodb_buffer_pool_size is $((pool >> 20)) MB and the redo log $((redo >> 20)) MB;" \
+			"a sale wants 1 GB each: set them in the server's configuration (deploy/mysql/conf/mariadb.cnf, docs/mysql.md); a running server is left as it is"
 	fi
 }
 
@@ -230,6 +244,7 @@ ensure redis redis redis_up start_redis_local 30
 ensure rabbitmq rabbitmq rabbitmq_up start_rabbitmq_local 60
 ensure mysql mysql mysql_up start_mariadb_local 60
 create_database stampede
+mysql_sale_advice
 # `--bench`: the benchmarks' own database and vhost (make bench, make
 # bench-scale), so their products and orders never mix with the demo's.
 # The drain scenario reads RabbitMQ's own message counters from the

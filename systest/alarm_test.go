@@ -95,6 +95,7 @@ func alarmDuringDrain(t *testing.T, a alarm) {
 	rc, url := sharedRabbitNode(t, "stampede_alarm_"+a.kind)
 	node := rc.nodes[0]
 	e := newEnvFor(t, "alarm")
+	e.lockDesign = "batch" // the drain of ORDER_CREATED messages
 	e.amqpURL, e.directAMQ = url, url
 
 	// The orders are taken and written with no relay running: a backlog of

@@ -50,6 +50,7 @@ func count202(intents []*intent) (accepted int, other map[int]int) {
 // 2,000 distinct events, 2,000 orders WAITING_PAY.
 func TestFault01RabbitMQStoppedMidSale(t *testing.T) {
 	e := newEnv(t)
+	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	broker := e.amqpProxy()
 	e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
@@ -113,6 +114,7 @@ func sum(m map[string]int64) int64 {
 // ones accepted at once), twice: relay and consumers reconnect, nothing lost.
 func TestFault02RabbitMQConnectionsForceClosed(t *testing.T) {
 	e := newEnv(t)
+	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	broker := e.amqpProxy()
 	e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
@@ -153,6 +155,7 @@ func TestFault02RabbitMQConnectionsForceClosed(t *testing.T) {
 // back off and finish; every 202 ends WAITING_PAY exactly once.
 func TestFault03MySQLUnavailable(t *testing.T) {
 	e := newEnv(t)
+	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	db := e.mysqlProxy()
 	e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
@@ -198,6 +201,7 @@ func TestFault03MySQLUnavailable(t *testing.T) {
 // use up the messages' retry budget and dead-letter them.
 func TestFault03bMySQLUnreachableFromConsumers30s(t *testing.T) {
 	e := newEnv(t)
+	e.lockDesign = "batch"                         // the order-lock consumer's ORDER_CREATED path
 	e.serve("app", "gateway,writer,relay,sweeper") // direct to MySQL
 	db := e.mysqlProxy()
 	consumer := e.serve("consumer", "consumer") // through the proxy
@@ -269,7 +273,7 @@ func TestFault04WriterKilledWithPendingEntries(t *testing.T) {
 	t.Logf("writer A SIGKILLed holding %d pending entries; %d orders stored at the kill", pendingA, stored)
 
 	regB := prometheus.NewRegistry()
-	writerB, err := pipeline.NewWriter(e.store, e.rdb, pipeline.WriterConfig{Consumer: "faults-writer-b",
+	writerB, err := pipeline.NewWriter(e.store, e.rdb, pipeline.WriterConfig{Consumer: "faults-writer-b", LockOrders: true,
 		ClaimIdle: 2 * time.Second, ClaimInterval: 500 * time.Millisecond, Metrics: pipeline.NewMetrics(regB)})
 	if err != nil {
 		t.Fatal(err)
@@ -304,6 +308,7 @@ func TestFault04WriterKilledWithPendingEntries(t *testing.T) {
 // consumer, stock is locked once per order.
 func TestFault05ConsumerKilledMidTransaction(t *testing.T) {
 	e := newEnv(t)
+	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	e.serve("app", "gateway,writer,relay,sweeper")
 	e.waitReady(30 * time.Second)
 	const n = 1500
@@ -353,6 +358,7 @@ func TestFault05ConsumerKilledMidTransaction(t *testing.T) {
 // the consumers apply each event once.
 func TestFault06RelayDiesAfterConfirm(t *testing.T) {
 	e := newEnv(t)
+	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	app := e.serve("app", "gateway,writer,consumer,sweeper")
 	e.waitReady(30 * time.Second)
 	const n = 300
@@ -571,6 +577,7 @@ func TestFault08RedisStopped(t *testing.T) {
 func TestFault09PoisonMessages(t *testing.T) {
 	const maxAttempts = 5 // issue 4: N, the consumer's default MaxAttempts
 	e := newEnv(t)
+	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	app := e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
 	const n = 1000

@@ -115,6 +115,11 @@ type env struct {
 	// then on (KEY=value; without STAMPEDE_ variables of the test's own
 	// environment when set).
 	procEnv []string
+	// lockDesign, if set, is the order-lock design of the processes started
+	// from then on (--consumer-lock): "batch" for the tests of the
+	// order-lock consumer's ORDER_CREATED path; default the binary's
+	// (writer).
+	lockDesign string
 }
 
 func newEnv(t *testing.T) *env {
@@ -362,6 +367,9 @@ func (e *env) serveAt(name, roles, httpAddr string, extra ...string) *proc {
 		"--jwt-secret", jwtSecret, "--log-level", "warn", "--node-id", fmt.Sprint(e.nodeID.Add(1)),
 		"--shutdown-timeout", "5s",
 	}, extra...)
+	if e.lockDesign != "" {
+		args = append(args, "--consumer-lock", e.lockDesign)
+	}
 	p.cmd = exec.Command(e.bin, args...)
 	if len(e.procEnv) > 0 {
 		p.cmd.Env = append(cleanEnv(), e.procEnv...)

@@ -305,7 +305,7 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
 	fs.Int64Var(&f.drainOrders, "drain-orders", 0, "drain: reservations accepted with the pipeline stopped, per design (default 50000)")
 	fs.Float64Var(&f.drainRate, "drain-rate", 0, "drain: rate they are accepted at, requests/s (default 12000)")
-	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (default message,batch: the previous design, then the batch design)")
+	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (writer, batch or message; default batch,writer: the previous design, then the writer design)")
 	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
 	fs.DurationVar(&f.closedDuration, "closed-duration", 0, "soldout, replay: length of each closed-loop run (default 5s, 1s with --quick)")
 	fs.IntVar(&f.replayKeys, "replay-keys", 0, "replay: intents accepted, then re-sent (default 10000, 2000 with --quick)")

@@ -56,13 +56,14 @@ type Config struct {
 	ConsumerWorkers     int           // STAMPEDE_CONSUMER_WORKERS, -consumer-workers: concurrent messages per queue (8)
 	ConsumerPrefetch    int           // STAMPEDE_CONSUMER_PREFETCH, -consumer-prefetch: AMQP prefetch per queue (64)
 	ConsumerMaxAttempts int           // STAMPEDE_CONSUMER_MAX_ATTEMPTS, -consumer-max-attempts: deliveries before a failing message is dead-lettered (5)
-	ConsumerLock        string        // STAMPEDE_CONSUMER_LOCK, -consumer-lock: "batch" (set-based order-lock transactions) or "message" (the previous design, one per order) (batch)
+	ConsumerLock        string        // STAMPEDE_CONSUMER_LOCK, -consumer-lock: "writer" (orders stored locked by the writer), "batch" (set-based order-lock transactions) or "message" (the previous design, one per order) (writer)
 	ConsumerBatch       int           // STAMPEDE_CONSUMER_BATCH, -consumer-batch: ORDER_CREATED messages per order-lock transaction (256)
 	ConsumerBatchWait   time.Duration // STAMPEDE_CONSUMER_BATCH_WAIT, -consumer-batch-wait: longest wait to fill an order-lock batch (5ms)
 	ConsumerLockChans   int           // STAMPEDE_CONSUMER_LOCK_CHANNELS, -consumer-lock-channels: order-lock batches in flight per process (2)
 	RelayBatch          int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
 	RelayWorkers        int           // STAMPEDE_RELAY_WORKERS, -relay-workers: relays per process, each with its own connection (2)
 	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
+	SweepWorkers        int           // STAMPEDE_SWEEP_WORKERS, -sweep-workers: close passes run at once per sweeper, each over its own part of the due orders (2)
 	OutboxRetention     time.Duration // STAMPEDE_OUTBOX_RETENTION, -outbox-retention: SENT outbox rows kept this long, 0 = forever (168h)
 	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
 	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = development: ws://<host>:<push port>/ws; production: the client's own fallback)
@@ -316,7 +317,7 @@ func (c *Config) bindPipeline(b flagBinder) {
 	b.integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
 	b.integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
 	b.integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
-	b.str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "batch", "order-lock design: batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
+	b.str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "writer", "order-lock design: writer (the writer's batch transaction stores orders already WAITING_PAY or FAILED, with one conditional stock UPDATE per product: no ORDER_CREATED message), batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
 	b.integer(&c.ConsumerBatch, "consumer-batch", "STAMPEDE_CONSUMER_BATCH", 256, fmt.Sprintf("ORDER_CREATED messages per order-lock transaction (1..%d)", persistence.MaxLockBatch))
 	b.dur(&c.ConsumerBatchWait, "consumer-batch-wait", "STAMPEDE_CONSUMER_BATCH_WAIT", 5*time.Millisecond, "longest wait to fill an order-lock batch once its first message arrived")
 	b.integer(&c.ConsumerLockChans, "consumer-lock-channels", "STAMPEDE_CONSUMER_LOCK_CHANNELS", 2, "order-lock batches applied at once per process, each on its own AMQP channel (1..64)")
@@ -324,6 +325,7 @@ func (c *Config) bindPipeline(b flagBinder) {
 	b.integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
 	b.integer(&c.RelayWorkers, "relay-workers", "STAMPEDE_RELAY_WORKERS", 2, "relays per process, each claiming with SKIP LOCKED on its own RabbitMQ connection, so one's confirm wait overlaps another's claim (1..16)")
 	b.dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
+	b.integer(&c.SweepWorkers, "sweep-workers", "STAMPEDE_SWEEP_WORKERS", 2, fmt.Sprintf("close passes a sweeper runs at once, each over its own part of the due orders (id mod this) under its own MySQL advisory lock, so a sale's unpaid orders close as fast as they were locked; the same value on every sweeper (1..%d)", persistence.MaxCloseParts))
 	b.dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
 	b.dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
 }
@@ -442,8 +444,8 @@ func (c *Config) validatePipeline() []error {
 	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
 	}
-	if c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
-		errs = append(errs, fmt.Errorf("consumer lock %q is neither batch nor message", c.ConsumerLock))
+	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
+		errs = append(errs, fmt.Errorf("consumer lock %q is none of writer, batch, message", c.ConsumerLock))
 	}
 	if c.ConsumerBatch < 1 || c.ConsumerBatch > persistence.MaxLockBatch {
 		errs = append(errs, fmt.Errorf("consumer batch %d is outside 1..%d", c.ConsumerBatch, persistence.MaxLockBatch))
@@ -456,6 +458,9 @@ func (c *Config) validatePipeline() []error {
 	}
 	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
 		errs = append(errs, err)
+	}
+	if c.SweepWorkers < 1 || c.SweepWorkers > persistence.MaxCloseParts {
+		errs = append(errs, fmt.Errorf("sweep workers %d is outside 1..%d", c.SweepWorkers, persistence.MaxCloseParts))
 	}
 	if c.RelayWorkers < 1 || c.RelayWorkers > 16 {
 		errs = append(errs, fmt.Errorf("relay workers %d is outside 1..16", c.RelayWorkers))

@@ -37,7 +37,7 @@ var configSections = []struct {
 	{"Writer", []string{"writer-"}},
 	{"Relay", []string{"relay-"}},
 	{"Consumer", []string{"consumer-", "pay-timeout"}},
-	{"Sweeper", []string{"sweep-interval", "outbox-retention", "reconcile-interval"}},
+	{"Sweeper", []string{"sweep-interval", "sweep-workers", "outbox-retention", "reconcile-interval"}},
 	{"Waiting room", []string{"room-", "pow-"}},
 	{"Push", []string{"push-"}},
 	{"Metrics and profiling", []string{"metrics-addr", "pprof-addr", "stuck-after"}},

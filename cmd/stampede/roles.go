@@ -178,6 +178,7 @@ func (b *roleBuilder) writer() error {
 		BatchSize: b.cfg.WriterBatch, BatchWait: b.cfg.WriterWait, ClaimIdle: b.cfg.WriterClaimIdle, Logger: b.log.With("role", "writer"),
 		FlushTimeout: min(5*time.Second, b.cfg.ShutdownTimeout/2), Metrics: b.a.tel.pipeline,
 		ReplicaAcks: writerReplicaAcks(b.cfg), ReplicaWait: b.cfg.RedisReplicaWait,
+		LockOrders: b.cfg.ConsumerLock == "writer", PayTimeout: b.cfg.PayTimeout,
 	})
 	if err != nil {
 		return err
@@ -240,7 +241,7 @@ func (b *roleBuilder) sweeper() error {
 	if retention == 0 {
 		retention = -1 // keep every row
 	}
-	s, err := pipeline.NewSweeper(b.a.store, pipeline.SweeperConfig{Interval: b.cfg.SweepInterval, Logger: b.log.With("role", "sweeper"),
+	s, err := pipeline.NewSweeper(b.a.store, pipeline.SweeperConfig{Interval: b.cfg.SweepInterval, Workers: b.cfg.SweepWorkers, Logger: b.log.With("role", "sweeper"),
 		Metrics: b.a.tel.pipeline, Redis: b.a.rdb, ReconcileInterval: reconcile, OutboxRetention: retention})
 	if err != nil {
 		return err
