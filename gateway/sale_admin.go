@@ -284,31 +284,23 @@ func (p *productPatch) apply(cur persistence.Product, now time.Time) (persistenc
 
 // applyDetails applies the fields other than the sale window.
 func (p *productPatch) applyDetails(pc *patchChange) {
-	in, cur, next := &p.in, &pc.cur, &pc.next
-	if p.hasName && in.Name != cur.Name {
-		next.Name = in.Name
-		pc.note("name", cur.Name, in.Name, true)
+	patchField(pc, p.hasName, "name", &pc.next.Name, p.in.Name, true)
+	patchField(pc, p.hasImg, "imageUrl", &pc.next.ImageURL, p.in.ImageURL, true)
+	patchField(pc, p.hasDe, "description", &pc.next.Description, p.in.Description, true)
+	patchField(pc, p.hasPrice, "price", &pc.next.Price, p.in.Price, false)
+	patchField(pc, p.hasMax, "maxPerOrder", &pc.next.MaxPerOrder, p.maxPer, false)
+	patchField(pc, p.hasLimit, "perUserLimit", &pc.next.PerUserLimit, p.limit, true)
+}
+
+// patchField sets the field of pc.next at next (still cur's value) to to,
+// if the PATCH sent it and it differs, and notes the change.
+func patchField[T comparable](pc *patchChange, sent bool, name string, next *T, to T, mayAfterOpening bool) {
+	if !sent || to == *next {
+		return
 	}
-	if p.hasImg && in.ImageURL != cur.ImageURL {
-		next.ImageURL = in.ImageURL
-		pc.note("imageUrl", cur.ImageURL, in.ImageURL, true)
-	}
-	if p.hasDe && in.Description != cur.Description {
-		next.Description = in.Description
-		pc.note("description", cur.Description, in.Description, true)
-	}
-	if p.hasPrice && in.Price != cur.Price {
-		next.Price = in.Price
-		pc.note("price", cur.Price, in.Price, false)
-	}
-	if p.hasMax && p.maxPer != cur.MaxPerOrder {
-		next.MaxPerOrder = p.maxPer
-		pc.note("maxPerOrder", cur.MaxPerOrder, p.maxPer, false)
-	}
-	if p.hasLimit && p.limit != cur.PerUserLimit {
-		next.PerUserLimit = p.limit
-		pc.note("perUserLimit", cur.PerUserLimit, p.limit, true)
-	}
+	from := *next
+	*next = to
+	pc.note(name, from, to, mayAfterOpening)
 }
 
 // applyWindow applies saleStart and saleEnd (see adminPatchProduct for
