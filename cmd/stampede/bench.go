@@ -440,58 +440,42 @@ func (f *benchFlags) idleWaitOrDefault() time.Duration {
 	return 10 * time.Minute
 }
 
+// setPositive sets *dst to v when v > 0 (a flag left at 0 keeps the default).
+func setPositive[T int | int64 | float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
 // params is the default (or quick) parameter set with the flags' overrides.
 func (f *benchFlags) params() (bench.Params, error) {
 	p := bench.DefaultParams()
 	if f.quick {
 		p = bench.QuickParams()
 	}
-	setInt := func(dst *int, v int) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	setFloat := func(dst *float64, v float64) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	setDur := func(dst *time.Duration, v time.Duration) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	setInt(&p.Users, f.users)
-	setInt(&p.Shards, f.shards)
-	setInt(&p.SpikeBuyers, f.spikeBuyers)
-	if f.spikeStock > 0 {
-		p.SpikeStock = f.spikeStock
-	}
-	setFloat(&p.SpikeRate, f.spikeRate)
-	setDur(&p.SustainedStep, f.step)
-	setFloat(&p.SoldOutRate, f.soldOutRate)
-	setFloat(&p.DuplicateRate, f.duplicateRate)
-	setFloat(&p.E2ERate, f.e2eRate)
-	setDur(&p.E2EDuration, f.e2eDuration)
-	if f.drainOrders > 0 {
-		p.DrainOrders = f.drainOrders
-	}
-	setFloat(&p.DrainRate, f.drainRate)
-	setDur(&p.DrainPayTimeout, f.drainPay)
-	setInt(&p.ClosedConns, f.closedConns)
-	setDur(&p.ClosedDuration, f.closedDuration)
-	setInt(&p.ReplayKeys, f.replayKeys)
-	setInt(&p.RoomBuyers, f.roomBuyers)
-	setInt(&p.RoomSockets, f.roomSockets)
-	if f.roomStock > 0 {
-		p.RoomStock = f.roomStock
-	}
-	setDur(&p.RoomArrival, f.roomArrival)
-	setInt(&p.DrawEntries, f.drawEntries)
-	setInt(&p.DrawSockets, f.drawSocks)
-	if f.drawUnits > 0 {
-		p.DrawUnits = f.drawUnits
-	}
+	setPositive(&p.Users, f.users)
+	setPositive(&p.Shards, f.shards)
+	setPositive(&p.SpikeBuyers, f.spikeBuyers)
+	setPositive(&p.SpikeStock, f.spikeStock)
+	setPositive(&p.SpikeRate, f.spikeRate)
+	setPositive(&p.SustainedStep, f.step)
+	setPositive(&p.SoldOutRate, f.soldOutRate)
+	setPositive(&p.DuplicateRate, f.duplicateRate)
+	setPositive(&p.E2ERate, f.e2eRate)
+	setPositive(&p.E2EDuration, f.e2eDuration)
+	setPositive(&p.DrainOrders, f.drainOrders)
+	setPositive(&p.DrainRate, f.drainRate)
+	setPositive(&p.DrainPayTimeout, f.drainPay)
+	setPositive(&p.ClosedConns, f.closedConns)
+	setPositive(&p.ClosedDuration, f.closedDuration)
+	setPositive(&p.ReplayKeys, f.replayKeys)
+	setPositive(&p.RoomBuyers, f.roomBuyers)
+	setPositive(&p.RoomSockets, f.roomSockets)
+	setPositive(&p.RoomStock, f.roomStock)
+	setPositive(&p.RoomArrival, f.roomArrival)
+	setPositive(&p.DrawEntries, f.drawEntries)
+	setPositive(&p.DrawSockets, f.drawSocks)
+	setPositive(&p.DrawUnits, f.drawUnits)
 	if f.drawReserve >= 0 {
 		p.DrawReserve = f.drawReserve
 	}
