@@ -375,6 +375,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// inRange adds "<what> v is outside lo..hi" to errs unless lo ≤ v ≤ hi.
+func inRange[T int | int64](errs []error, what string, v, lo, hi T) []error {
+	if v < lo || v > hi {
+		return append(errs, fmt.Errorf("%s %d is outside %d..%d", what, v, lo, hi))
+	}
+	return errs
+}
+
 // validateProcess checks the process settings: roles, demo admins, MySQL connections, shutdown.
 func (c *Config) validateProcess() []error {
 	var errs []error
@@ -384,9 +392,7 @@ func (c *Config) validateProcess() []error {
 	if _, err := c.adminIDs(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.MySQLMaxConns < 2 || c.MySQLMaxConns > 1000 {
-		errs = append(errs, fmt.Errorf("mysql max conns %d is outside 2..1000", c.MySQLMaxConns))
-	}
+	errs = inRange(errs, "mysql max conns", c.MySQLMaxConns, 2, 1000)
 	if c.ShutdownTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("shutdown timeout %s is under 1s", c.ShutdownTimeout))
 	}
@@ -399,9 +405,7 @@ func (c *Config) validateRedis() []error {
 	if _, err := gateway.ParseDurability(c.RedisDurability); err != nil {
 		errs = append(errs, err)
 	}
-	if c.RedisReplicaAcks < 1 || c.RedisReplicaAcks > 16 {
-		errs = append(errs, fmt.Errorf("redis replica acks %d is outside 1..16", c.RedisReplicaAcks))
-	}
+	errs = inRange(errs, "redis replica acks", c.RedisReplicaAcks, 1, 16)
 	if c.RedisReplicaWait < time.Millisecond || c.RedisReplicaWait > 10*time.Second {
 		errs = append(errs, fmt.Errorf("redis replica wait %s is outside 1ms..10s", c.RedisReplicaWait))
 	}
@@ -414,18 +418,12 @@ func (c *Config) validateRedis() []error {
 // validateGateway checks the gateway role's settings: orderNo node, intake, pipelines, rate limits and caches.
 func (c *Config) validateGateway() []error {
 	var errs []error
-	if c.NodeID < -1 || c.NodeID > 1023 {
-		errs = append(errs, fmt.Errorf("node id %d is outside -1..1023", c.NodeID))
-	}
+	errs = inRange(errs, "node id", c.NodeID, -1, 1023)
 	if c.Intake != "stream" && c.Intake != "sync" {
 		errs = append(errs, fmt.Errorf("intake %q is neither stream nor sync", c.Intake))
 	}
-	if c.ReservePipeline < 0 || c.ReservePipeline > 1024 {
-		errs = append(errs, fmt.Errorf("reserve pipeline %d is outside 0..1024", c.ReservePipeline))
-	}
-	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
-		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
-	}
+	errs = inRange(errs, "reserve pipeline", c.ReservePipeline, 0, 1024)
+	errs = inRange(errs, "lookup pipeline", c.LookupPipeline, 0, 1024)
 	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 {
 		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers, token cache must be >= 0"))
 	}
@@ -438,33 +436,21 @@ func (c *Config) validatePipeline() []error {
 	if c.PayTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("pay timeout %s is under 1s", c.PayTimeout))
 	}
-	if c.WriterBatch < 1 || c.WriterBatch > pipeline.MaxWriterBatch {
-		errs = append(errs, fmt.Errorf("writer batch %d is outside 1..%d", c.WriterBatch, pipeline.MaxWriterBatch))
-	}
-	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
-		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
-	}
+	errs = inRange(errs, "writer batch", c.WriterBatch, 1, pipeline.MaxWriterBatch)
+	errs = inRange(errs, "consumer max attempts", c.ConsumerMaxAttempts, 1, 100)
 	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
 		errs = append(errs, fmt.Errorf("consumer lock %q is none of writer, batch, message", c.ConsumerLock))
 	}
-	if c.ConsumerBatch < 1 || c.ConsumerBatch > persistence.MaxLockBatch {
-		errs = append(errs, fmt.Errorf("consumer batch %d is outside 1..%d", c.ConsumerBatch, persistence.MaxLockBatch))
-	}
+	errs = inRange(errs, "consumer batch", c.ConsumerBatch, 1, persistence.MaxLockBatch)
 	if c.ConsumerBatchWait <= 0 || c.ConsumerBatchWait > time.Second {
 		errs = append(errs, fmt.Errorf("consumer batch wait %s is outside (0, 1s]", c.ConsumerBatchWait))
 	}
-	if c.ConsumerLockChans < 1 || c.ConsumerLockChans > 64 {
-		errs = append(errs, fmt.Errorf("consumer lock channels %d is outside 1..64", c.ConsumerLockChans))
-	}
+	errs = inRange(errs, "consumer lock channels", c.ConsumerLockChans, 1, 64)
 	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
 		errs = append(errs, err)
 	}
-	if c.SweepWorkers < 1 || c.SweepWorkers > persistence.MaxCloseParts {
-		errs = append(errs, fmt.Errorf("sweep workers %d is outside 1..%d", c.SweepWorkers, persistence.MaxCloseParts))
-	}
-	if c.RelayWorkers < 1 || c.RelayWorkers > 16 {
-		errs = append(errs, fmt.Errorf("relay workers %d is outside 1..16", c.RelayWorkers))
-	}
+	errs = inRange(errs, "sweep workers", c.SweepWorkers, 1, persistence.MaxCloseParts)
+	errs = inRange(errs, "relay workers", c.RelayWorkers, 1, 16)
 	if c.ConsumerWorkers < 1 || c.ConsumerPrefetch < 1 || c.RelayBatch < 1 {
 		errs = append(errs, errors.New("consumer workers, consumer prefetch and relay batch must be >= 1"))
 	}
@@ -486,9 +472,7 @@ func (c *Config) validateRoom() []error {
 	if c.RoomOverbook < 0 {
 		errs = append(errs, fmt.Errorf("room overbook %d is negative", c.RoomOverbook))
 	}
-	if c.RoomPipeline < 0 || c.RoomPipeline > 1024 {
-		errs = append(errs, fmt.Errorf("room pipeline %d is outside 0..1024", c.RoomPipeline))
-	}
+	errs = inRange(errs, "room pipeline", c.RoomPipeline, 0, 1024)
 	if c.PowExpiry < 10*time.Second {
 		errs = append(errs, fmt.Errorf("pow expiry %s is under 10s", c.PowExpiry))
 	}
