@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ type LockedInsertResult struct {
 // done again in the careful way.
 var errInsertRaced = errors.New("persistence: batch rows inserted meanwhile")
 
+// errBatchStockShort: MySQL stock did not cover a product's sum in the fast
+// attempt; the careful one decides order by order.
+var errBatchStockShort = errors.New("persistence: mysql stock short for the batch")
+
 // InsertLockedReservations is the writer's half of the "writer" order-lock
 // design: one transaction stores a batch of reservations already locked, so
 // an order reaches WAITING_PAY in one hop (no ORDER_CREATED message, no
@@ -36,30 +41,38 @@ var errInsertRaced = errors.New("persistence: batch rows inserted meanwhile")
 //  1. one read by orderNo finds the reservations stored before (a reclaimed
 //     or redelivered stream entry, a writer killed after its commit and
 //     before its XACK): they are Duplicates and change nothing;
-//  2. takeStock, shared with LockStockBatch, takes MySQL stock for the rest
-//     with one conditional UPDATE per product for the batch's summed
-//     quantity; when stock is short, exactly the orders that do not fit (in
-//     batch order) are stored FAILED (NO_STOCK, a RELEASE flow of 0 units, a
-//     status-changed outbox row from which the release consumer gives the
-//     Redis reservation back once);
-//  3. the orders are inserted WAITING_PAY (version 2, as if locked from
-//     PROCESSING version 1; pay deadline = database clock after the stock
-//     locks + payTimeout) or FAILED with plain INSERTs, with their items,
-//     their LOCK flows and one ORDER_STATUS_BATCH outbox row per product
-//     (push shows PROCESSING → WAITING_PAY from it).
+//  2. the rest are inserted WAITING_PAY (version 2, as if locked from
+//     PROCESSING version 1; pay deadline = the database clock + payTimeout)
+//     with plain INSERTs, with their items, their LOCK flows and one
+//     ORDER_STATUS_BATCH outbox row per product (push shows PROCESSING →
+//     WAITING_PAY from it);
+//  3. takeStock, shared with LockStockBatch, takes MySQL stock with one
+//     conditional UPDATE per product for the batch's summed quantity, as the
+//     transaction's last statements: the product's stock row is locked only
+//     from there to the commit, so writers' transactions overlap everywhere
+//     else.
+//
+// When stock is short for a product (MySQL and Redis disagree: rare), the
+// transaction is rolled back and done again the careful way, stock first:
+// takeStock decides in batch order which orders fit, exactly those that do
+// not are stored FAILED (NO_STOCK, a RELEASE flow of 0 units, a
+// status-changed outbox row from which the release consumer gives the Redis
+// reservation back once), the others WAITING_PAY with the clock read after
+// the stock locks.
 //
 // The unique keys decide a race: if an order_no or (user, product,
 // requestId, seq) is taken between step 1 and the insert (two writers
 // holding the same pending entries; the loser waits on the winner's row
-// locks), the insert fails with a duplicate key, the whole transaction
-// (its stock included) is rolled back, and it is done again in the careful
-// way: stored rows are Duplicates, and each remaining reservation whose
-// (user, product, requestId) belongs to another order is Renewed (accepted
-// at least lifetime after it: stored with the next request_seq and locked
-// like the others) or Reused (stored FAILED with ReusedRequestPrefix and
-// released), as InsertReservationsWithin decides. A second race in the
-// careful transaction returns an error that IsRetryable accepts. names
-// maps productId → product name for the item snapshot.
+// locks), the insert fails with a duplicate key, the whole transaction is
+// rolled back and done again the careful way, which also sorts out taken
+// requestIds: stored rows are Duplicates, and each remaining reservation
+// whose (user, product, requestId) belongs to another order is Renewed
+// (accepted at least lifetime after it: stored with the next request_seq
+// and locked like the others) or Reused (stored FAILED with
+// ReusedRequestPrefix and released), as InsertReservationsWithin decides.
+// A second race in the careful transaction returns an error that
+// IsRetryable accepts. names maps productId → product name for the item
+// snapshot.
 func (s *Store) InsertLockedReservations(ctx context.Context, batch []order.Reservation, names map[int64]string,
 	lifetime, payTimeout time.Duration) (LockedInsertResult, error) {
 	var res LockedInsertResult
@@ -71,7 +84,7 @@ func (s *Store) InsertLockedReservations(ctx context.Context, batch []order.Rese
 		res = LockedInsertResult{}
 		return insertLocked(ctx, tx, batch, names, lifetime, payTimeout, false, &res)
 	})
-	if errors.Is(err, errInsertRaced) {
+	if errors.Is(err, errInsertRaced) || errors.Is(err, errBatchStockShort) {
 		err = s.WithTx(ctx, func(tx *sql.Tx) error {
 			res = LockedInsertResult{}
 			return insertLocked(ctx, tx, batch, names, lifetime, payTimeout, true, &res)
@@ -124,16 +137,22 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 	for k, f := range fresh {
 		claims[k] = stockClaim{productID: f.r.ProductID, qty: f.r.Quantity}
 	}
-	fit, err := takeStock(ctx, tx, claims)
-	if err != nil {
-		return err
+	fit := make([]bool, len(fresh))
+	if careful {
+		if fit, err = takeStock(ctx, tx, claims); err != nil {
+			return err
+		}
+	} else {
+		for k := range fit {
+			fit[k] = true // checked by takeStock at the end
+		}
 	}
 	now, err := lockMoment(ctx, tx)
 	if err != nil {
 		return err
 	}
 	group := lockedOrders(fresh, fit, now, now.Add(payTimeout))
-	if err := insertLockedOrders(ctx, tx, fresh, group); err != nil {
+	if err := storeLocked(ctx, tx, fresh, group, names, now); err != nil {
 		if IsDuplicate(err) && !careful {
 			return errInsertRaced
 		}
@@ -142,15 +161,14 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 		}
 		return err
 	}
-	rs := make([]order.Reservation, len(fresh))
-	for k, f := range fresh {
-		rs[k] = f.r
-	}
-	if err := insertItems(ctx, tx, rs, names); err != nil {
-		return err
-	}
-	if err := lockOutcomes(ctx, tx, group, now); err != nil {
-		return err
+	if !careful {
+		got, err := takeStock(ctx, tx, claims)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(got, false) {
+			return errBatchStockShort
+		}
 	}
 	res.Inserted += len(group)
 	for _, o := range group {
@@ -162,6 +180,22 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 		res.Orders = append(res.Orders, *o)
 	}
 	return nil
+}
+
+// storeLocked inserts the rows of group (built from fresh): orders, items,
+// flows and outbox rows.
+func storeLocked(ctx context.Context, tx *sql.Tx, fresh []freshOrder, group []*Order, names map[int64]string, now time.Time) error {
+	if err := insertLockedOrders(ctx, tx, fresh, group); err != nil {
+		return err
+	}
+	rs := make([]order.Reservation, len(fresh))
+	for k, f := range fresh {
+		rs[k] = f.r
+	}
+	if err := insertItems(ctx, tx, rs, names); err != nil {
+		return err
+	}
+	return lockOutcomes(ctx, tx, group, now)
 }
 
 // errRacedAgain is a duplicate key in the careful attempt: another writer

@@ -162,8 +162,7 @@ func TestWriterLockKilledAfterCommit(t *testing.T) {
 }
 
 // holdStock locks the stock row of pid in a transaction of its own until
-// the returned release is called, so writers stall right after their read of
-// what is stored.
+// the returned release is called, so writers stall before their commit.
 func (e *env) holdStock(pid int64) (release func()) {
 	e.t.Helper()
 	tx, err := e.store.DB.Begin()
@@ -182,7 +181,7 @@ func (e *env) holdStock(pid int64) (release func()) {
 // Two writers given the same pending entries, both past their read of what
 // is stored before either commits (the stock row is held meanwhile): one
 // wins; the other's insert meets the winner's keys, its transaction is rolled
-// back (its stock with it), it finds the rows stored and just acknowledges.
+// back, it finds the rows stored and just acknowledges.
 func TestWriterLockRacingWriters(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -209,7 +208,7 @@ func TestWriterLockRacingWriters(t *testing.T) {
 		a, b := e.writerStats(ws[0]).Claimed, e.writerStats(ws[1]).Claimed
 		return a >= 60 && b >= 60, fmt.Sprintf("claimed %d and %d", a, b)
 	})
-	time.Sleep(200 * time.Millisecond) // both are in their transaction, waiting for the stock row
+	time.Sleep(200 * time.Millisecond) // both are in their transaction: one waits for the stock row, the other for its rows
 	release()
 	waitNoPending(t, e, k.Intake())
 	pipelinetest.WaitFor(t, 20*time.Second, "the loser recognises the stored rows", func() (bool, string) {
@@ -230,8 +229,9 @@ func TestWriterLockRacingWriters(t *testing.T) {
 }
 
 // The race on the store alone: two InsertLockedReservations of the same
-// batch, both stalled on the held stock row after their read: one stores
-// the batch, the other finds it stored (Duplicates) and takes no stock.
+// batch, both past their read of what is stored, one stalled on the held
+// stock row, the other on the first one's new rows: one stores the batch,
+// the other finds it stored (Duplicates) and takes no stock.
 func TestInsertLockedReservationsRace(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -258,8 +258,9 @@ func TestInsertLockedReservationsRace(t *testing.T) {
 			results[i], errs[i] = e.store.InsertLockedReservations(ctx, batch, map[int64]string{p.ID: p.Name}, order.DefaultRequestTTL, time.Hour)
 		})
 	}
-	pipelinetest.WaitFor(t, 10*time.Second, "both inserts wait for the stock row", func() (bool, string) {
-		n := e.count(`SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'`)
+	pipelinetest.WaitFor(t, 10*time.Second, "both inserts wait (one for the stock row, the other for the first's rows)", func() (bool, string) {
+		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query'
+			AND (INFO LIKE 'UPDATE stock %' OR INFO LIKE 'INSERT INTO order_info %')`)
 		return n >= 2, fmt.Sprintf("%d waiting", n)
 	})
 	release()

@@ -81,6 +81,13 @@ type WriterConfig struct {
 	// (with its stock decrement and idempotency record). Default 0: no wait.
 	ReplicaAcks int
 	ReplicaWait time.Duration
+	// Flushers is the number of batches written at once, each in its own
+	// MySQL transaction (1…16). With LockOrders their transactions overlap
+	// everywhere but from the stock UPDATE to the commit; batches may then
+	// commit out of stream order (when MySQL stock is short, the orders that
+	// do not fit are decided in stream order within a batch). Default 2 with
+	// LockOrders, else 1 (today's designs unchanged).
+	Flushers int
 	// LockOrders selects the "writer" order-lock design
 	// (STAMPEDE_CONSUMER_LOCK=writer, the default): each batch is stored
 	// already locked in the writer's own transaction
@@ -129,6 +136,10 @@ func (c *WriterConfig) setDefaults() {
 	c.RequestTTL = cmp.Or(c.RequestTTL, order.DefaultRequestTTL)
 	c.ReplicaWait = cmp.Or(c.ReplicaWait, 100*time.Millisecond)
 	c.PayTimeout = cmp.Or(c.PayTimeout, 15*time.Minute)
+	if c.LockOrders {
+		c.Flushers = cmp.Or(c.Flushers, 2)
+	}
+	c.Flushers = cmp.Or(c.Flushers, 1)
 	c.DeadMaxLen = cmp.Or(c.DeadMaxLen, 100000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -146,6 +157,8 @@ func (c *WriterConfig) Validate() error {
 		return errors.New("invalid config: writer durations must be positive")
 	case c.RetryMin <= 0 || c.RetryMax < c.RetryMin:
 		return fmt.Errorf("invalid config: writer retry backoff %v…%v", c.RetryMin, c.RetryMax)
+	case c.Flushers < 0 || c.Flushers > 16:
+		return fmt.Errorf("invalid config: writer flushers %d not in 1…16", c.Flushers)
 	case c.LockOrders && c.PayTimeout <= 0:
 		return fmt.Errorf("invalid config: writer pay timeout %v", c.PayTimeout)
 	case c.DeadMaxLen < 1:
@@ -495,7 +508,23 @@ func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 
 // ---- writing ----
 
+// flushLoop collects entries into batches (N or T, whichever first) and
+// hands each to one of Flushers goroutines that write it. A batch a flusher
+// could not write before ctx was cancelled is written by finalFlush.
 func (w *Writer) flushLoop(ctx context.Context, in <-chan entry) {
+	batches := make(chan []entry)
+	var wg sync.WaitGroup
+	for range max(w.cfg.Flushers, 1) {
+		wg.Go(func() {
+			for b := range batches {
+				if !w.flush(ctx, b) {
+					w.finalFlush(b)
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(batches)
 	batch := make([]entry, 0, w.cfg.BatchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -511,13 +540,15 @@ func (w *Writer) flushLoop(ctx context.Context, in <-chan entry) {
 				timer.Reset(w.cfg.BatchWait)
 			}
 			batch = append(batch, e)
-			if len(batch) >= w.cfg.BatchSize && w.flush(ctx, batch) {
-				batch = batch[:0]
+			if len(batch) >= w.cfg.BatchSize {
+				batches <- batch
+				batch = make([]entry, 0, w.cfg.BatchSize)
 				timer.Stop()
 			}
 		case <-timer.C:
-			if len(batch) > 0 && w.flush(ctx, batch) {
-				batch = batch[:0]
+			if len(batch) > 0 {
+				batches <- batch
+				batch = make([]entry, 0, w.cfg.BatchSize)
 			}
 		}
 	}
