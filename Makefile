@@ -17,8 +17,8 @@ migrate: services build
 	bin/stampede migrate
 
 # make demo ARGS=--once (the demo, the benchmarks and the tests run in
-# development mode: demo login and checkout, built-in keys; README
-# "Running in production")
+# development mode: demo login and checkout, built-in keys;
+# docs/production.md, "Modes")
 demo: services build
 	STAMPEDE_MODE=development bin/stampede demo $(ARGS)
 
@@ -100,7 +100,7 @@ bench-push: bench-services build
 
 # The waiting room at sale-day scale (issue 28): a push hub in the bench
 # process, --sockets (100,000) client sockets in child processes; needs no
-# services, only file descriptors (README "Many sockets per push process").
+# services, only file descriptors (docs/production.md "Many sockets per push process").
 bench-push-line: build
 	STAMPEDE_MODE=development bin/stampede bench-push --line $(ARGS)
 

@@ -618,8 +618,15 @@ func TestNewRefusesBadJWKS(t *testing.T) {
 	if _, err := auth.New(context.Background(), auth.Options{Secret: []byte("s"), Providers: hsIss, Subjects: m}); err == nil {
 		t.Error("a provider issuer equal to the HS256 issuer accepted")
 	}
-	// RequireHTTPS: plain http only on loopback (the test's server is on
-	// 127.0.0.1, so it passes).
+	// RequireHTTPS: plain http off loopback is refused for being http (not
+	// for being unreachable: the error names https, and .invalid never
+	// resolves, so a fetch attempt would fail with a different error).
+	_, err := auth.New(context.Background(), auth.Options{Providers: prov("http://jwks.invalid/certs"), Subjects: m, RequireHTTPS: true, JWKSWait: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "needs https") {
+		t.Errorf("plain-http JWKS off loopback with RequireHTTPS: error %v, want one naming https", err)
+	}
+	// Plain http only on loopback (the test's server is on 127.0.0.1, so it
+	// passes).
 	v, err := auth.New(context.Background(), auth.Options{Providers: prov(p.srv.URL), Subjects: m, RequireHTTPS: true})
 	if err != nil {
 		t.Fatalf("http on loopback with RequireHTTPS: %v", err)

@@ -389,6 +389,61 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 	if env.IdleWait == 0 {
 		env.IdleWait = 10 * time.Minute
 	}
+	selected, err := opts.check()
+	if err != nil {
+		return nil, err
+	}
+	var targets []*target
+	defer func() {
+		for i := len(targets) - 1; i >= 0; i-- {
+			targets[i].closeIdle()
+		}
+	}()
+	for i, t := range opts.Targets {
+		tg, err := newTarget(t)
+		if err != nil {
+			return nil, err
+		}
+		tg.index = i
+		targets = append(targets, tg)
+	}
+
+	p := opts.Params
+	r := &run{env: env, p: p, id: newRunID(), log: env.Log, levels: opts.Levels}
+	rep := &Report{
+		RunID: r.id, Started: time.Now().UTC(), Quick: p.Quick, Params: p, Command: opts.Command,
+		Machine: machineInfo(ctx, env.Redis, env.Store), Scenarios: selected, Levels: opts.Levels,
+	}
+	for _, t := range targets {
+		rep.Targets = append(rep.Targets, t.Target)
+	}
+	for _, t := range targets {
+		if err := t.api.waitReady(ctx, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("bench: %s gateway at %s: %w", t.Label, t.URL, err)
+		}
+	}
+	if len(selected) > 0 {
+		if err := r.issueTokens(selected); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range targets {
+		if err := r.runTarget(ctx, rep, t, selected, opts.RedisCommands); err != nil {
+			return rep.finish(), err
+		}
+	}
+	if opts.Ceiling {
+		rep.Ceiling = runCeiling(ctx, env, p)
+		if rep.Ceiling != nil {
+			r.logf("== redis-benchmark ceiling: %s", rep.Ceiling.line())
+		}
+	}
+	return rep.finish(), ctx.Err()
+}
+
+// check validates opts and returns the scenarios to run, in their fixed
+// order (All's).
+func (opts Options) check() ([]string, error) {
 	if err := opts.Params.Validate(); err != nil {
 		return nil, err
 	}
@@ -420,94 +475,81 @@ func Run(ctx context.Context, env Env, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("bench: unknown scenario %q", n)
 		}
 	}
-	targets := make([]*target, len(opts.Targets))
-	for i, t := range opts.Targets {
-		tg, err := newTarget(t)
-		if err != nil {
-			return nil, err
-		}
-		tg.index = i
-		targets[i] = tg
-		defer tg.closeIdle()
-	}
+	return selected, nil
+}
 
-	p := opts.Params
-	r := &run{env: env, p: p, id: newRunID(), log: env.Log, levels: opts.Levels}
-	rep := &Report{
-		RunID: r.id, Started: time.Now().UTC(), Quick: p.Quick, Params: p, Command: opts.Command,
-		Machine: machineInfo(ctx, env.Redis, env.Store), Scenarios: selected, Levels: opts.Levels,
+// issueTokens issues the buyers' tokens: Params.Users, or more when a
+// selected scenario needs more buyers (spike, waitingroom, draw).
+func (r *run) issueTokens(selected []string) error {
+	p := r.p
+	n := p.Users
+	if slices.Contains(selected, Spike) {
+		n = max(n, p.SpikeBuyers)
 	}
-	for _, t := range targets {
-		rep.Targets = append(rep.Targets, t.Target)
+	if slices.Contains(selected, WaitingRoom) {
+		n = max(n, p.RoomBuyers)
 	}
-	for _, t := range targets {
-		if err := t.api.waitReady(ctx, 30*time.Second); err != nil {
-			return nil, fmt.Errorf("bench: %s gateway at %s: %w", t.Label, t.URL, err)
+	if slices.Contains(selected, Draw) {
+		n = max(n, p.DrawEntries)
+	}
+	t0 := time.Now()
+	u, err := issueUsers(r.env.JWTSecret, n, p.UserBase)
+	if err != nil {
+		return err
+	}
+	r.users = u
+	r.logf("bench %s: issued %d buyer tokens in %s", r.id, n, time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// runTarget prepares t, warms it up and runs the selected scenarios against
+// it, adding their results to rep. The scenarios of the system under
+// test's pipeline (drain, waitingroom, tickets, draw) run only on the first
+// target. The error is a failed Prepare or ctx's.
+func (r *run) runTarget(ctx context.Context, rep *Report, t *target, selected []string, redisCommands bool) error {
+	if t.Prepare != nil {
+		if err := t.Prepare(ctx); err != nil {
+			return fmt.Errorf("bench: prepare %s: %w", t.Label, err)
 		}
 	}
 	if len(selected) > 0 {
-		n := p.Users
-		if slices.Contains(selected, Spike) {
-			n = max(n, p.SpikeBuyers)
-		}
-		if slices.Contains(selected, WaitingRoom) {
-			n = max(n, p.RoomBuyers)
-		}
-		if slices.Contains(selected, Draw) {
-			n = max(n, p.DrawEntries)
-		}
-		t0 := time.Now()
-		u, err := issueUsers(env.JWTSecret, n, p.UserBase)
-		if err != nil {
-			return nil, err
-		}
-		r.users = u
-		r.logf("bench %s: issued %d buyer tokens in %s", r.id, n, time.Since(t0).Round(time.Millisecond))
+		r.warmUp(ctx, t)
 	}
+	for _, name := range selected {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if (name == Drain || name == WaitingRoom || name == Tickets || name == Draw) && t.index > 0 {
+			continue // the drain pauses the system under test's pipeline, the room is its pacer's: no baseline
+		}
+		res := r.runScenario(ctx, t, name, redisCommands)
+		rep.Results = append(rep.Results, res)
+		r.logf("   %s", res.line())
+	}
+	return nil
+}
 
-	for _, t := range targets {
-		if t.Prepare != nil {
-			if err := t.Prepare(ctx); err != nil {
-				return rep.finish(), fmt.Errorf("bench: prepare %s: %w", t.Label, err)
-			}
-		}
-		if len(selected) > 0 {
-			r.warmUp(ctx, t)
-		}
-		for _, name := range selected {
-			if err := ctx.Err(); err != nil {
-				return rep.finish(), err
-			}
-			if (name == Drain || name == WaitingRoom || name == Tickets || name == Draw) && t.index > 0 {
-				continue // the drain pauses the system under test's pipeline, the room is its pacer's: no baseline
-			}
-			r.logf("== %s against %s (%s)", name, t.Label, t.URL)
-			mem := startMemory(t.Target)
-			var cmds map[string]int64
-			if opts.RedisCommands {
-				cmds = r.commandStats(ctx)
-			}
-			started := time.Now()
-			res := scenarioFuncs[name](ctx, r, t)
-			if opts.RedisCommands {
-				r.commandsPerOrder(ctx, res, cmds) // durability.go
-			}
-			res.Scenario, res.Target = name, t.Label
-			res.Started = started.UTC()
-			res.ElapsedS = time.Since(started).Seconds()
-			res.Memory = mem.stop()
-			res.finish()
-			rep.Results = append(rep.Results, res)
-			r.logf("   %s", res.line())
-		}
+// runScenario runs scenario name against t and completes its result: its
+// labels, timing, the gateway's memory and, with redisCommands, the Redis
+// commands per order.
+func (r *run) runScenario(ctx context.Context, t *target, name string, redisCommands bool) *ScenarioResult {
+	r.logf("== %s against %s (%s)", name, t.Label, t.URL)
+	mem := startMemory(t.Target)
+	var cmds map[string]int64
+	if redisCommands {
+		cmds = r.commandStats(ctx)
 	}
-	if opts.Ceiling {
-		rep.Ceiling = runCeiling(ctx, env, p)
-		if rep.Ceiling != nil {
-			r.logf("== redis-benchmark ceiling: %s", rep.Ceiling.line())
-		}
+	started := time.Now()
+	res := scenarioFuncs[name](ctx, r, t)
+	if redisCommands {
+		r.commandsPerOrder(ctx, res, cmds) // durability.go
 	}
-	return rep.finish(), ctx.Err()
+	res.Scenario, res.Target = name, t.Label
+	res.Started = started.UTC()
+	res.ElapsedS = time.Since(started).Seconds()
+	res.Memory = mem.stop()
+	res.finish()
+	return res
 }
 
 func newRunID() string {

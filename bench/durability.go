@@ -124,86 +124,111 @@ func addCommandStats(res *ScenarioResult, before, after map[string]int64) {
 // levelsTable renders the per-level comparison: one column per target
 // (durability level), one row per sustained step and figure.
 func (r *Report) levelsTable(b *strings.Builder) {
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	labels := make([]string, len(r.Targets))
+	lt := levelRows{r: r, b: b, labels: make([]string, len(r.Targets))}
 	for i, t := range r.Targets {
-		labels[i] = t.Label
+		lt.labels[i] = t.Label
 	}
-	row := func(name string, cell func(s *ScenarioResult) string, scenario string) {
-		w("| %s |", name)
-		for _, l := range labels {
-			v := "—"
-			if s := r.result(scenario, l); s != nil {
-				v = cell(s)
-			}
-			w(" %s |", v)
-		}
-		w("\n")
-	}
-	figure := func(name string, digits int) func(s *ScenarioResult) string {
-		return func(s *ScenarioResult) string {
-			v, ok := s.Figure(name)
-			if !ok {
-				return "—"
-			}
-			if digits > 0 {
-				return strconv.FormatFloat(v, 'f', digits, 64)
-			}
-			return fmtNum(v)
-		}
-	}
-	w("## Intake per Redis durability level (issue 13)\n\n")
-	w("Levels run back to back in this one invocation, on the same machine, Redis, MySQL and pipeline. ")
-	w("Orders/s and latencies drift with the machine's load; Redis commands and WAITs per accepted order do not.\n\n")
-	w("| figure | %s |\n|---|%s\n", strings.Join(labels, " | "), strings.Repeat("--:|", len(labels)))
+	b.WriteString("## Intake per Redis durability level (issue 13)\n\n")
+	b.WriteString("Levels run back to back in this one invocation, on the same machine, Redis, MySQL and pipeline. ")
+	b.WriteString("Orders/s and latencies drift with the machine's load; Redis commands and WAITs per accepted order do not.\n\n")
+	fmt.Fprintf(b, "| figure | %s |\n|---|%s\n", strings.Join(lt.labels, " | "), strings.Repeat("--:|", len(lt.labels)))
 	for _, name := range r.Scenarios {
-		if name != Sustained && name != SoldOut {
-			continue
-		}
-		if name == Sustained {
-			var rates []float64
-			for _, l := range labels {
-				if s := r.result(Sustained, l); s != nil {
-					for _, ph := range s.Phases {
-						if !slices.Contains(rates, ph.Rate) {
-							rates = append(rates, ph.Rate)
-						}
-					}
-				}
-			}
-			sort.Float64s(rates)
-			for _, rate := range rates {
-				row(fmt.Sprintf("sustained step %s/s: orders/s (p99)", fmtNum(rate)), func(s *ScenarioResult) string {
-					for _, ph := range s.Phases {
-						if ph.Rate == rate && ph.Result != nil {
-							mark := ""
-							if ph.OK != nil && !*ph.OK {
-								mark = " ✗"
-							}
-							return fmt.Sprintf("%s (%s)%s", fmtNum(classRate(ph.Result, classAccepted)), fmtMs(ph.Result.Latency.P99), mark)
-						}
-					}
-					return "—"
-				}, Sustained)
-			}
-			row("sustained: accepted intake, orders/s", func(s *ScenarioResult) string { return fmtNum(s.Headline.Value) }, Sustained)
-			row("sustained: highest clean step, req/s", figure("highest clean step", 0), Sustained)
-			row("sustained: p50 / p95 / p99 at that step", func(s *ScenarioResult) string {
-				l := s.HeadlineLatency
-				if s.Headline.Value == 0 {
-					return "—"
-				}
-				return fmt.Sprintf("%s / %s / %s", fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99))
-			}, Sustained)
-			row("sustained: "+figRedisCommands, figure(figRedisCommands, 2), Sustained)
-			row("sustained: "+figRedisWait, figure(figRedisWait, 3), Sustained)
-			row("sustained: audit", func(s *ScenarioResult) string { return verdict(s.Pass) }, Sustained)
-		} else {
-			row("soldout: rejections/s", func(s *ScenarioResult) string { return fmtNum(s.Headline.Value) }, SoldOut)
-			row("soldout: p99", func(s *ScenarioResult) string { return fmtMs(s.HeadlineLatency.P99) }, SoldOut)
-			row("soldout: "+figRedisPerReq, figure(figRedisPerReq, 2), SoldOut)
-			row("soldout: audit", func(s *ScenarioResult) string { return verdict(s.Pass) }, SoldOut)
+		switch name {
+		case Sustained:
+			lt.sustained()
+		case SoldOut:
+			lt.soldOut()
 		}
 	}
-	w("\n")
+	b.WriteString("\n")
+}
+
+// levelRows writes the rows of levelsTable: labels are its columns.
+type levelRows struct {
+	r      *Report
+	b      *strings.Builder
+	labels []string
+}
+
+// row writes one row: name, then cell of each level's result of scenario
+// ("—" for none).
+func (lt levelRows) row(name string, cell func(s *ScenarioResult) string, scenario string) {
+	fmt.Fprintf(lt.b, "| %s |", name)
+	for _, l := range lt.labels {
+		v := "—"
+		if s := lt.r.result(scenario, l); s != nil {
+			v = cell(s)
+		}
+		fmt.Fprintf(lt.b, " %s |", v)
+	}
+	lt.b.WriteString("\n")
+}
+
+// figureCell is a cell of figure name with digits decimals (0: fmtNum).
+func figureCell(name string, digits int) func(s *ScenarioResult) string {
+	return func(s *ScenarioResult) string {
+		v, ok := s.Figure(name)
+		if !ok {
+			return "—"
+		}
+		if digits > 0 {
+			return strconv.FormatFloat(v, 'f', digits, 64)
+		}
+		return fmtNum(v)
+	}
+}
+
+// sustained writes the sustained scenario's rows: every step rate any
+// level ran (accepted orders/s and p99), then its figures.
+func (lt levelRows) sustained() {
+	for _, rate := range lt.stepRates() {
+		lt.row(fmt.Sprintf("sustained step %s/s: orders/s (p99)", fmtNum(rate)), func(s *ScenarioResult) string {
+			for _, ph := range s.Phases {
+				if ph.Rate == rate && ph.Result != nil {
+					mark := ""
+					if ph.OK != nil && !*ph.OK {
+						mark = " ✗"
+					}
+					return fmt.Sprintf("%s (%s)%s", fmtNum(classRate(ph.Result, classAccepted)), fmtMs(ph.Result.Latency.P99), mark)
+				}
+			}
+			return "—"
+		}, Sustained)
+	}
+	lt.row("sustained: accepted intake, orders/s", func(s *ScenarioResult) string { return fmtNum(s.Headline.Value) }, Sustained)
+	lt.row("sustained: highest clean step, req/s", figureCell("highest clean step", 0), Sustained)
+	lt.row("sustained: p50 / p95 / p99 at that step", func(s *ScenarioResult) string {
+		l := s.HeadlineLatency
+		if s.Headline.Value == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%s / %s / %s", fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99))
+	}, Sustained)
+	lt.row("sustained: "+figRedisCommands, figureCell(figRedisCommands, 2), Sustained)
+	lt.row("sustained: "+figRedisWait, figureCell(figRedisWait, 3), Sustained)
+	lt.row("sustained: audit", func(s *ScenarioResult) string { return verdict(s.Pass) }, Sustained)
+}
+
+// stepRates is every sustained step rate of any level, ascending.
+func (lt levelRows) stepRates() []float64 {
+	var rates []float64
+	for _, l := range lt.labels {
+		if s := lt.r.result(Sustained, l); s != nil {
+			for _, ph := range s.Phases {
+				if !slices.Contains(rates, ph.Rate) {
+					rates = append(rates, ph.Rate)
+				}
+			}
+		}
+	}
+	sort.Float64s(rates)
+	return rates
+}
+
+// soldOut writes the soldout scenario's rows.
+func (lt levelRows) soldOut() {
+	lt.row("soldout: rejections/s", func(s *ScenarioResult) string { return fmtNum(s.Headline.Value) }, SoldOut)
+	lt.row("soldout: p99", func(s *ScenarioResult) string { return fmtMs(s.HeadlineLatency.P99) }, SoldOut)
+	lt.row("soldout: "+figRedisPerReq, figureCell(figRedisPerReq, 2), SoldOut)
+	lt.row("soldout: audit", func(s *ScenarioResult) string { return verdict(s.Pass) }, SoldOut)
 }

@@ -115,7 +115,30 @@ func (s *ScenarioResult) headlineText() string {
 // the stream/sync comparison, the ceiling, then each scenario in detail.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r.header(&b)
+	r.summaryTable(&b)
+	r.goalsTable(&b)
+	if r.Levels {
+		r.levelsTable(&b) // durability.go
+	} else if len(r.Targets) > 1 {
+		r.comparisonTable(&b)
+	}
+	if c := r.Ceiling; c != nil {
+		fmt.Fprintf(&b, "## Ceiling: redis-benchmark on reserve.lua\n\n%s\n\n", c.line())
+		if c.Command != "" {
+			fmt.Fprintf(&b, "```\n%s\n```\n\n", c.Command)
+		}
+	}
+	b.WriteString("## Details\n")
+	for _, s := range r.Results {
+		r.detail(&b, s)
+	}
+	return b.String()
+}
+
+// header writes the title, verdict, command, machine, targets and method.
+func (r *Report) header(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("# Stampede benchmark — %s\n\n", r.Started.Format("2006-01-02 15:04 MST"))
 	w("**%s** — every scenario's SPEC §5 audit %s. Run %s", verdict(r.Pass), map[bool]string{true: "passed", false: "did not pass"}[r.Pass], r.RunID)
 	if r.Quick {
@@ -145,53 +168,44 @@ func (r *Report) Markdown() string {
 	}
 	w("\nMethod: open model, constant arrival rate; latency from each request's scheduled time " +
 		"(coordinated omission corrected); HDR histograms; warm-up excluded; throughput = answers per second of the measured window. See bench/README.md.\n\n")
+}
 
-	r.summaryTable(&b)
-
-	if len(r.Goals) > 0 {
-		w("## Goals (issue 5)\n\n| goal | target | this run | met |\n|---|---|---|:-:|\n")
-		for _, g := range r.Goals {
-			w("| %s | %s | %s | %s |\n", g.Name, g.Target, g.Value, metText(g.Met))
-		}
-		if r.Quick {
-			w("\nA quick run does not claim throughput goals.\n")
-		}
-		w("\n")
+// goalsTable writes the issue-5 goals, if the report has any.
+func (r *Report) goalsTable(b *strings.Builder) {
+	if len(r.Goals) == 0 {
+		return
 	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Goals (issue 5)\n\n| goal | target | this run | met |\n|---|---|---|:-:|\n")
+	for _, g := range r.Goals {
+		w("| %s | %s | %s | %s |\n", g.Name, g.Target, g.Value, metText(g.Met))
+	}
+	if r.Quick {
+		w("\nA quick run does not claim throughput goals.\n")
+	}
+	w("\n")
+}
 
-	if r.Levels {
-		r.levelsTable(&b) // durability.go
-	} else if len(r.Targets) > 1 {
-		a, bl := r.Targets[0].Label, r.Targets[1].Label
-		w("## %s vs %s\n\n| scenario | figure | %s | %s | %s / %s |\n|---|---|--:|--:|--:|\n", a, bl, a, bl, a, bl)
-		for _, name := range r.Scenarios {
-			x, y := r.result(name, a), r.result(name, bl)
-			if x == nil || y == nil {
-				continue
-			}
-			ratio := "—"
-			if y.Headline.Value > 0 {
-				ratio = fmt.Sprintf("%.1f×", x.Headline.Value/y.Headline.Value)
-			}
-			w("| %s | %s (%s) | %s | %s | %s |\n", name, x.Headline.Name, x.Headline.Unit, fmtNum(x.Headline.Value), fmtNum(y.Headline.Value), ratio)
-			w("| %s | p99 | %s | %s | |\n", name, fmtMs(x.HeadlineLatency.P99), fmtMs(y.HeadlineLatency.P99))
-			w("| %s | audit | %s | %s | |\n", name, verdict(x.Pass), verdict(y.Pass))
+// comparisonTable writes the first target against the second (the
+// baseline): each scenario's headline, p99 and audit side by side.
+func (r *Report) comparisonTable(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	a, bl := r.Targets[0].Label, r.Targets[1].Label
+	w("## %s vs %s\n\n| scenario | figure | %s | %s | %s / %s |\n|---|---|--:|--:|--:|\n", a, bl, a, bl, a, bl)
+	for _, name := range r.Scenarios {
+		x, y := r.result(name, a), r.result(name, bl)
+		if x == nil || y == nil {
+			continue
 		}
-		w("\n")
-	}
-
-	if c := r.Ceiling; c != nil {
-		w("## Ceiling: redis-benchmark on reserve.lua\n\n%s\n\n", c.line())
-		if c.Command != "" {
-			w("```\n%s\n```\n\n", c.Command)
+		ratio := "—"
+		if y.Headline.Value > 0 {
+			ratio = fmt.Sprintf("%.1f×", x.Headline.Value/y.Headline.Value)
 		}
+		w("| %s | %s (%s) | %s | %s | %s |\n", name, x.Headline.Name, x.Headline.Unit, fmtNum(x.Headline.Value), fmtNum(y.Headline.Value), ratio)
+		w("| %s | p99 | %s | %s | |\n", name, fmtMs(x.HeadlineLatency.P99), fmtMs(y.HeadlineLatency.P99))
+		w("| %s | audit | %s | %s | |\n", name, verdict(x.Pass), verdict(y.Pass))
 	}
-
-	w("## Details\n")
-	for _, s := range r.Results {
-		r.detail(&b, s)
-	}
-	return b.String()
+	w("\n")
 }
 
 func orNA(s string) string {
@@ -201,6 +215,8 @@ func orNA(s string) string {
 	return s
 }
 
+// detail writes one result: its phases, figures, latencies, tables,
+// memory, audit and notes.
 func (r *Report) detail(b *strings.Builder, s *ScenarioResult) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("\n### %s — %s", s.Scenario, s.Target)
@@ -211,32 +227,7 @@ func (r *Report) detail(b *strings.Builder, s *ScenarioResult) {
 	if s.Error != "" {
 		w("Error: %s\n\n", s.Error)
 	}
-	if len(s.Phases) > 0 {
-		w("| phase | rate | sent | measured | answers/s | p50 | p95 | p99 | p99.9 | max | late | abandoned | errors |\n")
-		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-		for _, ph := range s.Phases {
-			res := ph.Result
-			name := ph.Name
-			if ph.OK != nil && !*ph.OK {
-				name += " ✗"
-			}
-			l := res.Latency
-			w("| %s | %s/s | %d | %d | %s | %s | %s | %s | %s | %s | %d | %d | %d |\n", name, fmtNum(ph.Rate), res.Sent, res.Measured,
-				fmtNum(res.Throughput), fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), res.Late, res.Abandoned, res.Errors)
-		}
-		w("\nOutcome classes (measured window; latency from the scheduled time):\n\n")
-		w("| phase | class | count | per second | p50 | p99 | max |\n|---|---|--:|--:|--:|--:|--:|\n")
-		for _, ph := range s.Phases {
-			for _, c := range ph.Result.ClassNames() {
-				cs := ph.Result.Classes[c]
-				w("| %s | %s | %d | %s | %s | %s | %s |\n", ph.Name, c, cs.Count, fmtNum(cs.Rate), fmtMs(cs.Latency.P50), fmtMs(cs.Latency.P99), fmtMs(cs.Latency.Max))
-			}
-			for _, e := range ph.Result.ErrorSamples {
-				w("| %s | error sample | %s | | | | |\n", ph.Name, strings.ReplaceAll(e, "|", "/"))
-			}
-		}
-		w("\n")
-	}
+	phaseTables(b, s)
 	if len(s.Figures) > 0 {
 		for _, f := range s.Figures {
 			v := fmtNum(f.Value)
@@ -247,19 +238,7 @@ func (r *Report) detail(b *strings.Builder, s *ScenarioResult) {
 		}
 		w("\n")
 	}
-	if len(s.Latencies) > 0 {
-		names := make([]string, 0, len(s.Latencies))
-		for k := range s.Latencies {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		w("| latency | count | p50 | p95 | p99 | p99.9 | max |\n|---|--:|--:|--:|--:|--:|--:|\n")
-		for _, k := range names {
-			l := s.Latencies[k]
-			w("| %s | %d | %s | %s | %s | %s | %s |\n", k, l.Count, fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max))
-		}
-		w("\n")
-	}
+	latencyTable(b, s)
 	for _, tb := range s.Tables {
 		w("%s:\n\n| %s |\n|%s\n", tb.Title, strings.Join(tb.Header, " | "), strings.Repeat("---|", len(tb.Header)))
 		for _, row := range tb.Rows {
@@ -267,6 +246,63 @@ func (r *Report) detail(b *strings.Builder, s *ScenarioResult) {
 		}
 		w("\n")
 	}
+	auditLines(b, s)
+}
+
+// phaseTables writes the load phases of s and their outcome classes.
+func phaseTables(b *strings.Builder, s *ScenarioResult) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	if len(s.Phases) == 0 {
+		return
+	}
+	w("| phase | rate | sent | measured | answers/s | p50 | p95 | p99 | p99.9 | max | late | abandoned | errors |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, ph := range s.Phases {
+		res := ph.Result
+		name := ph.Name
+		if ph.OK != nil && !*ph.OK {
+			name += " ✗"
+		}
+		l := res.Latency
+		w("| %s | %s/s | %d | %d | %s | %s | %s | %s | %s | %s | %d | %d | %d |\n", name, fmtNum(ph.Rate), res.Sent, res.Measured,
+			fmtNum(res.Throughput), fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max), res.Late, res.Abandoned, res.Errors)
+	}
+	w("\nOutcome classes (measured window; latency from the scheduled time):\n\n")
+	w("| phase | class | count | per second | p50 | p99 | max |\n|---|---|--:|--:|--:|--:|--:|\n")
+	for _, ph := range s.Phases {
+		for _, c := range ph.Result.ClassNames() {
+			cs := ph.Result.Classes[c]
+			w("| %s | %s | %d | %s | %s | %s | %s |\n", ph.Name, c, cs.Count, fmtNum(cs.Rate), fmtMs(cs.Latency.P50), fmtMs(cs.Latency.P99), fmtMs(cs.Latency.Max))
+		}
+		for _, e := range ph.Result.ErrorSamples {
+			w("| %s | error sample | %s | | | | |\n", ph.Name, strings.ReplaceAll(e, "|", "/"))
+		}
+	}
+	w("\n")
+}
+
+// latencyTable writes the named latencies of s, by name.
+func latencyTable(b *strings.Builder, s *ScenarioResult) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	if len(s.Latencies) == 0 {
+		return
+	}
+	names := make([]string, 0, len(s.Latencies))
+	for k := range s.Latencies {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	w("| latency | count | p50 | p95 | p99 | p99.9 | max |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, k := range names {
+		l := s.Latencies[k]
+		w("| %s | %d | %s | %s | %s | %s | %s |\n", k, l.Count, fmtMs(l.P50), fmtMs(l.P95), fmtMs(l.P99), fmtMs(l.P999), fmtMs(l.Max))
+	}
+	w("\n")
+}
+
+// auditLines writes the memory, audit and notes of s.
+func auditLines(b *strings.Builder, s *ScenarioResult) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	if m := s.Memory; m != nil {
 		if m.Error != "" {
 			w("Memory of pid %d: %s\n\n", m.PID, m.Error)

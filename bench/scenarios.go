@@ -314,43 +314,12 @@ func runDuplicate(ctx context.Context, r *run, t *target) *ScenarioResult {
 		return s.fail(err)
 	}
 	s.ProductID = pid
-	sched := duplicateSchedule(keys, p.DuplicateReplays, p.DuplicateBurst)
-	prefix := r.requestPrefix(t, "du")
-	nUsers := len(r.users.ids)
-	userOf := func(k int) int { return k % nUsers }
-
-	var mu sync.Mutex
-	nos := make([]string, keys)
-	accepts := make([]int32, keys)
-	var conflicts, missing, unknown int64
+	d := &dupTally{sched: duplicateSchedule(keys, p.DuplicateReplays, p.DuplicateBurst), prefix: r.requestPrefix(t, "du"),
+		nUsers: len(r.users.ids), nos: make([]string, keys), accepts: make([]int32, keys)}
 	cfg := r.loadConfig(t)
-	cfg.Rate, cfg.Requests = p.DuplicateRate, int64(len(sched))
-	cfg.Build = r.orderBuilder(pid, prefix, func(i int64) int { return userOf(int(sched[i])) }, func(i int64) int64 { return int64(sched[i]) })
-	cfg.Observe = func(o loadgen.Outcome, resp *fasthttp.Response) {
-		if o.Class != classAccepted && o.Class != classReplay {
-			if o.Err != nil || o.Status >= 500 {
-				mu.Lock()
-				unknown++
-				mu.Unlock()
-			}
-			return
-		}
-		k := sched[o.Index]
-		no := loadgen.StringField(resp.Body(), "orderNo")
-		mu.Lock()
-		defer mu.Unlock()
-		if o.Class == classAccepted {
-			accepts[k]++
-		}
-		switch {
-		case no == "":
-			missing++
-		case nos[k] == "":
-			nos[k] = no
-		case nos[k] != no:
-			conflicts++
-		}
-	}
+	cfg.Rate, cfg.Requests = p.DuplicateRate, int64(len(d.sched))
+	cfg.Build = r.orderBuilder(pid, d.prefix, func(i int64) int { return d.userOf(int(d.sched[i])) }, func(i int64) int64 { return int64(d.sched[i]) })
+	cfg.Observe = d.observe
 	r.logf("   %d requestIds × %d sends (bursts of %d) at %s/s", keys, p.DuplicateReplays, min(p.DuplicateBurst, p.DuplicateReplays), fmtNum(cfg.Rate))
 	res, err := loadgen.Run(ctx, cfg)
 	s.addPhase("storm", cfg.Rate, res)
@@ -366,48 +335,97 @@ func runDuplicate(ctx context.Context, r *run, t *target) *ScenarioResult {
 		"first (202)":  classLatency(res, classAccepted),
 		"replay (200)": classLatency(res, classReplay),
 	}
+	s.figure("replays answered 200", float64(res.Count(classReplay)), "requests")
+	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		return r.duplicateChecks(ctx, pid, pa, d, res)
+	})
+	return s
+}
+
+// dupTally is what the duplicate storm's answers said, per key (sched[i]
+// is request i's key; key k is buyer k mod nUsers's).
+type dupTally struct {
+	sched  []int32
+	prefix string
+	nUsers int
+
+	mu                          sync.Mutex
+	nos                         []string // key → the orderNo of its first answer
+	accepts                     []int32  // key → its 202s
+	conflicts, missing, unknown int64    // other orderNos; 200/202 without one; errors and 5xx
+}
+
+func (d *dupTally) userOf(k int) int { return k % d.nUsers }
+
+// observe is the load's Observe: it tallies one answer.
+func (d *dupTally) observe(o loadgen.Outcome, resp *fasthttp.Response) {
+	if o.Class != classAccepted && o.Class != classReplay {
+		if o.Err != nil || o.Status >= 500 {
+			d.mu.Lock()
+			d.unknown++
+			d.mu.Unlock()
+		}
+		return
+	}
+	k := d.sched[o.Index]
+	no := loadgen.StringField(resp.Body(), "orderNo")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if o.Class == classAccepted {
+		d.accepts[k]++
+	}
+	switch {
+	case no == "":
+		d.missing++
+	case d.nos[k] == "":
+		d.nos[k] = no
+	case d.nos[k] != no:
+		d.conflicts++
+	}
+}
+
+// duplicateChecks are the duplicate scenario's audit checks: one orderNo
+// and at most one 202 per key, every key accepted (when no answer was
+// lost), and MySQL's orders the answered ones.
+func (r *run) duplicateChecks(ctx context.Context, pid int64, pa pipeline.ProductAudit, d *dupTally, res *loadgen.Result) []pipeline.Check {
 	var multi, never, answered int
-	for k := range keys {
+	for k := range d.nos {
 		switch {
-		case accepts[k] > 1:
+		case d.accepts[k] > 1:
 			multi++
-		case accepts[k] == 0:
+		case d.accepts[k] == 0:
 			never++
 		}
-		if nos[k] != "" {
+		if d.nos[k] != "" {
 			answered++
 		}
 	}
-	s.figure("replays answered 200", float64(res.Count(classReplay)), "requests")
-	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
-		checks := []pipeline.Check{
-			check("one orderNo per requestId", conflicts == 0 && missing == 0,
-				"%d answers with an orderNo differing from the requestId's first, %d 200/202 answers without orderNo", conflicts, missing),
-			check("at most one 202 per requestId", multi == 0, "%d requestIds answered 202 more than once", multi),
+	checks := []pipeline.Check{
+		check("one orderNo per requestId", d.conflicts == 0 && d.missing == 0,
+			"%d answers with an orderNo differing from the requestId's first, %d 200/202 answers without orderNo", d.conflicts, d.missing),
+		check("at most one 202 per requestId", multi == 0, "%d requestIds answered 202 more than once", multi),
+	}
+	if d.unknown == 0 && res.Abandoned == 0 {
+		checks = append(checks, check("every requestId accepted once", never == 0, "%d requestIds never answered 202", never))
+	}
+	rows, err := r.ordersByRequest(ctx, pid)
+	if err != nil {
+		return append(checks, check("MySQL orders match the answers", false, "read orders: %v", err))
+	}
+	mismatch := 0
+	for k, no := range d.nos {
+		if no == "" {
+			continue
 		}
-		if unknown == 0 && res.Abandoned == 0 {
-			checks = append(checks, check("every requestId accepted once", never == 0, "%d requestIds never answered 202", never))
+		if rows[requestKey{r.users.ids[d.userOf(k)], fmt.Sprintf("%s%d", d.prefix, k)}] != no {
+			mismatch++
 		}
-		rows, err := r.ordersByRequest(ctx, pid)
-		if err != nil {
-			return append(checks, check("MySQL orders match the answers", false, "read orders: %v", err))
-		}
-		mismatch := 0
-		for k := range keys {
-			if nos[k] == "" {
-				continue
-			}
-			if rows[requestKey{r.users.ids[userOf(k)], fmt.Sprintf("%s%d", prefix, k)}] != nos[k] {
-				mismatch++
-			}
-		}
-		n := orderCount(pa)
-		counted := n == int64(len(rows)) && n >= int64(answered) && n <= int64(answered)+unknown
-		return append(checks, check("MySQL orders match the answers", mismatch == 0 && counted,
-			"%d requestIds answered an orderNo, %d orders in MySQL (%d answers of unknown outcome), %d answered orderNos not in MySQL under their (user, requestId)",
-			answered, n, unknown, mismatch))
-	})
-	return s
+	}
+	n := orderCount(pa)
+	counted := n == int64(len(rows)) && n >= int64(answered) && n <= int64(answered)+d.unknown
+	return append(checks, check("MySQL orders match the answers", mismatch == 0 && counted,
+		"%d requestIds answered an orderNo, %d orders in MySQL (%d answers of unknown outcome), %d answered orderNos not in MySQL under their (user, requestId)",
+		answered, n, d.unknown, mismatch))
 }
 
 type requestKey struct {
@@ -479,41 +497,9 @@ func runE2E(ctx context.Context, r *run, t *target) *ScenarioResult {
 		return s.fail(err)
 	}
 	s.ProductID = pid
-
-	// The poller samples WAITING_PAY until it reaches target (set once the
-	// load is over) or is stopped.
-	var target atomic.Int64
-	target.Store(math.MaxInt64)
-	var samples []drainSample
-	reached := make(chan struct{})
-	stop := make(chan struct{})
-	polled := make(chan error, 1)
 	pctx, cancelPoll := context.WithCancel(ctx)
 	defer cancelPoll()
-	go func() {
-		tick := time.NewTicker(p.E2EPoll)
-		defer tick.Stop()
-		var err error
-		for {
-			n, qerr := r.countWaiting(pctx, pid)
-			if qerr != nil {
-				err = qerr
-			} else {
-				samples = append(samples, drainSample{time.Now(), n})
-				if n >= target.Load() {
-					close(reached)
-					polled <- nil
-					return
-				}
-			}
-			select {
-			case <-stop:
-				polled <- err
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	w := r.startWaitingPoller(pctx, pid)
 
 	var acc outcomes
 	cfg := r.loadConfig(t)
@@ -528,27 +514,10 @@ func runE2E(ctx context.Context, r *run, t *target) *ScenarioResult {
 		s.fail(err)
 	}
 	accepted, unknown := acc.counts()
-	target.Store(accepted)
-	wait := time.NewTimer(r.env.IdleWait)
-	var pollErr error
-	select {
-	case <-reached:
-		pollErr = <-polled
-	case <-wait.C:
-		close(stop)
-		pollErr = <-polled
-		s.Notes = append(s.Notes, fmt.Sprintf("not every accepted order reached WAITING_PAY within %s", r.env.IdleWait))
-	case <-ctx.Done():
-		close(stop)
-		pollErr = <-polled
-	}
-	wait.Stop()
-	if pollErr != nil {
-		s.Notes = append(s.Notes, "polling WAITING_PAY: "+pollErr.Error())
-	}
-	if res != nil && len(samples) > 0 {
-		last := samples[len(samples)-1]
-		s.Headline = Figure{Name: "drain rate", Value: drainRate(samples, last.n), Unit: "orders/s"}
+	w.await(ctx, s, accepted, r.env.IdleWait)
+	if res != nil && len(w.samples) > 0 {
+		last := w.samples[len(w.samples)-1]
+		s.Headline = Figure{Name: "drain rate", Value: drainRate(w.samples, last.n), Unit: "orders/s"}
 		s.figure("drain rate", s.Headline.Value, "orders/s")
 		if last.n > 0 {
 			s.figure("first request to all WAITING_PAY", last.at.Sub(res.Start).Seconds(), "s")
@@ -556,27 +525,98 @@ func runE2E(ctx context.Context, r *run, t *target) *ScenarioResult {
 		s.figure("accepted", float64(accepted), "orders")
 		s.figure("intake", classRate(res, classAccepted), "orders/s")
 	}
-	lat, first, lastAt, n, err := r.waitingLatency(ctx, pid)
-	if err != nil {
-		s.Notes = append(s.Notes, "reading 202 → WAITING_PAY times: "+err.Error())
-	} else {
-		s.HeadlineLatency = lat
-		s.Latencies = map[string]loadgen.Summary{"202 → WAITING_PAY (MySQL, ms resolution)": lat}
-		if res != nil {
-			s.Latencies["intake (HTTP, from scheduled time)"] = res.Latency
-		}
-		if n > 1 && lastAt.After(first) {
-			s.figure("drain rate (first to last WAITING_PAY in MySQL)", float64(n-1)/lastAt.Sub(first).Seconds(), "orders/s")
-		}
-	}
+	r.e2eLatencies(ctx, s, pid, res)
 	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
-		w := pa.Orders[order.WaitingPay][0]
+		waiting := pa.Orders[order.WaitingPay][0]
 		return []pipeline.Check{
 			ordersCheck(orderCount(pa), accepted, unknown),
-			check("every order reached WAITING_PAY", w == orderCount(pa), "%d WAITING_PAY of %d orders", w, orderCount(pa)),
+			check("every order reached WAITING_PAY", waiting == orderCount(pa), "%d WAITING_PAY of %d orders", waiting, orderCount(pa)),
 		}
 	})
 	return s
+}
+
+// waitingPoller samples a product's WAITING_PAY count every E2EPoll until
+// it reaches target (set once the load is over) or is stopped.
+type waitingPoller struct {
+	target  atomic.Int64
+	samples []drainSample // read once polled answered
+	reached chan struct{}
+	stop    chan struct{}
+	polled  chan error // the poller's last query error, once it ended
+}
+
+// startWaitingPoller starts polling pid's WAITING_PAY orders until ctx ends.
+func (r *run) startWaitingPoller(ctx context.Context, pid int64) *waitingPoller {
+	w := &waitingPoller{reached: make(chan struct{}), stop: make(chan struct{}), polled: make(chan error, 1)}
+	w.target.Store(math.MaxInt64)
+	go func() {
+		tick := time.NewTicker(r.p.E2EPoll)
+		defer tick.Stop()
+		var err error
+		for {
+			n, qerr := r.countWaiting(ctx, pid)
+			if qerr != nil {
+				err = qerr
+			} else {
+				w.samples = append(w.samples, drainSample{time.Now(), n})
+				if n >= w.target.Load() {
+					close(w.reached)
+					w.polled <- nil
+					return
+				}
+			}
+			select {
+			case <-w.stop:
+				w.polled <- err
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// await sets the target to accepted and waits until the poller reached it,
+// idleWait passed or ctx ended; a timeout and a polling error are noted in s.
+func (w *waitingPoller) await(ctx context.Context, s *ScenarioResult, accepted int64, idleWait time.Duration) {
+	w.target.Store(accepted)
+	wait := time.NewTimer(idleWait)
+	var pollErr error
+	select {
+	case <-w.reached:
+		pollErr = <-w.polled
+	case <-wait.C:
+		close(w.stop)
+		pollErr = <-w.polled
+		s.Notes = append(s.Notes, fmt.Sprintf("not every accepted order reached WAITING_PAY within %s", idleWait))
+	case <-ctx.Done():
+		close(w.stop)
+		pollErr = <-w.polled
+	}
+	wait.Stop()
+	if pollErr != nil {
+		s.Notes = append(s.Notes, "polling WAITING_PAY: "+pollErr.Error())
+	}
+}
+
+// e2eLatencies reads each order's 202 → WAITING_PAY time from MySQL into
+// s's headline latency, with the intake's HTTP latency (res, if any) and
+// the drain rate from first to last WAITING_PAY.
+func (r *run) e2eLatencies(ctx context.Context, s *ScenarioResult, pid int64, res *loadgen.Result) {
+	lat, first, lastAt, n, err := r.waitingLatency(ctx, pid)
+	if err != nil {
+		s.Notes = append(s.Notes, "reading 202 → WAITING_PAY times: "+err.Error())
+		return
+	}
+	s.HeadlineLatency = lat
+	s.Latencies = map[string]loadgen.Summary{"202 → WAITING_PAY (MySQL, ms resolution)": lat}
+	if res != nil {
+		s.Latencies["intake (HTTP, from scheduled time)"] = res.Latency
+	}
+	if n > 1 && lastAt.After(first) {
+		s.figure("drain rate (first to last WAITING_PAY in MySQL)", float64(n-1)/lastAt.Sub(first).Seconds(), "orders/s")
+	}
 }
 
 // settled counts pid's orders past PROCESSING.

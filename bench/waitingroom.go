@@ -87,45 +87,21 @@ type roomSocket struct {
 	err       atomic.Value
 }
 
+// runWaitingRoom runs the scenario in named steps: the product and its
+// room (newRoomRun), the sample sockets and order workers (start), the
+// sampler and the watcher, the arrivals (arrive), the wait for the sell-out
+// (awaitSellOut), then the report, the sockets' figures and the audit.
 func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
-	p := r.p
 	s := &ScenarioResult{}
-	pid, err := r.createProduct(ctx, t, WaitingRoom, p.RoomStock, 0)
+	rr, err := newRoomRun(ctx, r, t)
 	if err != nil {
 		return s.fail(err)
 	}
-	s.ProductID = pid
-	admin, err := auth.Issue(r.env.JWTSecret, 1, true, time.Hour)
-	if err != nil {
-		return s.fail(err)
-	}
-	status, body, err := t.api.do(ctx, "POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), admin,
-		map[string]any{"on": true, "windowSeconds": 60})
-	if err != nil || status != 200 {
-		return s.fail(fmt.Errorf("turn the waiting room on: %d %s %v", status, body, err))
-	}
-	rr := &roomRun{r: r, t: t, pid: pid, buyers: make([]roomBuyer, p.RoomBuyers),
-		sample: map[int]*roomSocket{}, orders: make(chan int, p.RoomBuyers), prefix: r.requestPrefix(t, "wr")}
-	pushURL := rr.pushURL(ctx)
-	if pushURL == "" {
-		s.Notes = append(s.Notes, "no push URL from GET /api/config: no sample sockets")
-	}
+	s.ProductID = rr.pid
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	if pushURL != "" && p.RoomSockets > 0 {
-		every := max(p.RoomBuyers/p.RoomSockets, 1)
-		for i := every / 2; i < p.RoomBuyers && len(rr.sample) < p.RoomSockets; i += every {
-			rs := &roomSocket{buyer: i, subscribe: make(chan struct{}, 1)}
-			rr.sample[i] = rs
-		}
-		for _, rs := range rr.sample {
-			rr.wg.Add(1)
-			go func() { defer rr.wg.Done(); rr.follow(sctx, pushURL, rs) }()
-		}
-	}
-	for range 256 {
-		rr.wg.Add(1)
-		go func() { defer rr.wg.Done(); rr.orderWorker(sctx) }()
+	if note := rr.start(ctx, sctx); note != "" {
+		s.Notes = append(s.Notes, note)
 	}
 	counters0, notes := r.readCounters(ctx)
 	s.Notes = append(s.Notes, notes...)
@@ -136,54 +112,12 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); rr.watch(sctx) }()
 
-	cfg := r.loadConfig(t)
-	cfg.Rate = float64(p.RoomBuyers) / p.RoomArrival.Seconds()
-	cfg.Requests = int64(p.RoomBuyers)
-	path := []byte(fmt.Sprintf("/api/products/%d/queue", pid))
-	cfg.Build = func(i int64, req *fasthttp.Request) {
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURIBytes(path)
-		req.Header.SetBytesV("Authorization", r.users.bearer[i])
-	}
-	cfg.Classify = func(_ int64, resp *fasthttp.Response, err error) string {
-		if err == nil && resp.StatusCode() == 200 {
-			return "200 ticket"
-		}
-		return loadgen.DefaultClassify(0, resp, err)
-	}
-	cfg.Observe = func(o loadgen.Outcome, resp *fasthttp.Response) {
-		if o.Status != 200 {
-			rr.refused.Add(1)
-			return
-		}
-		if !bytes.Contains(resp.Body(), []byte(`"ticket":"`)) {
-			rr.refused.Add(1)
-			return
-		}
-		b := &rr.buyers[o.Index]
-		b.tookAt.Store(o.Done.UnixNano())
-		b.ticket.Store(1)
-		rr.tickets.Add(1)
-		if rs := rr.sample[int(o.Index)]; rs != nil {
-			rs.subscribe <- struct{}{}
-		}
-	}
-	r.logf("   %d buyers take a ticket within %s (%s/s) for %d units; the server's pacer admits them", p.RoomBuyers, p.RoomArrival, fmtNum(cfg.Rate), p.RoomStock)
-	res, err := loadgen.Run(ctx, cfg)
-	s.addPhase("arrive (POST queue)", cfg.Rate, res)
+	res, rate, err := rr.arrive(ctx)
+	s.addPhase("arrive (POST queue)", rate, res)
 	if err != nil {
 		s.fail(err)
 	}
-	// Wait for the sell-out, every order sent to be answered and the
-	// sample sockets to hear of it.
-	deadline := time.Now().Add(p.RoomArrival + 5*time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if rr.soldAt.Load() != 0 && rr.inFlight() == 0 && time.Since(time.Unix(0, rr.soldAt.Load())) > 3*time.Second {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if rr.soldAt.Load() == 0 {
+	if !rr.awaitSellOut(ctx) {
 		s.fail(errors.New("the product did not sell out in time"))
 	}
 	stop()
@@ -192,9 +126,128 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 	rr.wg.Wait()
 	counters1, _ := r.readCounters(ctx)
 	rr.report(s, samples)
+	accepted, lateOK := rr.tally()
+	if accepted > 0 {
+		s.Tables = append(s.Tables, costTable(perOrder(counters0, counters1, accepted, sampleSelects.Load())))
+	}
+	sk := rr.socketFigures(s)
+	stock := r.p.RoomStock
+	s.Audit = r.audit(ctx, rr.pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+		return []pipeline.Check{
+			ordersCheck(orderCount(pa), accepted, 0),
+			check("accepted = stock", accepted == stock, "%d answered 202, stock %d", accepted, stock),
+			check("no 202 after the sell-out", lateOK == 0, "%d orders sent after the sell-out was visible in Redis got 202", lateOK),
+			check("waiting told SOLD_OUT within 2 s", sk.told == sk.waiting, "%d of %d sample sockets still waiting got SOLD_OUT within 2 s of the last 202 (slowest %s)",
+				sk.told, sk.waiting, sk.worst.Round(time.Millisecond)),
+			check("positions only fall, per socket", sk.outOfSeq == 0, "%d messages out of order", sk.outOfSeq),
+		}
+	})
+	return s
+}
 
-	accepted := int64(0)
-	var lateOK int64
+// newRoomRun creates the scenario's product with its waiting room on.
+func newRoomRun(ctx context.Context, r *run, t *target) (*roomRun, error) {
+	p := r.p
+	pid, err := r.createProduct(ctx, t, WaitingRoom, p.RoomStock, 0)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := auth.Issue(r.env.JWTSecret, 1, true, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	status, body, err := t.api.do(ctx, "POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), admin,
+		map[string]any{"on": true, "windowSeconds": 60})
+	if err != nil || status != 200 {
+		return nil, fmt.Errorf("turn the waiting room on: %d %s %v", status, body, err)
+	}
+	return &roomRun{r: r, t: t, pid: pid, buyers: make([]roomBuyer, p.RoomBuyers),
+		sample: map[int]*roomSocket{}, orders: make(chan int, p.RoomBuyers), prefix: r.requestPrefix(t, "wr")}, nil
+}
+
+// start opens the sample sockets (spread evenly over the buyers) and the
+// order workers, both running until sctx ends; a note when there is no push
+// URL.
+func (rr *roomRun) start(ctx, sctx context.Context) (note string) {
+	p := rr.r.p
+	pushURL := rr.pushURL(ctx)
+	if pushURL == "" {
+		note = "no push URL from GET /api/config: no sample sockets"
+	}
+	if pushURL != "" && p.RoomSockets > 0 {
+		every := max(p.RoomBuyers/p.RoomSockets, 1)
+		for i := every / 2; i < p.RoomBuyers && len(rr.sample) < p.RoomSockets; i += every {
+			rr.sample[i] = &roomSocket{buyer: i, subscribe: make(chan struct{}, 1)}
+		}
+		for _, rs := range rr.sample {
+			rr.wg.Add(1)
+			go func() { defer rr.wg.Done(); rr.follow(sctx, pushURL, rs) }()
+		}
+	}
+	for range 256 {
+		rr.wg.Add(1)
+		go func() { defer rr.wg.Done(); rr.orderWorker(sctx) }()
+	}
+	return note
+}
+
+// arrive sends every buyer's POST queue, open model, RoomBuyers within
+// RoomArrival; it returns the load's result and its rate.
+func (rr *roomRun) arrive(ctx context.Context) (*loadgen.Result, float64, error) {
+	p := rr.r.p
+	cfg := rr.r.loadConfig(rr.t)
+	cfg.Rate = float64(p.RoomBuyers) / p.RoomArrival.Seconds()
+	cfg.Requests = int64(p.RoomBuyers)
+	path := []byte(fmt.Sprintf("/api/products/%d/queue", rr.pid))
+	cfg.Build = func(i int64, req *fasthttp.Request) {
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURIBytes(path)
+		req.Header.SetBytesV("Authorization", rr.r.users.bearer[i])
+	}
+	cfg.Classify = func(_ int64, resp *fasthttp.Response, err error) string {
+		if err == nil && resp.StatusCode() == 200 {
+			return "200 ticket"
+		}
+		return loadgen.DefaultClassify(0, resp, err)
+	}
+	cfg.Observe = rr.observeTicket
+	rr.r.logf("   %d buyers take a ticket within %s (%s/s) for %d units; the server's pacer admits them", p.RoomBuyers, p.RoomArrival, fmtNum(cfg.Rate), p.RoomStock)
+	res, err := loadgen.Run(ctx, cfg)
+	return res, cfg.Rate, err
+}
+
+// observeTicket records a buyer's ticket and subscribes its sample socket.
+func (rr *roomRun) observeTicket(o loadgen.Outcome, resp *fasthttp.Response) {
+	if o.Status != 200 || !bytes.Contains(resp.Body(), []byte(`"ticket":"`)) {
+		rr.refused.Add(1)
+		return
+	}
+	b := &rr.buyers[o.Index]
+	b.tookAt.Store(o.Done.UnixNano())
+	b.ticket.Store(1)
+	rr.tickets.Add(1)
+	if rs := rr.sample[int(o.Index)]; rs != nil {
+		rs.subscribe <- struct{}{}
+	}
+}
+
+// awaitSellOut waits for the sell-out, every order sent to be answered and
+// the sample sockets to hear of it (3 s after the sell-out); false if the
+// product did not sell out within RoomArrival + 5 min.
+func (rr *roomRun) awaitSellOut(ctx context.Context) bool {
+	deadline := time.Now().Add(rr.r.p.RoomArrival + 5*time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if rr.soldAt.Load() != 0 && rr.inFlight() == 0 && time.Since(time.Unix(0, rr.soldAt.Load())) > 3*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return rr.soldAt.Load() != 0
+}
+
+// tally counts the orders answered 202, and those of them sent after the
+// sell-out was visible.
+func (rr *roomRun) tally() (accepted, lateOK int64) {
 	soldAt := rr.soldAt.Load()
 	for i := range rr.buyers {
 		b := &rr.buyers[i]
@@ -205,49 +258,46 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 			}
 		}
 	}
-	if accepted > 0 {
-		s.Tables = append(s.Tables, costTable(perOrder(counters0, counters1, accepted, sampleSelects.Load())))
-	}
+	return accepted, lateOK
+}
+
+// socketTally is what the sample sockets saw.
+type socketTally struct {
+	told, waiting, outOfSeq, connected int64
+	worst                              time.Duration // slowest SOLD_OUT after the last 202
+}
+
+// socketFigures adds the sample sockets' figures to s: how many connected,
+// were still waiting at the sell-out, and how soon they heard SOLD_OUT.
+func (rr *roomRun) socketFigures(s *ScenarioResult) socketTally {
 	lastOK := rr.lastOK.Load()
-	var told, waitingAtSellOut int64
-	var worst time.Duration
-	var outOfSeq, connected int64
+	var k socketTally
 	for _, rs := range rr.sample {
-		outOfSeq += rs.outOfSeq.Load()
+		k.outOfSeq += rs.outOfSeq.Load()
 		if !rs.connected.Load() {
 			continue
 		}
-		connected++
+		k.connected++
 		if rr.buyers[rs.buyer].ticket.Load() == 0 || rs.admitted.Load() != 0 {
 			continue // no ticket (its request failed, or answered SOLD_OUT itself), or admitted: its order's answer tells it
 		}
-		waitingAtSellOut++
+		k.waiting++
 		if so := rs.soldOut.Load(); so != 0 {
 			d := time.Duration(so - lastOK)
-			worst = max(worst, d)
+			k.worst = max(k.worst, d)
 			if d <= 2*time.Second {
-				told++
+				k.told++
 			}
 		}
 	}
-	s.figure("sample sockets connected", float64(connected), "sockets")
-	if connected < int64(len(rr.sample)) {
-		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d sample sockets could not connect to push (%s): those buyers were told by the watcher; the SOLD_OUT check covers the connected ones",
-			int64(len(rr.sample))-connected, len(rr.sample), pushURL))
+	s.figure("sample sockets connected", float64(k.connected), "sockets")
+	if k.connected < int64(len(rr.sample)) {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d sample sockets could not connect to push: those buyers were told by the watcher; the SOLD_OUT check covers the connected ones",
+			int64(len(rr.sample))-k.connected, len(rr.sample)))
 	}
-	s.figure("sample sockets with a ticket still waiting at the sell-out", float64(waitingAtSellOut), "sockets")
-	s.figure("slowest SOLD_OUT message after the last 202", float64(worst)/1e6, "ms")
-	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
-		return []pipeline.Check{
-			ordersCheck(orderCount(pa), accepted, 0),
-			check("accepted = stock", accepted == p.RoomStock, "%d answered 202, stock %d", accepted, p.RoomStock),
-			check("no 202 after the sell-out", lateOK == 0, "%d orders sent after the sell-out was visible in Redis got 202", lateOK),
-			check("waiting told SOLD_OUT within 2 s", told == waitingAtSellOut, "%d of %d sample sockets still waiting got SOLD_OUT within 2 s of the last 202 (slowest %s)",
-				told, waitingAtSellOut, worst.Round(time.Millisecond)),
-			check("positions only fall, per socket", outOfSeq == 0, "%d messages out of order", outOfSeq),
-		}
-	})
-	return s
+	s.figure("sample sockets with a ticket still waiting at the sell-out", float64(k.waiting), "sockets")
+	s.figure("slowest SOLD_OUT message after the last 202", float64(k.worst)/1e6, "ms")
+	return k
 }
 
 // costTable is the per-order server counters of the scenario.

@@ -64,13 +64,32 @@ const (
 // sweeper's reconcile reports it, and a retry of the load is safe (load.lua
 // never overwrites available).
 func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	p, room, aerr := s.decodeNewProduct(ctx)
+	if aerr != nil {
+		s.fail(ctx, aerr)
+		return
+	}
+	p, err := s.storeProduct(c, p, room)
+	if err != nil {
+		s.fail(ctx, err)
+		return
+	}
+	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room, "adminId", c.UserID)
+	pj := toProductJSON(p, p.Total)
+	pj.WaitingRoom = room
+	ctx.Response.Header.Set("Location", "/api/products/"+strconv.FormatInt(p.ID, 10))
+	s.writeJSON(ctx, fasthttp.StatusCreated, pj)
+}
+
+// decodeNewProduct reads a POST /api/admin/products body into the product
+// to create, its defaults filled in, and whether its waiting room is on;
+// 400 INVALID_ARGUMENT listing every problem.
+func (s *Server) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Product, room bool, aerr *apiError) {
 	var (
-		p                    persistence.Product
 		stock, limit, shards int64
 		maxPer               int64
 		hasStart, hasEnd     bool
 		hasShards, hasMax    bool
-		room                 bool
 		endNull              bool
 	)
 	fields := [...]field{
@@ -88,8 +107,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	var errs []fieldError
 	if err := decodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
-		s.fail(ctx, err)
-		return
+		return p, false, err
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if !hasShards {
@@ -107,45 +125,50 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if !hasEnd {
 		p.SaleEnd = persistence.OpenEnd
 	}
-	p.SaleStart = p.SaleStart.UTC().Truncate(time.Millisecond) // DATETIME(3) and unix ms in Redis
+	normalizeWindow(&p)
+	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
+	errs = mergeFieldErrors(errs, validateProduct(p, now, true))
+	if len(errs) > 0 {
+		return p, false, invalidFields(errs)
+	}
+	return p, room, nil
+}
+
+// normalizeWindow puts p's sale window in UTC milliseconds (DATETIME(3) and
+// unix ms in Redis), an end beyond OpenEnd at OpenEnd.
+func normalizeWindow(p *persistence.Product) {
+	p.SaleStart = p.SaleStart.UTC().Truncate(time.Millisecond)
 	p.SaleEnd = p.SaleEnd.UTC().Truncate(time.Millisecond)
 	if p.SaleEnd.After(persistence.OpenEnd) {
 		p.SaleEnd = persistence.OpenEnd
 	}
-	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
-	errs = mergeFieldErrors(errs, validateProduct(p, now, true))
-	if len(errs) > 0 {
-		s.fail(ctx, invalidFields(errs))
-		return
-	}
+}
 
+// storeProduct stores p in MySQL (409 STOCK_CONFLICT when Redis holds stock
+// of an earlier product with its id), loads its stock into Redis and, with
+// room, turns its waiting room on (fifo). It returns p as stored; after
+// MySQL stored it, an error leaves the product stored (logged).
+func (s *Server) storeProduct(c auth.Claims, p persistence.Product, room bool) (persistence.Product, error) {
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	p, err := s.store.CreateProductChecked(sctx, c.UserID, p, s.checkUnused)
 	cancel()
 	if err != nil {
-		s.fail(ctx, err)
-		return
+		return p, err
 	}
 	s.products.invalidate()
 	if err := s.loadProduct(p); err != nil {
 		s.log.Error("product stored in MySQL but not loaded into Redis", "productId", p.ID, "err", err)
-		s.fail(ctx, err)
-		return
+		return p, err
 	}
 	if room {
 		// The create entry of admin_audit records waitingRoom: no room entry of its own.
 		t := persistence.RoomTerms{ProductID: p.ID, On: true, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
 		if _, err := s.saveRoom(0, t, p.Shards); err != nil {
 			s.log.Error("product stored and loaded but its waiting room not turned on", "productId", p.ID, "err", err)
-			s.fail(ctx, err)
-			return
+			return p, err
 		}
 	}
-	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room, "adminId", c.UserID)
-	pj := toProductJSON(p, p.Total)
-	pj.WaitingRoom = room
-	ctx.Response.Header.Set("Location", "/api/products/"+strconv.FormatInt(p.ID, 10))
-	s.writeJSON(ctx, fasthttp.StatusCreated, pj)
+	return p, nil
 }
 
 // mergeFieldErrors appends the problems of more whose field has none in

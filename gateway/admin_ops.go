@@ -168,78 +168,104 @@ func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, errProductNotFound)
 		return
 	}
-	var (
-		delta            int64
-		repairNo, reason string
-		hasReason        bool
-	)
-	fields := [...]field{
-		intField("delta", &delta),
-		stringField("repairNo", &repairNo),
-		optional(stringField("reason", &reason), &hasReason),
-	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
-		s.fail(ctx, err)
+	a, aerr := s.decodeAdjustment(ctx)
+	if aerr != nil {
+		s.fail(ctx, aerr)
 		return
 	}
-	switch {
-	case delta == 0:
-		s.fail(ctx, invalidArg("delta must not be 0"))
-		return
-	case delta < -maxStock || delta > maxStock:
-		s.fail(ctx, invalidFields([]fieldError{{"delta", fmt.Sprintf("delta must be from -%d to %d units (not 0)", maxStock, maxStock)}}))
-		return
-	case !order.ValidRequestID(repairNo):
-		s.fail(ctx, invalidArg("repairNo must be 1–64 characters of [A-Za-z0-9._:-]"))
-		return
-	case len(reason) > 200:
-		s.fail(ctx, invalidArg("reason must be at most 200 bytes"))
-		return
-	}
-	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	res, err := s.store.AdjustStockBy(sctx, c.UserID, pid, repairNo, delta, reason)
-	cancel()
-	switch {
-	case errors.Is(err, persistence.ErrNotFound):
-		s.fail(ctx, errProductNotFound)
-		return
-	case errors.Is(err, persistence.ErrConflict):
-		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
-			message: "repairNo was already used with a different delta or product"})
-		return
-	case errors.Is(err, persistence.ErrTooManyUnits):
-		s.fail(ctx, invalidFields([]fieldError{{"delta", fmt.Sprintf(
-			"the adjustment would make the product's total (units after adjustments) exceed %d", maxStock)}}))
-		return
-	case errors.Is(err, persistence.ErrNegativeStock):
-		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
-			message: "the adjustment would make MySQL available stock negative"})
-		return
-	case err != nil:
-		s.fail(ctx, err)
-		return
-	}
-	var redisAvail int64
-	err = s.redisCall(func(c context.Context) error {
-		_, redisAvail, err = lua.ApplyAdjustment(c, s.rdb, pid, repairNo, delta)
-		return err
-	})
-	if errors.Is(err, lua.ErrNegativeAdjust) {
-		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", "productId", pid,
-			"repairNo", repairNo, "delta", delta, "redisAvailable", redisAvail)
-		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
-			message: "applied in MySQL, but Redis shard 0 has too little available stock; reconcile shows the drift"})
-		return
-	}
+	res, err := s.adjustMySQL(c, pid, a)
 	if err != nil {
-		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", "productId", pid,
-			"repairNo", repairNo, "err", err)
+		s.fail(ctx, err)
+		return
+	}
+	redisAvail, err := s.adjustRedis(pid, a)
+	if err != nil {
 		s.fail(ctx, err)
 		return
 	}
 	s.products.invalidate()
-	s.log.Info("stock repaired", "productId", pid, "repairNo", repairNo, "delta", delta, "applied", res.Applied,
-		"reason", reason)
-	s.writeJSON(ctx, fasthttp.StatusOK, adjustJSON{ProductID: pid, RepairNo: repairNo, Delta: delta,
+	s.log.Info("stock repaired", "productId", pid, "repairNo", a.repairNo, "delta", a.delta, "applied", res.Applied,
+		"reason", a.reason)
+	s.writeJSON(ctx, fasthttp.StatusOK, adjustJSON{ProductID: pid, RepairNo: a.repairNo, Delta: a.delta,
 		Applied: res.Applied, MySQLAvailable: res.Available, RedisAvailable: redisAvail})
+}
+
+// stockAdjustment is a decoded, validated POST …/stock body.
+type stockAdjustment struct {
+	delta            int64
+	repairNo, reason string
+}
+
+// decodeAdjustment reads and validates the body: 400 INVALID_ARGUMENT.
+func (s *Server) decodeAdjustment(ctx *fasthttp.RequestCtx) (stockAdjustment, *apiError) {
+	var (
+		a         stockAdjustment
+		hasReason bool
+	)
+	fields := [...]field{
+		intField("delta", &a.delta),
+		stringField("repairNo", &a.repairNo),
+		optional(stringField("reason", &a.reason), &hasReason),
+	}
+	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		return a, err
+	}
+	switch {
+	case a.delta == 0:
+		return a, invalidArg("delta must not be 0")
+	case a.delta < -maxStock || a.delta > maxStock:
+		return a, invalidFields([]fieldError{{"delta", fmt.Sprintf("delta must be from -%d to %d units (not 0)", maxStock, maxStock)}})
+	case !order.ValidRequestID(a.repairNo):
+		return a, invalidArg("repairNo must be 1–64 characters of [A-Za-z0-9._:-]")
+	case len(a.reason) > 200:
+		return a, invalidArg("reason must be at most 200 bytes")
+	}
+	return a, nil
+}
+
+// adjustMySQL is the MySQL half of the repair (persistence.AdjustStockBy),
+// its errors as the API answers them.
+func (s *Server) adjustMySQL(c auth.Claims, pid int64, a stockAdjustment) (persistence.AdjustResult, error) {
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	res, err := s.store.AdjustStockBy(sctx, c.UserID, pid, a.repairNo, a.delta, a.reason)
+	cancel()
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, persistence.ErrNotFound):
+		return res, errProductNotFound
+	case errors.Is(err, persistence.ErrConflict):
+		return res, &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
+			message: "repairNo was already used with a different delta or product"}
+	case errors.Is(err, persistence.ErrTooManyUnits):
+		return res, invalidFields([]fieldError{{"delta", fmt.Sprintf(
+			"the adjustment would make the product's total (units after adjustments) exceed %d", maxStock)}})
+	case errors.Is(err, persistence.ErrNegativeStock):
+		return res, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
+			message: "the adjustment would make MySQL available stock negative"}
+	}
+	return res, err
+}
+
+// adjustRedis is the Redis half (adjust.lua on shard 0), after the MySQL
+// commit: shard 0's available after it; failures logged.
+func (s *Server) adjustRedis(pid int64, a stockAdjustment) (int64, error) {
+	var redisAvail int64
+	err := s.redisCall(func(c context.Context) error {
+		var err error
+		_, redisAvail, err = lua.ApplyAdjustment(c, s.rdb, pid, a.repairNo, a.delta)
+		return err
+	})
+	if errors.Is(err, lua.ErrNegativeAdjust) {
+		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", "productId", pid,
+			"repairNo", a.repairNo, "delta", a.delta, "redisAvailable", redisAvail)
+		return redisAvail, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
+			message: "applied in MySQL, but Redis shard 0 has too little available stock; reconcile shows the drift"}
+	}
+	if err != nil {
+		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", "productId", pid,
+			"repairNo", a.repairNo, "err", err)
+		return redisAvail, err
+	}
+	return redisAvail, nil
 }

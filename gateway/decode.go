@@ -129,76 +129,108 @@ func decodeFields(body []byte, maxBytes int, fields []field, all *[]fieldError) 
 	if d.peek() == '}' {
 		d.pos++
 	} else {
-		for {
-			d.skipSpace()
-			if d.peek() != '"' {
-				return d.syntax("expected a field name")
-			}
-			keyAt := d.pos
-			key, ok := d.str()
-			if !ok {
-				return d.syntaxAt(keyAt, "malformed field name")
-			}
-			idx := lookup(fields, key)
-			var bad *apiError // a problem of this member: its value is skipped
-			var f *field
-			switch {
-			case idx < 0:
-				bad = invalidArg("unknown field %s", quoteField(key))
-			case seen&(1<<idx) != 0:
-				bad = invalidArg("duplicate field %s (field %q is already set)", quoteField(key), fields[idx].label())
-			case string(key) != fields[idx].name:
-				bad = invalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), fields[idx].label())
-			default:
-				f = &fields[idx]
-				seen |= 1 << idx
-			}
-			unknown := "" // the member's name when it is not one of fields (an error path)
-			if f == nil {
-				unknown = string(key)
-				if err := report(all, unknown, bad); err != nil {
-					return err
-				}
-			}
-			d.skipSpace()
-			if d.peek() != ':' {
-				return d.syntax("expected ':' after field " + strconv.Quote(memberName(f, unknown)))
-			}
-			d.pos++
-			d.skipSpace()
-			valueAt := d.pos
-			if f == nil {
-				if !d.skipValue() {
-					return d.syntaxAt(valueAt, "malformed value of field "+strconv.Quote(unknown))
-				}
-			} else if err := d.value(f); err != nil {
-				if err.status != fasthttp.StatusBadRequest || all == nil {
-					return err
-				}
-				// A value of the wrong kind: note it, skip the value.
-				d.pos = valueAt
-				if !d.skipValue() {
-					return d.syntaxAt(valueAt, "malformed value of field "+strconv.Quote(f.label()))
-				}
-				if err := report(all, f.label(), err); err != nil {
-					return err
-				}
-			}
-			d.skipSpace()
-			if c := d.peek(); c == ',' {
-				d.pos++
-				continue
-			} else if c == '}' {
-				d.pos++
-				break
-			}
-			return d.syntax("expected ',' or '}' after field " + strconv.Quote(memberName(f, unknown)))
+		var err *apiError
+		if seen, err = d.members(fields, all); err != nil {
+			return err
 		}
 	}
 	d.skipSpace()
 	if d.pos != len(d.b) {
 		return invalidArg("request body has unexpected data after the JSON object (offset %d)", d.pos)
 	}
+	return missingFields(fields, seen, all)
+}
+
+// members decodes the members of a non-empty object, the cursor after its
+// '{', up to and past its '}'. seen has bit i set for each fields[i] set.
+func (d *decoder) members(fields []field, all *[]fieldError) (uint32, *apiError) {
+	var seen uint32
+	for {
+		f, unknown, err := d.memberKey(fields, &seen, all)
+		if err != nil {
+			return seen, err
+		}
+		d.skipSpace()
+		if d.peek() != ':' {
+			return seen, d.syntax("expected ':' after field " + strconv.Quote(memberName(f, unknown)))
+		}
+		d.pos++
+		d.skipSpace()
+		if err := d.memberValue(f, unknown, all); err != nil {
+			return seen, err
+		}
+		d.skipSpace()
+		if c := d.peek(); c == ',' {
+			d.pos++
+			continue
+		} else if c == '}' {
+			d.pos++
+			return seen, nil
+		}
+		return seen, d.syntax("expected ',' or '}' after field " + strconv.Quote(memberName(f, unknown)))
+	}
+}
+
+// memberKey reads a member's name and marks its field in *seen: f is the
+// field it sets, or nil with unknown, the member's name, when it is none of
+// fields, one already set, or one that differs in case (a problem reported
+// to all; the value is then skipped).
+func (d *decoder) memberKey(fields []field, seen *uint32, all *[]fieldError) (f *field, unknown string, err *apiError) {
+	d.skipSpace()
+	if d.peek() != '"' {
+		return nil, "", d.syntax("expected a field name")
+	}
+	keyAt := d.pos
+	key, ok := d.str()
+	if !ok {
+		return nil, "", d.syntaxAt(keyAt, "malformed field name")
+	}
+	idx := lookup(fields, key)
+	var bad *apiError // a problem of this member: its value is skipped
+	switch {
+	case idx < 0:
+		bad = invalidArg("unknown field %s", quoteField(key))
+	case *seen&(1<<idx) != 0:
+		bad = invalidArg("duplicate field %s (field %q is already set)", quoteField(key), fields[idx].label())
+	case string(key) != fields[idx].name:
+		bad = invalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), fields[idx].label())
+	default:
+		*seen |= 1 << idx
+		return &fields[idx], "", nil
+	}
+	unknown = string(key) // an error path
+	return nil, unknown, report(all, unknown, bad)
+}
+
+// memberValue decodes a member's value into f, or skips it when f is nil
+// (unknown names the member). With all non-nil a value of the wrong kind
+// is reported there and skipped.
+func (d *decoder) memberValue(f *field, unknown string, all *[]fieldError) *apiError {
+	valueAt := d.pos
+	if f == nil {
+		if !d.skipValue() {
+			return d.syntaxAt(valueAt, "malformed value of field "+strconv.Quote(unknown))
+		}
+		return nil
+	}
+	err := d.value(f)
+	if err == nil {
+		return nil
+	}
+	if err.status != fasthttp.StatusBadRequest || all == nil {
+		return err
+	}
+	// A value of the wrong kind: note it, skip the value.
+	d.pos = valueAt
+	if !d.skipValue() {
+		return d.syntaxAt(valueAt, "malformed value of field "+strconv.Quote(f.label()))
+	}
+	return report(all, f.label(), err)
+}
+
+// missingFields reports every required field of fields not in seen: with
+// all nil the first as the answer.
+func missingFields(fields []field, seen uint32, all *[]fieldError) *apiError {
 	for i := range fields {
 		if !fields[i].optional && seen&(1<<i) == 0 {
 			if err := report(all, fields[i].label(), invalidArg("missing required field %q", fields[i].label())); err != nil {

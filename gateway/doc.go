@@ -43,4 +43,35 @@
 //
 // fasthttp pools its RequestCtx: no handler keeps ctx, its body or any slice
 // of them after it returns.
+//
+// # Files
+//
+// Every file of the package, by who calls it (TestDocListsEveryFile keeps
+// the list complete). A change to the first group is a change to what every
+// buyer waits for during a sale; the third group runs only when an operator
+// calls it.
+//
+// The buyer's hot path — POST /api/orders and POST /api/products/{id}/queue,
+// what runs for every buyer in the sale's first seconds:
+//   - orders.go, auth.go, decode.go, respond.go, errors.go, ratelimit.go,
+//     breaker.go, shards.go, soldout.go, lookup_batch.go, buyers.go,
+//     reserve_batch.go, pipebatch.go, durability.go, sync_intake.go,
+//     stockfault.go, waitingroom.go, pow.go, metrics.go.
+//
+// The buyer's other routes — reads, cancel, pay, the storefront:
+//   - orderread.go, ordercancel.go, payments.go (demo checkout and the
+//     provider's signed callback), products.go, drop.go (its public half:
+//     GET /api/products/{id}/drop and …/drop/tickets), login.go,
+//     clientconfig.go, static.go, health.go.
+//
+// Operator and admin only — every route behind adminOnly (/api/admin/…):
+//   - admin.go (product creation), sale_admin.go (list, PATCH, pause,
+//     resume, end, audit), admin_ops.go (stock repairs, reconcile, dead
+//     letters), admin_pulse.go (the console's sale pulse), admin_support.go
+//     (order search, refunds), drop.go (its admin half: the waiting-room
+//     terms and status).
+//
+// Wiring, shared by all: server.go (routes, New), config.go, nodeid.go (the
+// orderNo node id lease), redischeck.go (the Redis settings watched at start
+// and at run time), doc.go.
 package gateway

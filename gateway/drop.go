@@ -155,8 +155,8 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	s.log.Info("waiting room set", "productId", productID, "on", t.On, "mode", t.Mode, "ceiling", t.Ceiling,
-		"window", t.Window, "preQueue", t.PreQueue, "reserve", t.Reserve, "powCost", t.PowCost, "adminId", c.UserID)
+	s.log.Info("waiting room set", append(adminAttrs(c), "productId", productID, "on", t.On, "mode", t.Mode, "ceiling", t.Ceiling,
+		"window", t.Window, "preQueue", t.PreQueue, "reserve", t.Reserve, "powCost", t.PowCost)...)
 	s.writeJSON(ctx, fasthttp.StatusOK, toRoomTermsJSON(t))
 }
 

@@ -146,7 +146,7 @@ var errorTable = []struct {
 	{errNotShuffled, 409, CodeShuffleNotPublished, "the pre-queue's shuffle is published at the opening"},
 	{lua.ErrIncarnation, 409, CodeStockConflict, "Redis holds stock of an earlier product with this product's id " +
 		"(another database's, or one created after the backup this MySQL database was restored from); nothing was created " +
-		"and that stock was left as it is: see the README's \"Deployment identity\""},
+		"and that stock was left as it is: see docs/production.md, \"Deployment identity\""},
 	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
 )
 
 // Issue 26: identity providers' subjects (UUIDs, opaque strings) as buyers.
@@ -340,5 +342,98 @@ func TestAdminActionsAudited(t *testing.T) {
 	}
 	if got := byAction[persistence.ActionRoom]; len(got) == 1 && (got[0].ProductID == nil || *got[0].ProductID != room) {
 		t.Errorf("room entry of product %v, want %d", got[0].ProductID, room)
+	}
+}
+
+// TestAdminActionLogsNameTheAdmin (issue 26): the log lines of a refund, a
+// waiting-room change and a DLQ replay name the provider admin behind them
+// by internal id, issuer and subject (adminAttrs), as the audit rows do.
+func TestAdminActionLogsNameTheAdmin(t *testing.T) {
+	p := newTestIdP(t)
+	m := &countingSubjects{}
+	mod := func(c *Config) { c.Ops = &fakeOps{}; c.Verifier = verifierFor(t, p, m) }
+	e := newEnv(t, mod)
+	m.store = e.store
+	logs := &logBuffer{}
+	cfg := baseConfig()
+	mod(&cfg)
+	srv, err := New(cfg, e.rdb, e.store, slog.New(slog.NewJSONHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
+	e.hc, e.ln = serveInMemory(t, srv)
+	const staffSub = "9d2b7c4e-1f3a-4b6d-8e5f-0a1b2c3d4e5f"
+	admin := p.token(staffIssuer, staffSub, jwt.MapClaims{"role": "admin"})
+	pid := e.product(openSale(10))
+	e.refundPending(22, pid, "log-admin")
+	if r := e.do("POST", "/api/admin/payments/log-admin/refund", admin, map[string]string{"refundNo": "RF-log-1"}); r.status != 200 {
+		t.Fatalf("refund: %s", r)
+	}
+	room := e.roomProduct(10)
+	if r := e.do("POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", room), admin, `{"on":false}`); r.status != 200 {
+		t.Fatalf("room off: %s", r)
+	}
+	if r := e.do("POST", "/api/admin/dlq/replay", admin, `{"eventIds":["e-1"]}`); r.status != 200 {
+		t.Fatalf("replay: %s", r)
+	}
+	ids, err := e.store.FindSubject(context.Background(), staffIssuer, staffSub)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("FindSubject: %v %v", ids, err)
+	}
+	found := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Msg          string `json:"msg"`
+			AdminID      int64  `json:"adminId"`
+			AdminIssuer  string `json:"adminIssuer"`
+			AdminSubject string `json:"adminSubject"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		switch rec.Msg {
+		case "payment refunded", "waiting room set", "dead letters replayed":
+			found[rec.Msg]++
+			if rec.AdminID != ids[0] || rec.AdminIssuer != staffIssuer || rec.AdminSubject != staffSub {
+				t.Errorf("%q names admin %d %q %q, want %d %q %q", rec.Msg, rec.AdminID, rec.AdminIssuer, rec.AdminSubject, ids[0], staffIssuer, staffSub)
+			}
+		}
+	}
+	for _, msg := range []string{"payment refunded", "waiting room set", "dead letters replayed"} {
+		if found[msg] != 1 {
+			t.Errorf("%d %q lines, want 1:\n%s", found[msg], msg, logs.String())
+		}
+	}
+}
+
+// TestLookalikeSubjectsMapApart (issue 26): a provider's subjects are opaque
+// strings. "+1001", "0001001", "1001" and "1001 " (VARBINARY: no padding)
+// name four identities under a JWKS,
+// each mapped (real MariaDB) to its own internal id, none of them user 1001
+// of an HS256 token.
+func TestLookalikeSubjectsMapApart(t *testing.T) {
+	p := newTestIdP(t)
+	store := persistencetest.New(t, "gateway")
+	ids := map[int64]string{}
+	for _, sub := range []string{"+1001", "0001001", "1001", "1001 "} {
+		c, err := verifierFor(t, p, &countingSubjects{store: store}).Verify(p.token(buyersIssuer, sub, nil))
+		if err != nil {
+			t.Fatalf("sub %q: %v", sub, err)
+		}
+		if c.UserID < auth.FirstMappedUserID {
+			t.Errorf("sub %q: user %d, want a mapped id (from %d)", sub, c.UserID, auth.FirstMappedUserID)
+		}
+		if other, dup := ids[c.UserID]; dup {
+			t.Errorf("subs %q and %q both map to user %d", other, sub, c.UserID)
+		}
+		ids[c.UserID] = sub
+		again, err := verifierFor(t, p, &countingSubjects{store: store}).Verify(p.token(buyersIssuer, sub, nil))
+		if err != nil || again.UserID != c.UserID {
+			t.Errorf("sub %q mapped again (fresh verifier): %d %v, want %d", sub, again.UserID, err, c.UserID)
+		}
+		if got, err := store.FindSubject(context.Background(), buyersIssuer, sub); err != nil || len(got) != 1 || got[0] != c.UserID {
+			t.Errorf("FindSubject(%q) = %v %v, want [%d]", sub, got, err, c.UserID)
+		}
 	}
 }

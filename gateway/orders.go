@@ -37,30 +37,12 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 			return
 		}
 	}
-	var productID, quantity int64
-	var requestID string
-	fields := [...]field{
-		intField("productId", &productID),
-		intField("quantity", &quantity),
-		stringField("requestId", &requestID),
-	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
-		s.fail(ctx, err)
+	req, aerr := s.decodeOrder(ctx)
+	if aerr != nil {
+		s.fail(ctx, aerr)
 		return
 	}
-	switch {
-	case productID <= 0:
-		s.fail(ctx, invalidArg("productId must be a positive integer"))
-		return
-	case quantity < 1:
-		s.fail(ctx, invalidArg("quantity must be at least 1"))
-		return
-	case !order.ValidRequestID(requestID):
-		s.fail(ctx, invalidArg("requestId must be 1 to 64 characters of [A-Za-z0-9._:-]"))
-		return
-	}
-
-	shards, err := s.shardCount(productID)
+	shards, err := s.shardCount(req.productID)
 	if err != nil {
 		if errors.Is(err, errProductNotFound) {
 			s.metrics.reserveOutcome(lua.ErrNotFound)
@@ -70,68 +52,118 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	home := lua.HomeShard(c.UserID, shards)
 	now := time.Now()
-	if s.soldOut.hit(productID, now) {
-		s.answerSoldOut(ctx, c, productID, home, requestID, quantity, now)
+	if s.soldOut.hit(req.productID, now) {
+		s.answerSoldOut(ctx, c, req.productID, home, req.requestID, req.quantity, now)
 		return
 	}
 	if !s.nodeValid(now) { // nodeid.go: no orderNo without a node id of our own
 		s.fail(ctx, errNoNode)
 		return
 	}
+	res, err := s.reserveOrder(c, req, shards, home)
+	s.metrics.reserveOutcome(err)
+	s.answerOrder(ctx, req, home, res, err)
+}
+
+// orderRequest is a decoded, validated POST /api/orders body.
+type orderRequest struct {
+	productID, quantity int64
+	requestID           string
+}
+
+// decodeOrder reads and validates the POST /api/orders body: 400
+// INVALID_ARGUMENT for a malformed body or field.
+func (s *Server) decodeOrder(ctx *fasthttp.RequestCtx) (orderRequest, *apiError) {
+	var req orderRequest
+	fields := [...]field{
+		intField("productId", &req.productID),
+		intField("quantity", &req.quantity),
+		stringField("requestId", &req.requestID),
+	}
+	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		return req, err
+	}
+	switch {
+	case req.productID <= 0:
+		return req, invalidArg("productId must be a positive integer")
+	case req.quantity < 1:
+		return req, invalidArg("quantity must be at least 1")
+	case !order.ValidRequestID(req.requestID):
+		return req, invalidArg("requestId must be 1 to 64 characters of [A-Za-z0-9._:-]")
+	}
+	return req, nil
+}
+
+// reserveOrder takes req's units on the user's home shard (reserve) and
+// does what must precede the answer: the sold-out mark, the replicated
+// durability wait, the synchronous MySQL write. err is the reservation's
+// outcome (lua.ErrDuplicate: a replay, res its record).
+func (s *Server) reserveOrder(c auth.Claims, req orderRequest, shards, home int) (lua.ReserveResult, error) {
 	args := lua.ReserveArgs{
-		OrderNo:   s.gen.Next(productID, home),
+		OrderNo:   s.gen.Next(req.productID, home),
 		UserID:    c.UserID,
-		RequestID: requestID,
-		Quantity:  quantity,
+		RequestID: req.requestID,
+		Quantity:  req.quantity,
 		TTL:       s.cfg.RequestTTL,
 		Sync:      s.cfg.SyncIntake,
 	}
-	var res lua.ReserveResult
-	var dry bool
-	if shards > 1 {
-		res, dry, err = s.reserveSharded(productID, shards, home, args) // lua/shards.go, waiting room claimed first
-	} else {
-		args.Admission = s.rooms.on(productID)                         // waitingroom.go: one map read
-		res, dry, err = s.stock.Reserve(productID, shards, home, args) // lua/shards.go
-		if errors.Is(err, lua.ErrRoomOn) {                             // the room was turned on since this gateway last looked
-			s.rooms.set(productID, true)
-			args.Admission = true
-			res, dry, err = s.stock.Reserve(productID, shards, home, args)
-		}
-	}
+	res, dry, err := s.reserve(req.productID, shards, home, args)
 	// A replay tells the stock of its shard too: on a one-shard product a
 	// storm of replays after the sell-out keeps the sold-out cache marked
 	// (its replays are then answered by the pipelined record lookups)
 	// instead of running the script each.
 	if dry || (shards == 1 && res.Available == 0 && errors.Is(err, lua.ErrDuplicate)) {
-		s.soldOut.mark(productID, time.Now())
+		s.soldOut.mark(req.productID, time.Now())
 	}
 	if s.durable != nil && (err == nil || errors.Is(err, lua.ErrDuplicate)) {
 		// Durability replicated: the 202, and a replay's 200, only once the
 		// record is on enough replicas (durability.go).
-		if werr := s.durable.wait(lua.ShardKeys(productID, home)); werr != nil {
+		if werr := s.durable.wait(lua.ShardKeys(req.productID, home)); werr != nil {
 			err = werr
 		}
 	}
 	if err == nil && s.cfg.SyncIntake {
 		err = s.persistSync(order.Reservation{
-			OrderNo: res.OrderNo, UserID: c.UserID, RequestID: requestID, ProductID: productID, Shard: home,
-			Quantity: quantity, UnitPrice: res.UnitPrice, AcceptedAt: res.AcceptedAt,
+			OrderNo: res.OrderNo, UserID: c.UserID, RequestID: req.requestID, ProductID: req.productID, Shard: home,
+			Quantity: req.quantity, UnitPrice: res.UnitPrice, AcceptedAt: res.AcceptedAt,
 		})
 	}
-	s.metrics.reserveOutcome(err)
+	return res, err
+}
+
+// reserve is one reserve.lua call (a sharded product's through
+// reserveSharded, which claims the waiting room first); dry: the shard is
+// out of stock. A one-shard product whose waiting room was turned on since
+// this gateway last looked is tried again with its admission checked.
+func (s *Server) reserve(productID int64, shards, home int, args lua.ReserveArgs) (res lua.ReserveResult, dry bool, err error) {
+	if shards > 1 {
+		return s.reserveSharded(productID, shards, home, args) // lua/shards.go, waiting room claimed first
+	}
+	args.Admission = s.rooms.on(productID)                         // waitingroom.go: one map read
+	res, dry, err = s.stock.Reserve(productID, shards, home, args) // lua/shards.go
+	if errors.Is(err, lua.ErrRoomOn) {
+		s.rooms.set(productID, true)
+		args.Admission = true
+		res, dry, err = s.stock.Reserve(productID, shards, home, args)
+	}
+	return res, dry, err
+}
+
+// answerOrder writes the answer to a reservation's outcome: 202 with
+// Location, a replay's 200, or the error.
+func (s *Server) answerOrder(ctx *fasthttp.RequestCtx, req orderRequest, home int, res lua.ReserveResult, err error) {
 	switch {
 	case err == nil:
-		s.acceptedBuyer(productID, home) // buyers.go
+		s.acceptedBuyer(req.productID, home) // buyers.go
 		ctx.Response.Header.Set("Location", "/api/orders/"+res.OrderNo)
-		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, requestID, order.Processing)
+		writeOrderState(ctx, fasthttp.StatusAccepted, res.OrderNo, req.requestID, order.Processing)
 	case errors.Is(err, lua.ErrDuplicate):
-		s.replay(ctx, res.OrderNo, requestID, res.Status)
+		s.replay(ctx, res.OrderNo, req.requestID, res.Status)
 	case errors.Is(err, lua.ErrStockCorrupt):
-		s.stockCorrupt(productID, err)
-		s.failWith(ctx, err, "", requestID)
+		s.stockCorrupt(req.productID, err)
+		s.failWith(ctx, err, "", req.requestID)
 	default:
-		s.failWith(ctx, err, "", requestID)
+		s.failWith(ctx, err, "", req.requestID)
 	}
 }
 

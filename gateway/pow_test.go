@@ -54,7 +54,7 @@ func payloadOf(c challengeJSON, n int64) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// Verifying a solution costs microseconds (README "A price on bots").
+// Verifying a solution costs microseconds (docs/sale-lifecycle.md, "A price on bots").
 func BenchmarkPowVerify(b *testing.B) {
 	g := newPowGate(nil, []byte("bench-jwt-secret"), 5*time.Minute)
 	c, err := g.challenge(42, 7, 1000, time.Now())
@@ -73,7 +73,7 @@ func BenchmarkPowVerify(b *testing.B) {
 }
 
 // Solving costs about cost/2 hashes on average: the time per challenge of
-// a native solver at each cost (a bot farm's price; README "A price on
+// a native solver at each cost (a bot farm's price; docs/sale-lifecycle.md "A price on
 // bots").
 func BenchmarkPowSolve(b *testing.B) {
 	g := newPowGate(nil, []byte("bench-jwt-secret"), 5*time.Minute)

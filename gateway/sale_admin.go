@@ -191,138 +191,183 @@ func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	var (
-		in                                       persistence.Product
-		limit, maxPer                            int64
-		hasName, hasPrice, hasStart, hasEnd      bool
-		endNull, hasLimit, hasMax, hasImg, hasDe bool
-	)
+	p, aerr := s.decodeProductPatch(ctx)
+	if aerr != nil {
+		s.fail(ctx, aerr)
+		return
+	}
+	s.changeSale(ctx, c, persistence.ActionPatch, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
+		return p.apply(cur, time.Now().UTC().Truncate(time.Millisecond))
+	})
+}
+
+// productPatch is a decoded PATCH /api/admin/products/{id} body: which
+// fields it sent (has*, endNull: saleEnd null) and their values in in (the
+// sale window in UTC milliseconds, saleEnd null or beyond as OpenEnd).
+type productPatch struct {
+	in                                       persistence.Product
+	limit, maxPer                            int64
+	hasName, hasPrice, hasStart, hasEnd      bool
+	endNull, hasLimit, hasMax, hasImg, hasDe bool
+}
+
+// decodeProductPatch reads the PATCH body; 400 INVALID_ARGUMENT with
+// details for malformed fields.
+func (s *Server) decodeProductPatch(ctx *fasthttp.RequestCtx) (*productPatch, *apiError) {
+	p := &productPatch{}
+	in := &p.in
 	fields := [...]field{
-		optional(stringField("name", &in.Name), &hasName),
-		optional(intField("price", &in.Price), &hasPrice),
-		optional(timeField("saleStart", &in.SaleStart), &hasStart),
-		nullable(timeField("saleEnd", &in.SaleEnd), &hasEnd, &endNull),
-		optional(intField("perUserLimit", &limit), &hasLimit),
-		optional(intField("maxPerOrder", &maxPer), &hasMax),
-		optional(stringField("imageUrl", &in.ImageURL), &hasImg),
-		optional(stringField("description", &in.Description), &hasDe),
+		optional(stringField("name", &in.Name), &p.hasName),
+		optional(intField("price", &in.Price), &p.hasPrice),
+		optional(timeField("saleStart", &in.SaleStart), &p.hasStart),
+		nullable(timeField("saleEnd", &in.SaleEnd), &p.hasEnd, &p.endNull),
+		optional(intField("perUserLimit", &p.limit), &p.hasLimit),
+		optional(intField("maxPerOrder", &p.maxPer), &p.hasMax),
+		optional(stringField("imageUrl", &in.ImageURL), &p.hasImg),
+		optional(stringField("description", &in.Description), &p.hasDe),
 	}
 	var errs []fieldError
 	if err := decodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
-		s.fail(ctx, err)
-		return
+		return nil, err
 	}
 	if len(errs) > 0 {
-		s.fail(ctx, invalidFields(errs))
+		return nil, invalidFields(errs)
+	}
+	p.hasEnd = p.hasEnd || p.endNull
+	if p.endNull {
+		in.SaleEnd = persistence.OpenEnd
+	}
+	normalizeWindow(in)
+	return p, nil
+}
+
+// patchChange is what a PATCH makes of the stored product cur at now: the
+// product next, the audit's change (field → FromTo) and what it may not do.
+type patchChange struct {
+	cur, next     persistence.Product
+	now           time.Time
+	opened, ended bool // now ≥ saleStart, now ≥ saleEnd
+	change        map[string]any
+	fixed         []string // fields that may no longer change
+	final         []string // window fields of an ended sale
+	endPast       bool     // a saleEnd before now − endSkew on an open sale
+}
+
+// note records a change of field name; one not allowed after the sale
+// opened (mayAfterOpening false) is fixed once it has.
+func (pc *patchChange) note(name string, from, to any, mayAfterOpening bool) {
+	pc.change[name] = persistence.FromTo{From: from, To: to}
+	if pc.opened && !mayAfterOpening {
+		pc.fixed = append(pc.fixed, name)
+	}
+}
+
+// apply is the changeSale step of the PATCH: the next product and its
+// change, or cur and nil when nothing changes, or the error to answer
+// (409 SALE_ENDED, 409 SALE_STARTED, 400 INVALID_ARGUMENT).
+func (p *productPatch) apply(cur persistence.Product, now time.Time) (persistence.Product, map[string]any, error) {
+	pc := &patchChange{cur: cur, next: cur, now: now, change: map[string]any{},
+		opened: !now.Before(cur.SaleStart), ended: !now.Before(cur.SaleEnd)}
+	p.applyDetails(pc)
+	p.applyWindow(pc)
+	if err := pc.refusal(); err != nil {
+		return cur, nil, err
+	}
+	if len(pc.change) == 0 {
+		return cur, nil, nil
+	}
+	if err := pc.invalid(); err != nil {
+		return cur, nil, err
+	}
+	return pc.next, pc.change, nil
+}
+
+// applyDetails applies the fields other than the sale window.
+func (p *productPatch) applyDetails(pc *patchChange) {
+	patchField(pc, p.hasName, "name", &pc.next.Name, p.in.Name, true)
+	patchField(pc, p.hasImg, "imageUrl", &pc.next.ImageURL, p.in.ImageURL, true)
+	patchField(pc, p.hasDe, "description", &pc.next.Description, p.in.Description, true)
+	patchField(pc, p.hasPrice, "price", &pc.next.Price, p.in.Price, false)
+	patchField(pc, p.hasMax, "maxPerOrder", &pc.next.MaxPerOrder, p.maxPer, false)
+	patchField(pc, p.hasLimit, "perUserLimit", &pc.next.PerUserLimit, p.limit, true)
+}
+
+// patchField sets the field of pc.next at next (still cur's value) to to,
+// if the PATCH sent it and it differs, and notes the change.
+func patchField[T comparable](pc *patchChange, sent bool, name string, next *T, to T, mayAfterOpening bool) {
+	if !sent || to == *next {
 		return
 	}
-	hasEnd = hasEnd || endNull
-	if endNull {
-		in.SaleEnd = persistence.OpenEnd
+	from := *next
+	*next = to
+	pc.note(name, from, to, mayAfterOpening)
+}
+
+// applyWindow applies saleStart and saleEnd (see adminPatchProduct for
+// what each may become before opening, while open and once ended).
+func (p *productPatch) applyWindow(pc *patchChange) {
+	in, cur, now := &p.in, &pc.cur, pc.now
+	if p.hasStart && !in.SaleStart.Equal(cur.SaleStart) {
+		pc.next.SaleStart = in.SaleStart
+		pc.note("saleStart", cur.SaleStart.UTC(), in.SaleStart, false)
+		if pc.ended {
+			pc.final = append(pc.final, "saleStart")
+		}
 	}
-	in.SaleStart = in.SaleStart.UTC().Truncate(time.Millisecond)
-	in.SaleEnd = in.SaleEnd.UTC().Truncate(time.Millisecond)
-	if in.SaleEnd.After(persistence.OpenEnd) {
-		in.SaleEnd = persistence.OpenEnd
+	if !p.hasEnd || in.SaleEnd.Equal(cur.SaleEnd) {
+		return
 	}
-	s.changeSale(ctx, c, persistence.ActionPatch, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
-		now := time.Now().UTC().Truncate(time.Millisecond)
-		next := cur
-		change := map[string]any{}
-		var fixed []string // fields that may no longer change
-		var final []string // window fields of an ended sale
-		opened := !now.Before(cur.SaleStart)
-		ended := !now.Before(cur.SaleEnd)
-		endPast := false // a saleEnd before now − endSkew on an open sale
-		note := func(name string, from, to any, mayAfterOpening bool) {
-			change[name] = persistence.FromTo{From: from, To: to}
-			if opened && !mayAfterOpening {
-				fixed = append(fixed, name)
-			}
+	switch end := in.SaleEnd; {
+	case pc.ended && !end.After(now) && !end.Before(cur.SaleEnd.Add(-endSkew)):
+		// The replay of the PATCH that ended it with saleEnd "now"
+		// (stored as the server's now, up to endSkew later): no change.
+	case pc.ended: // final: no other time (a later one or null would reopen the sale)
+		pc.final = append(pc.final, "saleEnd")
+	case !pc.opened || end.After(cur.SaleEnd): // before opening: anything (validated below); later: always
+		pc.next.SaleEnd = end
+		pc.note("saleEnd", endJSON(*cur), endJSONOf(end), true)
+	case end.Before(now.Add(-endSkew)): // in the past: a mistake more likely than "end now"
+		pc.endPast = true
+	case !end.After(now): // now (within endSkew): the sale ends now
+		pc.next.SaleEnd = now
+		pc.note("saleEnd", endJSON(*cur), now, true)
+	default: // earlier than now planned, but still in the future
+		pc.note("saleEnd", endJSON(*cur), endJSONOf(end), false)
+	}
+}
+
+// refusal is the error of a change the sale's state forbids: 409
+// SALE_ENDED, 409 SALE_STARTED, or 400 for a saleEnd in the past.
+func (pc *patchChange) refusal() error {
+	if len(pc.final) > 0 {
+		return errSaleEnded(pc.final)
+	}
+	if len(pc.fixed) > 0 {
+		return errSaleStarted(pc.fixed)
+	}
+	if pc.endPast {
+		return invalidFields([]fieldError{{"saleEnd", fmt.Sprintf(
+			"saleEnd must be now or later; use POST /api/admin/products/%d/end to end the sale now", pc.cur.ID)}})
+	}
+	return nil
+}
+
+// invalid is 400 INVALID_ARGUMENT if next is not a valid sale (one that
+// has not opened must end in the future), naming only the fields this
+// PATCH sent: the stored ones are valid.
+func (pc *patchChange) invalid() error {
+	var mine []fieldError
+	for _, p := range validateProduct(pc.next, pc.now, !pc.opened) {
+		if _, sent := pc.change[p.Field]; sent {
+			mine = append(mine, p)
+		} else if p.Field == "maxPerOrder" {
+			mine = append(mine, fieldError{"perUserLimit", fmt.Sprintf("perUserLimit must be 0 (no limit) or at least maxPerOrder (%d)", pc.next.MaxPerOrder)})
 		}
-		if hasName && in.Name != cur.Name {
-			next.Name = in.Name
-			note("name", cur.Name, in.Name, true)
-		}
-		if hasImg && in.ImageURL != cur.ImageURL {
-			next.ImageURL = in.ImageURL
-			note("imageUrl", cur.ImageURL, in.ImageURL, true)
-		}
-		if hasDe && in.Description != cur.Description {
-			next.Description = in.Description
-			note("description", cur.Description, in.Description, true)
-		}
-		if hasPrice && in.Price != cur.Price {
-			next.Price = in.Price
-			note("price", cur.Price, in.Price, false)
-		}
-		if hasMax && maxPer != cur.MaxPerOrder {
-			next.MaxPerOrder = maxPer
-			note("maxPerOrder", cur.MaxPerOrder, maxPer, false)
-		}
-		if hasLimit && limit != cur.PerUserLimit {
-			next.PerUserLimit = limit
-			note("perUserLimit", cur.PerUserLimit, limit, true)
-		}
-		if hasStart && !in.SaleStart.Equal(cur.SaleStart) {
-			next.SaleStart = in.SaleStart
-			note("saleStart", cur.SaleStart.UTC(), in.SaleStart, false)
-			if ended {
-				final = append(final, "saleStart")
-			}
-		}
-		if hasEnd && !in.SaleEnd.Equal(cur.SaleEnd) {
-			switch end := in.SaleEnd; {
-			case ended && !end.After(now) && !end.Before(cur.SaleEnd.Add(-endSkew)):
-				// The replay of the PATCH that ended it with saleEnd "now"
-				// (stored as the server's now, up to endSkew later): no change.
-			case ended: // final: no other time (a later one or null would reopen the sale)
-				final = append(final, "saleEnd")
-			case !opened || end.After(cur.SaleEnd): // before opening: anything (validated below); later: always
-				next.SaleEnd = end
-				note("saleEnd", endJSON(cur), endJSONOf(end), true)
-			case end.Before(now.Add(-endSkew)): // in the past: a mistake more likely than "end now"
-				endPast = true
-			case !end.After(now): // now (within endSkew): the sale ends now
-				next.SaleEnd = now
-				note("saleEnd", endJSON(cur), now, true)
-			default: // earlier than now planned, but still in the future
-				note("saleEnd", endJSON(cur), endJSONOf(end), false)
-			}
-		}
-		if len(final) > 0 {
-			return cur, nil, errSaleEnded(final)
-		}
-		if len(fixed) > 0 {
-			return cur, nil, errSaleStarted(fixed)
-		}
-		if endPast {
-			return cur, nil, invalidFields([]fieldError{{"saleEnd", fmt.Sprintf(
-				"saleEnd must be now or later; use POST /api/admin/products/%d/end to end the sale now", cur.ID)}})
-		}
-		if len(change) == 0 {
-			return cur, nil, nil
-		}
-		var problems []fieldError
-		if !opened {
-			problems = validateProduct(next, now, true)
-		} else {
-			problems = validateProduct(next, now, false)
-		}
-		// Only the fields this PATCH sent are at fault; the stored ones are valid.
-		var mine []fieldError
-		for _, p := range problems {
-			if _, sent := change[p.Field]; sent {
-				mine = append(mine, p)
-			} else if p.Field == "maxPerOrder" {
-				mine = append(mine, fieldError{"perUserLimit", fmt.Sprintf("perUserLimit must be 0 (no limit) or at least maxPerOrder (%d)", next.MaxPerOrder)})
-			}
-		}
-		if len(mine) > 0 {
-			return cur, nil, invalidFields(mine)
-		}
-		return next, change, nil
-	})
+	}
+	if len(mine) > 0 {
+		return invalidFields(mine)
+	}
+	return nil
 }
 
 // endJSON is p's saleEnd as the audit records it: nil when open-ended.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -142,13 +143,44 @@ type TakeArgs struct {
 }
 
 func takeKV(productID int64, a TakeArgs) ([]string, []any) {
-	r := Room(productID)
-	pow := r.Pow("-")
+	keys := takeKeys.of(productID)
 	if a.PowChallenge != "" {
-		pow = r.Pow(a.PowChallenge)
+		keys = append(keys[:len(keys)-1:len(keys)-1], Room(productID).Pow(a.PowChallenge))
 	}
-	return []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted(), r.Pre(), r.Fresh(), pow},
-		[]any{a.UserID, a.TicketID, a.PowChallenge, max(a.PowTTL.Milliseconds(), 1)}
+	return keys, []any{a.UserID, a.TicketID, a.PowChallenge, max(a.PowTTL.Milliseconds(), 1)}
+}
+
+// takeKeys caches room_take.lua's KEYS of a product (KEYS[8] the "-"
+// challenge's, replaced when a proof-of-work comes with the call): a ticket
+// is the hot path of a sale and building eight key strings a call was a
+// good part of its allocations. The slices are shared read only (go-redis
+// copies the keys into each command's arguments).
+var takeKeys = keyCache{m: map[int64][]string{}}
+
+// keyCache is a bounded map productID → room_take.lua's keys.
+type keyCache struct {
+	mu sync.RWMutex
+	m  map[int64][]string
+}
+
+// keyCacheMax bounds keyCache: past it keys are built per call, uncached.
+const keyCacheMax = 4096
+
+func (kc *keyCache) of(productID int64) []string {
+	kc.mu.RLock()
+	keys, ok := kc.m[productID]
+	kc.mu.RUnlock()
+	if ok {
+		return keys
+	}
+	r := Room(productID)
+	keys = []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted(), r.Pre(), r.Fresh(), r.Pow("-")}
+	kc.mu.Lock()
+	if len(kc.m) < keyCacheMax {
+		kc.m[productID] = keys
+	}
+	kc.mu.Unlock()
+	return keys
 }
 
 // Take runs room_take.lua: the user's live ticket, or a new one. Errors:

@@ -135,3 +135,83 @@ func TestPurgeSentOutbox(t *testing.T) {
 		t.Errorf("left %v", st)
 	}
 }
+
+// outboxRow is one mq_outbox row's status, lease owner and retry count.
+type outboxRow struct {
+	status, owner string
+	retries       int
+}
+
+// outboxRows returns the rows of ids by id.
+func outboxRows(t *testing.T, s *persistence.Store, ids []int64) map[int64]outboxRow {
+	t.Helper()
+	out := map[int64]outboxRow{}
+	for _, id := range ids {
+		var r outboxRow
+		if err := s.DB.QueryRow(`SELECT status, COALESCE(lease_owner, ''), retry_count FROM mq_outbox WHERE id = ?`, id).
+			Scan(&r.status, &r.owner, &r.retries); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = r
+	}
+	return out
+}
+
+// The lease-owner guard (issue 27): relay A's lease ran out (it hung on a
+// blocked broker) and relay B claimed its rows; A's late MarkSent and
+// MarkRetryBatch leave B's rows as B holds them (SENDING, owner B, retry
+// count unchanged). B's own marks then apply. Without the guard A's late
+// MarkSent marks rows SENT that B is still publishing, and A's
+// MarkRetryBatch moves them to RETRY under B (a second retry count).
+func TestMarksOnlyUnderOwnLease(t *testing.T) {
+	s := persistencetest.New(t, "persistence")
+	ctx := context.Background()
+	appendEvents(t, s, "lease", 4)
+	a, err := s.ClaimOutbox(ctx, "relay-a", 10, time.Millisecond)
+	if err != nil || len(a) != 4 {
+		t.Fatalf("relay-a claimed %d, %v", len(a), err)
+	}
+	time.Sleep(50 * time.Millisecond) // A's lease runs out
+	b, err := s.ClaimOutbox(ctx, "relay-b", 10, time.Minute)
+	if err != nil || len(b) != 4 {
+		t.Fatalf("relay-b claimed %d of relay-a's expired rows, %v", len(b), err)
+	}
+	ids := make([]int64, len(b))
+	for i, r := range b {
+		ids[i] = r.ID
+	}
+	if err := s.MarkSent(ctx, "relay-a", ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := s.MarkRetryBatch(ctx, "relay-a", ids[2:], "confirm timeout", time.Second, time.Minute, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 0 {
+		t.Errorf("relay-a's late MarkRetryBatch made %v DEAD (max retries 1)", dead)
+	}
+	for id, r := range outboxRows(t, s, ids) {
+		if r != (outboxRow{"SENDING", "relay-b", 0}) {
+			t.Errorf("row %d after relay-a's late marks: %+v, want SENDING under relay-b, 0 retries", id, r)
+		}
+	}
+
+	// The owner's marks apply.
+	if err := s.MarkSent(ctx, "relay-b", ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkRetryBatch(ctx, "relay-b", ids[2:], "confirm timeout", time.Second, time.Minute, 5); err != nil {
+		t.Fatal(err)
+	}
+	got := outboxRows(t, s, ids)
+	for _, id := range ids[:2] {
+		if got[id].status != "SENT" {
+			t.Errorf("row %d after relay-b's MarkSent: %+v", id, got[id])
+		}
+	}
+	for _, id := range ids[2:] {
+		if got[id].status != "RETRY" || got[id].retries != 1 {
+			t.Errorf("row %d after relay-b's MarkRetryBatch: %+v, want RETRY with 1 retry", id, got[id])
+		}
+	}
+}

@@ -22,7 +22,7 @@ import (
 // consumption with manual acks at a few prefetch values, the real relay
 // (outbox rows → confirmed → SENT) and the real order-lock consumer. It
 // only runs with STAMPEDE_AMQP_PERF=1 (about two minutes) and prints its
-// table with t.Log; the README's RabbitMQ section quotes it.
+// table with t.Log; docs/architecture.md ("Queue types, delivery limits, confirms and prefetch") quotes it.
 //
 //	STAMPEDE_AMQP_PERF=1 go test -count=1 -run TestAMQPThroughput -v ./pipeline/
 func TestAMQPThroughput(t *testing.T) {

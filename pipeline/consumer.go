@@ -33,8 +33,8 @@ type ConsumerConfig struct {
 	// Default "<hostname>-<pid>-<random>".
 	Name string
 	// Prefetch is the most unacknowledged messages per handler (basic.qos on
-	// its channel). Default 64 (see the README's RabbitMQ section for the
-	// measurements behind it). Every prefetched message that is still
+	// its channel). Default 64 (docs/architecture.md, "Queue types, delivery
+	// limits, confirms and prefetch", has the measurements behind it). Every prefetched message that is still
 	// unacknowledged when the channel closes (shutdown, reconnect) goes back
 	// to its queue, and a quorum queue counts that against the message's
 	// delivery limit.

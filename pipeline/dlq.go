@@ -227,13 +227,7 @@ func ReplayDLQ(ctx context.Context, conn *Conn, store *persistence.Store, req Re
 	if !req.All && len(req.EventIDs) == 0 {
 		return res, errors.New("dlq: replay needs event ids or all")
 	}
-	want := make(map[string]bool, len(req.EventIDs))
-	for _, id := range req.EventIDs {
-		want[id] = true
-	}
-	selected := func(id string) bool { return req.All || want[id] }
-	seen := map[string]bool{}
-
+	sel := newReplaySelection(req)
 	ch, err := conn.Channel(ctx)
 	if err != nil {
 		return res, fmt.Errorf("dlq: %w", err)
@@ -247,22 +241,64 @@ func ReplayDLQ(ctx context.Context, conn *Conn, store *persistence.Store, req Re
 	if err != nil {
 		return res, err
 	}
+	status, err := sel.replayOutbox(ctx, store, ds, &res)
+	if err != nil {
+		return res, err
+	}
+	// Committed: ack what was replayed (or was pending anyway), drop poison
+	// if asked, requeue the rest.
+	if err := sel.ack(ds, status, &res); err != nil {
+		return res, err
+	}
+	if err := sel.requeue(ch, ds, status, q.Messages); err != nil {
+		return res, err
+	}
+	for _, id := range req.EventIDs {
+		if !sel.seen[id] {
+			res.NotFound = append(res.NotFound, id)
+		}
+	}
+	return res, nil
+}
+
+// replaySelection is what a ReplayRequest selects, and the selected event
+// ids met so far (seen: in the dead-letter queue or among the DEAD rows).
+type replaySelection struct {
+	req  ReplayRequest
+	want map[string]bool
+	seen map[string]bool
+}
+
+func newReplaySelection(req ReplayRequest) *replaySelection {
+	want := make(map[string]bool, len(req.EventIDs))
+	for _, id := range req.EventIDs {
+		want[id] = true
+	}
+	return &replaySelection{req: req, want: want, seen: map[string]bool{}}
+}
+
+func (sel *replaySelection) selected(id string) bool { return sel.req.All || sel.want[id] }
+
+// replayOutbox sets back to NEW the outbox rows of the selected messages of
+// ds and the selected DEAD rows (res.Replayed), in one commit. status maps
+// each selected message's event id to its outbox row's status (absent: no
+// row, a poison message).
+func (sel *replaySelection) replayOutbox(ctx context.Context, store *persistence.Store, ds []amqp.Delivery, res *ReplayResult) (status map[string]string, err error) {
 	var ids []string
 	for _, d := range ds {
-		if selected(d.MessageId) {
+		if sel.selected(d.MessageId) {
 			ids = append(ids, d.MessageId)
 		}
 	}
-	var status map[string]string
 	if len(ids) > 0 {
 		if status, err = store.OutboxStatuses(ctx, ids); err != nil {
-			return res, err
+			return nil, err
 		}
 	}
 	// DEAD outbox rows: selected ones are replayed with the queue's.
 	dead, err := store.DeadOutbox(ctx, maxDLQScan)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	replay := make([]string, 0, len(ids)+len(dead))
 	for _, id := range ids {
@@ -271,63 +307,69 @@ func ReplayDLQ(ctx context.Context, conn *Conn, store *persistence.Store, req Re
 		}
 	}
 	for _, r := range dead {
-		if selected(r.EventID) {
+		if sel.selected(r.EventID) {
 			replay = append(replay, r.EventID)
-			seen[r.EventID] = true
+			sel.seen[r.EventID] = true
 		}
 	}
 	slices.Sort(replay)
 	replay = slices.Compact(replay)
 	if len(replay) > 0 {
 		if res.Replayed, err = store.ReplayOutbox(ctx, replay); err != nil {
-			return res, err
+			return nil, err
 		}
 	}
-	// Committed: ack what was replayed (or was pending anyway), drop poison
-	// if asked, requeue the rest.
+	return status, nil
+}
+
+// ack acks off the queue each selected message of ds whose event has an
+// outbox row (res.Acked) and, with DropPoison, those without (res.Dropped);
+// the other selected ones are kept (res.Kept).
+func (sel *replaySelection) ack(ds []amqp.Delivery, status map[string]string, res *ReplayResult) error {
 	for _, d := range ds {
 		id := d.MessageId
-		if !selected(id) {
+		if !sel.selected(id) {
 			continue
 		}
-		seen[id] = true
+		sel.seen[id] = true
 		var err error
 		switch _, has := status[id]; {
 		case has:
 			err = d.Ack(false)
 			res.Acked++
-		case req.DropPoison:
+		case sel.req.DropPoison:
 			err = d.Ack(false)
 			res.Dropped = append(res.Dropped, id)
 		default:
 			res.Kept = append(res.Kept, id)
 		}
 		if err != nil {
-			return res, fmt.Errorf("dlq: ack %s: %w", id, err)
+			return fmt.Errorf("dlq: ack %s: %w", id, err)
 		}
 	}
+	return nil
+}
+
+// requeue nacks back into the queue the messages of ds not acked: those
+// not selected and the kept poison. The last one waits until the broker
+// has them all back (queued: the queue's depth before ds was taken).
+func (sel *replaySelection) requeue(ch *amqp.Channel, ds []amqp.Delivery, status map[string]string, queued int) error {
 	var back []amqp.Delivery
 	for _, d := range ds {
-		if !selected(d.MessageId) || (!req.DropPoison && status[d.MessageId] == "") {
+		if !sel.selected(d.MessageId) || (!sel.req.DropPoison && status[d.MessageId] == "") {
 			back = append(back, d)
 		}
 	}
 	for i, d := range back {
 		if i == len(back)-1 {
-			// The last one waits until the broker has them all back.
-			requeueSettled(ch, d.DeliveryTag, false, q.Messages-len(ds)+len(back))
+			requeueSettled(ch, d.DeliveryTag, false, queued-len(ds)+len(back))
 			break
 		}
 		if err := d.Nack(false, true); err != nil {
-			return res, fmt.Errorf("dlq: requeue %s: %w", d.MessageId, err)
+			return fmt.Errorf("dlq: requeue %s: %w", d.MessageId, err)
 		}
 	}
-	for _, id := range req.EventIDs {
-		if !seen[id] {
-			res.NotFound = append(res.NotFound, id)
-		}
-	}
-	return res, nil
+	return nil
 }
 
 // deadLetter moves d, which handler h gave up on (poison, or out of

@@ -78,12 +78,29 @@ func RepairLostReservations(ctx context.Context, rdb redis.UniversalClient, stor
 // time by this much and still be recognised.
 const lostIDMargin = time.Minute
 
+// repairShard runs the three checks of RepairLostReservations on shard k
+// and releases what passes them all (rep.Released).
 func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, k lua.Keys, cfg LostConfig, rep *LostReport) error {
+	old, err := oldRecords(ctx, rdb, k, cfg, rep)
+	if err != nil || len(old) == 0 {
+		return err
+	}
+	candidates, err := notInStream(ctx, rdb, k, old)
+	if err != nil || len(candidates) == 0 {
+		return err
+	}
+	return releaseUnstored(ctx, rdb, store, k, cfg, candidates, rep)
+}
+
+// oldRecords SCANs (on the node owning the shard's slot) up to MaxScan of
+// the shard's pending order records (rep.Scanned) and returns those of
+// reservations accepted more than Grace ago: check 1's first half.
+func oldRecords(ctx context.Context, rdb redis.UniversalClient, k lua.Keys, cfg LostConfig, rep *LostReport) ([]lua.PendingOrder, error) {
 	node := redis.Cmdable(rdb)
 	if cc, ok := rdb.(*redis.ClusterClient); ok { // SCAN the node that owns the shard's slot
 		c, err := cc.MasterForKey(ctx, k.Stock())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		node = c
 	}
@@ -95,7 +112,7 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 	for {
 		keys, next, err := node.Scan(ctx, cursor, prefix+"*", 500).Result()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, key := range keys {
 			if scanned >= cfg.MaxScan {
@@ -107,7 +124,7 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 			case errors.Is(err, lua.ErrNoRecord), errors.Is(err, lua.ErrStockCorrupt):
 				continue // gone since the SCAN, or unusable: not a reservation to give back
 			case err != nil:
-				return err
+				return nil, err
 			case po.Quantity <= 0 || po.AcceptedMs > cutoff:
 				continue
 			}
@@ -119,19 +136,22 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 		}
 	}
 	rep.Scanned += scanned
-	if len(old) == 0 {
-		return nil
-	}
-	// 2: the oldest entry left in the stream.
-	oldest := int64(-1) // -1: stream empty
+	return old, nil
+}
+
+// notInStream is the reservations of old that were not released before
+// (check 1's second half) and whose intake entry can no longer be in the
+// shard's stream (check 2).
+func notInStream(ctx context.Context, rdb redis.UniversalClient, k lua.Keys, old []lua.PendingOrder) ([]lua.PendingOrder, error) {
+	oldest := int64(-1) // the oldest entry left in the stream; -1: stream empty
 	first, err := rdb.XRangeN(ctx, k.Intake(), "-", "+", 1).Result()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(first) == 1 {
 		ms, _, _ := strings.Cut(first[0].ID, "-")
 		if oldest, err = strconv.ParseInt(ms, 10, 64); err != nil {
-			return fmt.Errorf("stream id %q: %w", first[0].ID, err)
+			return nil, fmt.Errorf("stream id %q: %w", first[0].ID, err)
 		}
 	}
 	var candidates []lua.PendingOrder
@@ -142,16 +162,18 @@ func repairShard(ctx context.Context, rdb redis.UniversalClient, store *persiste
 			continue // its entry may still be in the stream
 		}
 		if n, err := rdb.Exists(ctx, k.Released(po.OrderNo)).Result(); err != nil {
-			return err
+			return nil, err
 		} else if n > 0 {
 			continue // released before
 		}
 		candidates = append(candidates, po)
 	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	// 3: not in MySQL.
+	return candidates, nil
+}
+
+// releaseUnstored releases (lua.Release) the candidates MySQL has no order
+// for (check 3).
+func releaseUnstored(ctx context.Context, rdb redis.UniversalClient, store *persistence.Store, k lua.Keys, cfg LostConfig, candidates []lua.PendingOrder, rep *LostReport) error {
 	nos := make([]string, len(candidates))
 	for i, po := range candidates {
 		nos[i] = po.OrderNo

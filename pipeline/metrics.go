@@ -163,6 +163,18 @@ var (
 // sharing the registered series.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
+	m.registerWriter(reg)
+	m.registerRelay(reg)
+	m.registerBroker(reg)
+	m.registerRepair(reg)
+	m.registerConsumer(reg)
+	m.registerSweeper(reg)
+	m.registerReconcile(reg)
+	return m
+}
+
+// registerWriter creates the writer's collectors (writer_*).
+func (m *Metrics) registerWriter(reg prometheus.Registerer) {
 	m.writerBatch = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "stampede_writer_batch_entries", Buckets: batchBuckets,
 		Help: "Reservations written per committed writer transaction.",
@@ -187,7 +199,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_writer_batch_failures_total",
 		Help: "Failed attempts to write a batch (MySQL or Redis trouble); each is retried with backoff.",
 	}))
+}
 
+// registerRelay creates the relay's collectors (relay_*).
+func (m *Metrics) registerRelay(reg prometheus.Registerer) {
 	m.confirm = metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "stampede_relay_publish_confirm_duration_seconds", Buckets: latencyBuckets,
 		Help: "Time from publishing an outbox row to the broker's confirm (ack or nack).",
@@ -220,6 +235,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_relay_blocked_pauses_total",
 		Help: "Times a relay stopped claiming outbox rows because the broker blocked publishers (a memory or disk alarm); it resumes when the broker unblocks.",
 	}))
+}
+
+// registerBroker creates the collectors of the AMQP connections and queues and of the background loops' failures (FailureLog).
+func (m *Metrics) registerBroker(reg prometheus.Registerer) {
 	m.amqpBlocked = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_amqp_blocked",
 		Help: "1 while RabbitMQ blocks this AMQP connection's publishes (connection.blocked: a memory or disk alarm), else 0. Only connections that publish are ever blocked.",
@@ -235,6 +254,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, l := range loopNames {
 		m.loopFailures.WithLabelValues(l)
 	}
+}
+
+// registerRepair creates the collectors of the sweeper's repairs of what Redis lost and of the release script's latency.
+func (m *Metrics) registerRepair(reg prometheus.Registerer) {
 	m.lostReleased = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_lost_reservations_released_total",
 		Help: "Redis reservations that never became orders (no intake entry, no MySQL row after the grace period) released by the sweeper.",
@@ -246,7 +269,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.repairs.WithLabelValues("restored")
 	m.repairs.WithLabelValues("released")
 	m.luaRelease = metric.Register(reg, lua.NewCallHistogram()).WithLabelValues("release")
+}
 
+// registerConsumer creates the consumers' collectors (consumer_*), with a series for every handler and outcome from the start.
+func (m *Metrics) registerConsumer(reg prometheus.Registerer) {
 	m.consumer = metric.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stampede_consumer_messages_total",
 		Help: "Messages handled by the consumers, by handler and outcome: ok, duplicate (applied before), retry (transient error: sent to a delay queue stampede.retry.<n>, or requeued after a backoff when that publish failed), dead_letter (poison or out of attempts: sent to the dead-letter queue stampede.dlq), skipped (order moved on).",
@@ -269,7 +295,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 		m.inFlight.WithLabelValues(h)
 	}
+}
 
+// registerSweeper creates the sweeper's pay-deadline and outbox-retention collectors (sweeper_*, outbox_purged_rows_total).
+func (m *Metrics) registerSweeper(reg prometheus.Registerer) {
 	m.sweeperClosed = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_sweeper_closed_orders_total",
 		Help: "WAITING_PAY orders the sweeper cancelled because their pay deadline passed.",
@@ -296,6 +325,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	m.sweeperPasses.WithLabelValues("reconcile", "deferred")
+}
+
+// registerReconcile creates the collectors the sweeper's reconciliation round sets: drift, intake backlog, runs, refunds and the sale series.
+func (m *Metrics) registerReconcile(reg prometheus.Registerer) {
 	m.drift = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_drift",
 		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",
@@ -331,7 +364,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "stampede_sale_orders",
 		Help: "Orders of an active sale (see stampede_sale_units) by status, at the last reconciliation round. Series of sales that leave the set are deleted.",
 	}, []string{"product", "status"}))
-	return m
 }
 
 func orNew(m *Metrics) *Metrics {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -38,30 +37,14 @@ import (
 // keys (lua.FreshKeys). For a sharded product it passes the units left in
 // every shard (lua.UnitsLeft) to each step.
 //
-// The rate is PacerConfig.Rate when set. Otherwise (auto) each pacer derives
-// it from the product's pipeline, read every MeasureEvery:
-//
-//	backlog  B = intake entries not yet stored (consumer-group lag + pending)
-//	             + the product's PROCESSING orders in MySQL
-//	live     L = admissions not yet used by an order (orders on their way)
-//	accepted A = the intake stream's entries-added counter (every accepted order)
-//	drain    d = (ΔA − ΔB) / Δt over the last second (the pipeline works in
-//	             batches), smoothed (EWMA, α = 0.5): orders per second that left
-//	             PROCESSING
-//
-// The target is TargetBacklog seconds of drain, T = TargetBacklog ×
-// max(d, MinRate), and the rate is
-//
-//	r = d + (T − B − L) / 1s
-//
-// a proportional controller on the orders not yet drained, the live
-// admissions included (they are orders a moment later: counting them is
-// what keeps the backlog from overshooting while the rate climbs). Below the
-// target it admits faster than the drain, above it slower, shedding the
-// excess in about a second. While B + L is below half the target the
-// pipeline keeps up with everything admitted, so the drain seen is only the
-// rate admitted: the rate is then probed upwards, at least doubling per
-// second (from StartRate). The rate stays within [MinRate, Ceiling].
+// The rate is PacerConfig.Rate when set. Otherwise (auto) the pacer keeps
+// the orders on their way through the pipeline at TargetBacklog seconds of
+// drain with window flow control (levelControl, pacer_level.go): the
+// backlog it aims for is a number of orders, T = TargetBacklog × the drain
+// measured over the last three seconds, and each step admits the gap
+// between T and the orders pending (backlog + live admissions, measured
+// every MeasureEvery, plus its own admissions since): a place is given
+// again once an order was seen leaving.
 
 // PacerConfig configures a Pacer.
 type PacerConfig struct {
@@ -148,15 +131,11 @@ type Pacer struct {
 // roomControl is one room's state in this pacer: its auto rate and last
 // measurement, and what it learned of the room.
 type roomControl struct {
-	rate     float64
-	drain    float64       // smoothed drain, orders per second (measure)
-	window   [8]roomSample // the last measurements, oldest first
-	backlog  int64
-	accepted int64
-	at       time.Time // of the last measurement; zero before the first
-	mode     lua.RoomMode
-	shards   int
-	seed     *drop.Seed // read from MySQL when first needed (shuffle, random keys)
+	level  levelControl // auto mode's controller
+	rate   float64      // the rate of the last step (auto: as levelControl asked)
+	mode   lua.RoomMode
+	shards int
+	seed   *drop.Seed // read from MySQL when first needed (shuffle, random keys)
 }
 
 // NewPacer returns a pacer over store (PROCESSING counts, product list) and rdb.
@@ -260,12 +239,13 @@ func (p *Pacer) StepProduct(ctx context.Context, productID int64, shards int, me
 	p.mu.Lock()
 	rc.shards = max(shards, 1)
 	p.mu.Unlock()
+	maxN := 2000
 	if rate == 0 {
-		rate = p.autoRate(productID)
+		rate, maxN = p.autoRate(productID, time.Now())
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	args := lua.AdmitArgs{Rate: rate, Max: 2000, MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window, Left: -1,
+	args := lua.AdmitArgs{Rate: rate, Max: maxN, MaxElapsed: max(p.cfg.Interval*5, time.Second), Window: p.cfg.Window, Left: -1,
 		Overbook: int64(p.cfg.Overbook)}
 	if shards > 1 {
 		if args.Left, err = lua.UnitsLeft(sctx, p.rdb, productID, shards); err != nil {
@@ -293,6 +273,11 @@ func (p *Pacer) StepProduct(ctx context.Context, productID int64, shards int, me
 		return false, nil
 	}
 	p.m.record(productID, res, time.Now())
+	if p.cfg.Rate == 0 {
+		p.mu.Lock()
+		rc.level.admitted(len(res.Admitted), res.Waiting > 0)
+		p.mu.Unlock()
+	}
 	if measure || rc.mode == "" {
 		st, err := lua.ReadRoom(sctx, p.rdb, productID)
 		if err != nil {
@@ -309,22 +294,13 @@ func (p *Pacer) StepProduct(ctx context.Context, productID int64, shards int, me
 	return true, nil
 }
 
-// roomSample is one backlog measurement.
-type roomSample struct {
-	at                time.Time
-	backlog, accepted int64
-}
-
-// drainSpan is how far back the drain is measured from.
-const drainSpan = time.Second
-
 // control returns productID's state in this pacer, created on first use.
 func (p *Pacer) control(productID int64) *roomControl {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rc := p.rooms[productID]
 	if rc == nil {
-		rc = &roomControl{rate: min(p.cfg.StartRate, p.cfg.Ceiling)}
+		rc = &roomControl{rate: min(p.cfg.StartRate, p.cfg.Ceiling), level: newLevelControl(p.cfg)}
 		p.rooms[productID] = rc
 	}
 	return rc
@@ -441,19 +417,23 @@ func (p *Pacer) Rate(productID int64) float64 {
 	return 0
 }
 
-// autoRate is the rate auto mode asks for productID now.
-func (p *Pacer) autoRate(productID int64) float64 {
+// autoRate is the rate and the most admissions auto mode asks of
+// productID's next step (levelControl.ask).
+func (p *Pacer) autoRate(productID int64, now time.Time) (float64, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.rooms[productID].rate
+	rc := p.rooms[productID]
+	rate, n := rc.level.ask(now, p.cfg)
+	rc.rate = rate
+	return rate, n
 }
 
-// measure reads productID's backlog and sets the rate of its next steps;
-// live is the room's admissions not yet used.
+// measure reads productID's backlog and hands it to its controller; live
+// is the room's admissions not yet used.
 func (p *Pacer) measure(ctx context.Context, productID, live int64) {
 	backlog, accepted, err := p.backlog(ctx, productID)
 	if err != nil {
-		return // keep the last rate; the next measurement tries again
+		return // keep the last estimate; the next measurement tries again
 	}
 	now := time.Now()
 	p.mu.Lock()
@@ -462,43 +442,8 @@ func (p *Pacer) measure(ctx context.Context, productID, live int64) {
 	if rc == nil {
 		return
 	}
-	if !rc.at.IsZero() {
-		dt := now.Sub(rc.at).Seconds()
-		// The drain over the last second or so (the pipeline works in
-		// batches: a quarter second sees one or none), then smoothed.
-		old := rc.window[0]
-		for _, w := range rc.window {
-			if !w.at.IsZero() && now.Sub(w.at) >= drainSpan {
-				old = w
-			}
-		}
-		if old.at.IsZero() {
-			old = roomSample{at: rc.at, backlog: rc.backlog, accepted: rc.accepted}
-		}
-		span := now.Sub(old.at).Seconds()
-		d := max(float64((accepted-old.accepted)-(backlog-old.backlog))/span, 0)
-		rc.drain = 0.5*d + 0.5*rc.drain
-		rc.rate = nextRate(rc.rate, rc.drain, float64(backlog+live), dt, p.cfg)
-	}
-	copy(rc.window[:], rc.window[1:])
-	rc.window[len(rc.window)-1] = roomSample{at: now, backlog: backlog, accepted: accepted}
-	rc.backlog, rc.accepted, rc.at = backlog, accepted, now
-	p.m.control(productID, float64(backlog), rc.drain, p.cfg.TargetBacklog.Seconds()*max(rc.drain, p.cfg.MinRate))
-}
-
-// nextRate is auto mode's control rule (see the package comment above
-// Pacer): pending is the backlog plus the live admissions, dt the seconds
-// since the last measurement.
-func nextRate(rate, drain, pending, dt float64, cfg PacerConfig) float64 {
-	target := cfg.TargetBacklog.Seconds() * max(drain, cfg.MinRate)
-	next := drain + (target - pending)
-	if pending < target/2 {
-		// Far below the target the pipeline keeps up with everything
-		// admitted, so the drain seen is only what was admitted: probe,
-		// doubling the rate per second.
-		next = max(next, rate*math.Pow(2, min(dt, 1)))
-	}
-	return math.Min(math.Max(next, cfg.MinRate), cfg.Ceiling)
+	rc.level.measured(now, backlog, live, accepted, p.cfg)
+	p.m.control(productID, float64(backlog), rc.level.drain, rc.level.target)
 }
 
 // backlog reads productID's orders not yet past PROCESSING and the count of

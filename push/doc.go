@@ -25,7 +25,7 @@
 // runs only while there is something to send (writer.go); a client that
 // cannot keep up is disconnected (close 1008) instead of slowing the hub or
 // other clients. A waiting socket costs one parked reader goroutine and small
-// buffers (hijack.go), no more (README "Waiting room" has the measured cost).
+// buffers (hijack.go), no more (docs/sale-lifecycle.md "Waiting room" has the measured cost).
 // Heartbeats are WebSocket pings to sockets that were sent nothing for
 // PingInterval; shutdown closes
 // every socket with 1001 and a reason; an unauthenticated socket is closed with

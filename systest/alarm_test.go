@@ -84,6 +84,10 @@ const (
 	alarmFor  = 40 * time.Second
 	lease     = 30 * time.Second // the relay's default (RelayConfig.Lease)
 	quietFrom = 12 * time.Second // after the block: the batches in flight timed out (5 s) and were marked
+	// claimGrace: a claim another relay worker of the process had already
+	// started when the first connection.blocked arrived may still return
+	// rows; a claim started later may not.
+	claimGrace = time.Second
 )
 
 func alarmDuringDrain(t *testing.T, a alarm) {
@@ -130,6 +134,7 @@ func alarmDuringDrain(t *testing.T, a alarm) {
 	end := time.Now()
 	waitAlarm(t, rc, node, a.kind, false)
 	w.check()
+	w.gaugeCleared()
 	afterAlarm(t, e, back, pid, intents, end)
 }
 
@@ -140,11 +145,45 @@ type alarmWatch struct {
 	back   *proc
 	raised time.Time
 
-	blockedAt                  time.Time // of its "blocked" log line
-	claimedAtQuiet, claimedEnd float64   // stampede_relay_claimed_rows_total quietFrom after the block and at the end
-	maxStale, sendingQuiet     int       // rows SENDING longer than the lease; rows SENDING after quietFrom
-	readyBlocked               bool      // /readyz said "broker blocked publishers"
+	blockedAt                  time.Time     // of its "blocked" log line
+	claimedAtBlock, claimedEnd float64       // stampede_relay_claimed_rows_total claimGrace after the block and at the end
+	claimedSinceBlock          int           // most rows SENDING at once that were claimed more than claimGrace after the block
+	maxStale, sendingQuiet     int           // rows SENDING longer than the lease; rows SENDING after quietFrom
+	heldAtBlock                []int64       // rows SENDING when the block was first seen (the batches in flight)
+	heldFor                    time.Duration // from the block until none of heldAtBlock was SENDING (0: still SENDING at the end)
+	blockedGauge               float64       // most stampede_amqp_blocked (summed over the connections) while blocked
+	readyBlocked               bool          // /readyz said "broker blocked publishers"
 	outboxAtEnd                map[string]int64
+}
+
+// sinceBlock is a MySQL condition on updated_at: later than d after the
+// block (relative to NOW(3), so no time zone enters), with its argument.
+func (w *alarmWatch) sinceBlock(d time.Duration) (string, any) {
+	return `updated_at > NOW(3) - INTERVAL ? MICROSECOND`, (time.Since(w.blockedAt) - d).Microseconds()
+}
+
+// watchBlocked is one poll from the block on: what the relay claims and
+// holds, its blocked gauge.
+func (w *alarmWatch) watchBlocked() {
+	since := time.Since(w.blockedAt)
+	if w.heldAtBlock == nil {
+		w.heldAtBlock = w.e.int64s(`SELECT id FROM mq_outbox WHERE status = 'SENDING'`)
+		if w.heldAtBlock == nil {
+			w.heldAtBlock = []int64{}
+		}
+		w.t.Logf("%d rows SENDING %s after the block", len(w.heldAtBlock), since.Round(time.Millisecond))
+	}
+	if w.heldFor == 0 && (len(w.heldAtBlock) == 0 || w.e.countIDs(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING' AND id IN `, w.heldAtBlock) == 0) {
+		w.heldFor = since
+	}
+	if since > claimGrace {
+		if w.claimedAtBlock == 0 {
+			w.claimedAtBlock = w.back.metric(w.t, "stampede_relay_claimed_rows_total")
+		}
+		cond, arg := w.sinceBlock(claimGrace)
+		w.claimedSinceBlock = max(w.claimedSinceBlock, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING' AND `+cond, arg))
+	}
+	w.blockedGauge = max(w.blockedGauge, w.back.metric(w.t, "stampede_amqp_blocked"))
 }
 
 // watch polls the outbox, the relay's log, metrics and /readyz every 200ms
@@ -154,13 +193,13 @@ func (w *alarmWatch) watch() {
 		if w.blockedAt.IsZero() {
 			w.blockedAt = logTime(w.t, w.back, "broker blocked publishers")
 		}
+		if !w.blockedAt.IsZero() {
+			w.watchBlocked()
+		}
 		// No row stays SENDING longer than the lease (claimed before it).
 		w.maxStale = max(w.maxStale, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'
 			AND updated_at < NOW(3) - INTERVAL ? SECOND`, int(lease/time.Second)))
 		if !w.blockedAt.IsZero() && time.Since(w.blockedAt) > quietFrom {
-			if w.claimedAtQuiet == 0 {
-				w.claimedAtQuiet = w.back.metric(w.t, "stampede_relay_claimed_rows_total")
-			}
 			w.sendingQuiet = max(w.sendingQuiet, w.e.count(`SELECT COUNT(*) FROM mq_outbox WHERE status = 'SENDING'`))
 			if code, body := getReadyz(w.back); code == http.StatusServiceUnavailable && strings.Contains(body, "broker blocked publishers") {
 				w.readyBlocked = true
@@ -190,9 +229,7 @@ func (w *alarmWatch) check() {
 	if w.sendingQuiet > 0 {
 		t.Errorf("%d outbox rows SENDING more than %s into the alarm: the relay held them while blocked", w.sendingQuiet, quietFrom)
 	}
-	if !w.blockedAt.IsZero() && w.claimedEnd != w.claimedAtQuiet {
-		t.Errorf("the relay claimed %v rows while blocked (%v → %v)", w.claimedEnd-w.claimedAtQuiet, w.claimedAtQuiet, w.claimedEnd)
-	}
+	w.checkFromBlock()
 	if !w.readyBlocked {
 		t.Errorf("the relay's /readyz never said the broker blocked publishers")
 	}
@@ -200,6 +237,51 @@ func (w *alarmWatch) check() {
 		w.back.metric(t, "stampede_relay_blocked_pauses_total"))
 	if lines := w.back.logLines("broker blocked publishers"); len(lines) != 1 {
 		t.Errorf("block log lines: %q, want one", lines)
+	}
+}
+
+// checkFromBlock fails the test for claims and held rows from the block on
+// (not only from quietFrom): nothing claimed after claimGrace (the claim
+// counter and the outbox agree), the batches in flight at the block out of
+// SENDING before their lease ends, the blocked gauge at 1.
+func (w *alarmWatch) checkFromBlock() {
+	t := w.t
+	if w.blockedAt.IsZero() {
+		return
+	}
+	if w.claimedEnd != w.claimedAtBlock {
+		t.Errorf("the relay claimed %v rows while blocked, from %s after the block (%v → %v)", w.claimedEnd-w.claimedAtBlock,
+			claimGrace, w.claimedAtBlock, w.claimedEnd)
+	}
+	if w.claimedSinceBlock > 0 {
+		t.Errorf("%d outbox rows SENDING that were claimed more than %s after the block", w.claimedSinceBlock, claimGrace)
+	}
+	switch {
+	case w.heldFor == 0:
+		t.Errorf("%d rows SENDING at the block were still SENDING at the end of the %s alarm", len(w.heldAtBlock), alarmFor)
+	case w.heldFor >= lease:
+		t.Errorf("the %d rows SENDING at the block left SENDING only %s after it, past the %s lease", len(w.heldAtBlock),
+			w.heldFor.Round(time.Millisecond), lease)
+	default:
+		t.Logf("the %d rows SENDING at the block were marked %s after it (lease %s)", len(w.heldAtBlock), w.heldFor.Round(time.Millisecond), lease)
+	}
+	if w.blockedGauge < 1 {
+		t.Errorf("stampede_amqp_blocked never 1 while the broker blocked publishers (max %v)", w.blockedGauge)
+	}
+}
+
+// gaugeCleared fails the test unless every stampede_amqp_blocked series of
+// the relay process is 0 within 30 s of the alarm's end.
+func (w *alarmWatch) gaugeCleared() {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		g := w.back.metric(w.t, "stampede_amqp_blocked")
+		if g == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Errorf("stampede_amqp_blocked still %v 30s after the alarm ended", g)
+			return
+		}
 	}
 }
 
@@ -230,10 +312,31 @@ func afterAlarm(t *testing.T, e *env, back *proc, pid int64, intents []*intent, 
 			break
 		}
 	}
+	checkDuplicates(t, back, orders)
 	t.Logf("%d orders WAITING_PAY exactly once; duplicate deliveries absorbed: %v (order-lock %v); unblock: %q",
 		orders, back.metric(t, "stampede_consumer_messages_total", `outcome="duplicate"`),
 		back.metric(t, "stampede_consumer_messages_total", `outcome="duplicate"`, `handler="order-lock"`),
 		back.logLines("broker unblocked publishers"))
+}
+
+// checkDuplicates: the order-lock consumer applied each order's
+// ORDER_CREATED once (outcome ok = orders) and counted every other delivery
+// as a duplicate; a duplicate needs a second publish of its row, which the
+// relay makes only after marking the row RETRY (no lease ran out:
+// maxStale), so the duplicates are at most the rows it marked RETRY.
+func checkDuplicates(t *testing.T, back *proc, orders int) {
+	t.Helper()
+	lock := `handler="order-lock"`
+	ok := back.metric(t, "stampede_consumer_messages_total", lock, `outcome="ok"`)
+	dup := back.metric(t, "stampede_consumer_messages_total", lock, `outcome="duplicate"`)
+	retried := back.metric(t, "stampede_relay_rows_total", `result="retry"`)
+	if ok != float64(orders) {
+		t.Errorf("order-lock applied %v ORDER_CREATED events for %d orders", ok, orders)
+	}
+	if dup > retried {
+		t.Errorf("order-lock counted %v duplicates, more than the %v rows the relay published again (marked RETRY)", dup, retried)
+	}
+	t.Logf("order-lock: %v applied, %v duplicates counted; relay rows marked RETRY: %v", ok, dup, retried)
 }
 
 // waitCount waits until query (one ? for pid) counts at least want rows.
@@ -294,4 +397,37 @@ func getReadyz(p *proc) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// int64s returns the one-column int64 rows of query q.
+func (e *env) int64s(q string, args ...any) []int64 {
+	e.t.Helper()
+	rows, err := e.store.DB.QueryContext(e.ctx, q, args...)
+	if err != nil {
+		e.t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			e.t.Fatalf("%s: %v", q, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatalf("%s: %v", q, err)
+	}
+	return out
+}
+
+// countIDs is count of q followed by "(ids…)" (q ends with "IN ").
+func (e *env) countIDs(q string, ids []int64) int {
+	e.t.Helper()
+	args := make([]any, len(ids))
+	marks := make([]string, len(ids))
+	for i, id := range ids {
+		args[i], marks[i] = id, "?"
+	}
+	return e.count(q+"("+strings.Join(marks, ",")+")", args...)
 }

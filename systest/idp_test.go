@@ -30,7 +30,7 @@ import (
 )
 
 // The identity provider of the production test (issue 26): the
-// configuration is README.md's example block, read verbatim, and the
+// configuration is docs/production.md's example block, read verbatim, and the
 // provider it names is served here under its own https host name — a TLS
 // server with a certificate of a CA made for the test, reached through a
 // CONNECT proxy on loopback. The binary gets exactly two variables more:
@@ -38,27 +38,31 @@ import (
 // standard library, so its JWKS fetches are real https with certificate
 // verification against a host name that is not loopback.
 
-// readmeIdentity returns the KEY=value lines of README.md's production
+// identityPage is the page whose production identity example the test runs
+// verbatim (docs/production.md, "Identity").
+const identityPage = "../docs/production.md"
+
+// identityExample returns the KEY=value lines of identityPage's production
 // identity example, in order.
-func readmeIdentity(t *testing.T) []string {
+func identityExample(t *testing.T) []string {
 	t.Helper()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile(identityPage)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(raw), "<!-- production-identity-example")
 	if !ok {
-		t.Fatal("README.md has no production-identity-example block")
+		t.Fatal(identityPage + " has no production-identity-example block")
 	}
 	_, rest, ok = strings.Cut(rest, "```sh\n")
 	block, _, ok2 := strings.Cut(rest, "```")
 	if !ok || !ok2 {
-		t.Fatal("README.md: the production-identity-example is not followed by a ```sh block")
+		t.Fatal(identityPage + ": the production-identity-example is not followed by a ```sh block")
 	}
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(block), "\n") {
 		if !strings.HasPrefix(l, "STAMPEDE_") || !strings.Contains(l, "=") {
-			t.Fatalf("README.md example line %q is not STAMPEDE_KEY=value", l)
+			t.Fatalf("%s example line %q is not STAMPEDE_KEY=value", identityPage, l)
 		}
 		lines = append(lines, l)
 	}
@@ -114,7 +118,7 @@ type tlsIdP struct {
 	jti      atomic.Int64
 }
 
-// newTLSIdP serves the providers that lines (README's example) configure and
+// newTLSIdP serves the providers that lines (docs/production.md's example) configure and
 // returns them with the environment for the binary: lines plus HTTPS_PROXY
 // and SSL_CERT_FILE.
 func newTLSIdP(t *testing.T, lines []string) *tlsIdP {
@@ -122,14 +126,14 @@ func newTLSIdP(t *testing.T, lines []string) *tlsIdP {
 	urls := strings.Split(setting(lines, "STAMPEDE_JWT_JWKS_URL"), ",")
 	issuers := strings.Split(setting(lines, "STAMPEDE_JWT_ISSUER"), ",")
 	if len(urls) != 2 || len(issuers) != 2 {
-		t.Fatalf("the README example configures %d key sets and %d issuers; the test expects two providers", len(urls), len(issuers))
+		t.Fatalf("the docs/production.md example configures %d key sets and %d issuers; the test expects two providers", len(urls), len(issuers))
 	}
 	p := &tlsIdP{audience: setting(lines, "STAMPEDE_JWT_AUDIENCE"), group: setting(lines, "STAMPEDE_JWT_ADMIN_GROUP")}
 	host := ""
 	for i, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil || u.Scheme != "https" {
-			t.Fatalf("README JWKS URL %q: want https", raw)
+			t.Fatalf("docs/production.md JWKS URL %q: want https", raw)
 		}
 		if host != "" && u.Host != host {
 			t.Fatalf("the example's JWKS URLs name two hosts (%s, %s): the test serves one", host, u.Host)

@@ -129,7 +129,7 @@ type prodBuyer struct {
 }
 
 // prodRun is the world of TestProductionMode: the binary configured with
-// README.md's identity example, its provider and keys, the processes.
+// docs/production.md's identity example, its provider and keys, the processes.
 type prodRun struct {
 	e              *env
 	idp            *tlsIdP
@@ -147,7 +147,7 @@ type prodRun struct {
 const prodAdminSub = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
 
 // TestProductionMode runs the real binary in production mode configured
-// with README.md's identity example verbatim (two Keycloak realms served
+// with docs/production.md's identity example verbatim (two Keycloak realms served
 // over https, see idp_test.go) and checks issues 12 and 26 against it: UUID
 // subjects of two issuers buy, replay on a second gateway and follow their
 // orders over push; admins come from the group only; HS256 is off, and on a
@@ -191,11 +191,11 @@ func TestProductionMode(t *testing.T) {
 	r.e.settle(pid, time.Now(), 60*time.Second)
 }
 
-// startProduction serves the README example's providers and starts the
+// startProduction serves the docs/production.md example's providers and starts the
 // binary with every role, and a second gateway, configured by it.
 func startProduction(t *testing.T) *prodRun {
 	r := &prodRun{e: newEnvFor(t, "production"), people: map[int64]prodBuyer{}}
-	r.idp = newTLSIdP(t, readmeIdentity(t))
+	r.idp = newTLSIdP(t, identityExample(t))
 	r.buyers, r.staff = r.idp.realms[0], r.idp.realms[1]
 	var err error
 	if r.rsa1, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {

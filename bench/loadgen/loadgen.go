@@ -393,98 +393,129 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	client := cfg.Client
-	if client == nil {
-		client = NewClient(cfg.Addr, cfg.Workers, cfg.Timeout)
-		defer client.CloseIdleConnections()
+	g := &generator{cfg: cfg, client: cfg.Client, n: cfg.total(), interval: float64(time.Second) / cfg.Rate}
+	if g.client == nil {
+		g.client = NewClient(cfg.Addr, cfg.Workers, cfg.Timeout)
+		defer g.client.CloseIdleConnections()
 	}
-	n := cfg.total()
-	interval := float64(time.Second) / cfg.Rate
 	// t0 lies a little ahead so that every worker is waiting when it comes.
-	t0 := time.Now().Add(20 * time.Millisecond)
-	at := func(i int64) time.Time { return t0.Add(time.Duration(float64(i) * interval)) }
-	warmupEnd := t0.Add(cfg.Warmup)
-	rec := &recorder{
+	g.t0 = time.Now().Add(20 * time.Millisecond)
+	g.warmupEnd = g.t0.Add(cfg.Warmup)
+	g.rec = &recorder{
 		lateAfter: cfg.LateAfter,
-		warmupEnd: warmupEnd,
+		warmupEnd: g.warmupEnd,
 		classes:   map[string]*ClassStats{},
 		all:       NewHistogram(),
 		service:   NewHistogram(),
 		lag:       NewHistogram(),
 	}
-	stopAt := at(n - 1).Add(cfg.Grace)
+	g.stopAt = g.at(g.n - 1).Add(cfg.Grace)
 	// Host header: the first server's address (fasthttp.HostClient dials the
 	// others round-robin).
-	host, _, _ := strings.Cut(cfg.Addr, ",")
+	g.host, _, _ = strings.Cut(cfg.Addr, ",")
 
-	var next, sent, abandoned atomic.Int64
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := fasthttp.AcquireRequest()
-			resp := fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			timer := time.NewTimer(time.Hour)
-			timer.Stop()
-			for {
-				i := next.Add(1) - 1
-				if i >= n {
-					return
-				}
-				sched := at(i)
-				if d := time.Until(sched); d > 0 {
-					timer.Reset(d)
-					select {
-					case <-ctx.Done():
-						timer.Stop()
-						abandoned.Add(1)
-						continue
-					case <-timer.C:
-					}
-				}
-				if ctx.Err() != nil || time.Now().After(stopAt) {
-					abandoned.Add(1)
-					continue
-				}
-				req.Reset()
-				resp.Reset()
-				cfg.Build(i, req)
-				if len(req.Header.Host()) == 0 {
-					req.Header.SetHost(host)
-				}
-				sent.Add(1)
-				started := time.Now()
-				err := client.DoTimeout(req, resp, cfg.Timeout)
-				o := Outcome{Index: i, Err: err, Warmup: sched.Before(warmupEnd),
-					Scheduled: sched, Started: started, Done: time.Now()}
-				if err == nil {
-					o.Status = resp.StatusCode()
-				}
-				o.Class = cfg.Classify(i, resp, err)
-				rec.add(o)
-				if cfg.Observe != nil {
-					cfg.Observe(o, resp)
-				}
-			}
+			g.work(ctx)
 		}()
 	}
 	wg.Wait()
+	res := g.result()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
 
+// generator is one Run: request i is due at t0 + i × interval.
+type generator struct {
+	cfg       Config
+	client    *fasthttp.HostClient
+	n         int64   // requests scheduled
+	interval  float64 // ns between two
+	t0        time.Time
+	warmupEnd time.Time
+	stopAt    time.Time // no request starts after it (the last one's time + Grace)
+	host      string    // Host header of a request Build gives none
+	rec       *recorder
+
+	next, sent, abandoned atomic.Int64
+}
+
+// at is request i's scheduled time.
+func (g *generator) at(i int64) time.Time { return g.t0.Add(time.Duration(float64(i) * g.interval)) }
+
+// work is one worker: it takes the next request, waits for its time, sends
+// it and records the outcome, until every request is taken. A request
+// whose time comes after ctx ended or after stopAt is abandoned.
+func (g *generator) work(ctx context.Context) {
+	cfg := &g.cfg
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		i := g.next.Add(1) - 1
+		if i >= g.n {
+			return
+		}
+		sched := g.at(i)
+		if d := time.Until(sched); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				g.abandoned.Add(1)
+				continue
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil || time.Now().After(g.stopAt) {
+			g.abandoned.Add(1)
+			continue
+		}
+		req.Reset()
+		resp.Reset()
+		cfg.Build(i, req)
+		if len(req.Header.Host()) == 0 {
+			req.Header.SetHost(g.host)
+		}
+		g.sent.Add(1)
+		started := time.Now()
+		err := g.client.DoTimeout(req, resp, cfg.Timeout)
+		o := Outcome{Index: i, Err: err, Warmup: sched.Before(g.warmupEnd),
+			Scheduled: sched, Started: started, Done: time.Now()}
+		if err == nil {
+			o.Status = resp.StatusCode()
+		}
+		o.Class = cfg.Classify(i, resp, err)
+		g.rec.add(o)
+		if cfg.Observe != nil {
+			cfg.Observe(o, resp)
+		}
+	}
+}
+
+// result is what the workers measured, once they are done.
+func (g *generator) result() *Result {
+	rec, cfg := g.rec, &g.cfg
 	res := &Result{
 		TargetRate:     cfg.Rate,
 		Workers:        cfg.Workers,
-		Scheduled:      n,
-		Sent:           sent.Load(),
-		Abandoned:      abandoned.Load(),
+		Scheduled:      g.n,
+		Sent:           g.sent.Load(),
+		Abandoned:      g.abandoned.Load(),
 		WarmupRequests: rec.warmup,
 		Measured:       rec.measured,
 		Errors:         rec.errors,
 		Late:           rec.late,
 		LateAfterMs:    float64(cfg.LateAfter) / float64(time.Millisecond),
-		Start:          t0,
+		Start:          g.t0,
 		Latency:        Summarize(rec.all),
 		Service:        Summarize(rec.service),
 		StartLag:       Summarize(rec.lag),
@@ -493,7 +524,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		all:            rec.all,
 	}
 	if !rec.lastDone.IsZero() {
-		res.Window = rec.lastDone.Sub(warmupEnd)
+		res.Window = rec.lastDone.Sub(g.warmupEnd)
 		res.WindowS = res.Window.Seconds()
 		if res.Window > 0 {
 			res.Throughput = float64(rec.inWindow) / res.Window.Seconds()
@@ -505,10 +536,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			c.Rate = float64(c.done) / res.Window.Seconds()
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	return res, nil
+	return res
 }
 
 // NewClient returns a HostClient for addr as the generator uses it: up to

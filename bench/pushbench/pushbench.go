@@ -238,24 +238,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if note != "" {
 		cfg.Logf("%s", note)
 	}
-
-	// Users and orders: subscriber i is user base+i and owns the single order
-	// FormatNo(base+i, 0, 1), whose version grows with each of its events.
-	base := 1_000_000_000 + rand.Int64N(1_000_000_000)
-	noOf := func(i int) string { return order.FormatNo(base+int64(i), 0, 1) }
-	indexOf := make(map[string]int, n)
-	for i := range n {
-		indexOf[noOf(i)] = i
+	f, err := newFleet(cfg, n)
+	if err != nil {
+		return res, err
 	}
-	subs := make([]*subscriber, n)
-	tokens := make([]string, n)
-	for i := range n {
-		subs[i] = &subscriber{idx: i, userID: base + int64(i), received: map[int64]int{}}
-		if tokens[i], err = auth.Issue([]byte(cfg.JWTSecret), base+int64(i), false, 2*time.Hour); err != nil {
-			return res, err
-		}
-	}
-
 	if cfg.PushPID > 0 {
 		if res.RSSBeforeKB, err = VmRSS(cfg.PushPID); err != nil {
 			return res, fmt.Errorf("pushbench: read push RSS: %w", err)
@@ -264,58 +250,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	hist := &recorder{hist: hdrhistogram.New(1, 60_000_000, 3)} // 1 µs … 60 s
-	var (
-		readers   sync.WaitGroup
-		dropped   atomic.Int64
-		misrouted atomic.Int64
-		arrived   atomic.Int64 // order messages of the benchmark received
-		closing   atomic.Bool
-	)
-	// Connect and wait for the pong of a ping: push answers it from the
-	// socket's reader, which starts after the socket is registered and its
-	// connect snapshots are queued, so after it no event can be missed and
-	// every snapshot has been read (and discarded).
+	f.stop = stop
 	connectStart := time.Now()
-	sem := make(chan struct{}, cfg.DialConcurrency)
-	var dialWG sync.WaitGroup
-	var dialErr error
-	var dialMu sync.Mutex
-	for i := range n {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		dialWG.Add(1)
-		go func() {
-			defer dialWG.Done()
-			defer func() { <-sem }()
-			s := subs[i]
-			err := s.connect(runCtx, cfg.PushURL, tokens[i])
-			if err != nil {
-				dialMu.Lock()
-				if dialErr == nil {
-					dialErr = fmt.Errorf("pushbench: subscriber %d: %w", i, err)
-				}
-				dialMu.Unlock()
-				stop()
-				return
-			}
-			readers.Add(1)
-			go func() {
-				defer readers.Done()
-				s.read(runCtx, indexOf, hist, &arrived, &misrouted, &dropped, &closing)
-			}()
-		}()
-		if (i+1)%1000 == 0 {
-			cfg.Logf("dialed %d/%d", i+1, n)
-		}
-	}
-	dialWG.Wait()
-	defer closeAll(subs, cfg.DialConcurrency, &closing, stop, &readers)
+	dialErr := f.dial(ctx, runCtx)
+	defer f.closeAll()
 	if dialErr != nil {
 		return res, dialErr
 	}
@@ -333,23 +271,121 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	// Publish.
-	expected, pubErr := publish(runCtx, cfg, n, noOf, subs, &res)
+	expected, pubErr := publish(runCtx, cfg, n, f.noOf, f.subs, &res)
 	res.Expected = expected
 	if pubErr != nil {
 		return res, pubErr
 	}
 	cfg.Logf("published %d events in %.1fs (%.0f/s)", expected, res.PublishSeconds, res.PublishRate)
 	deadline := time.Now().Add(cfg.Drain)
-	for arrived.Load() < expected && time.Now().Before(deadline) && ctx.Err() == nil {
+	for f.arrived.Load() < expected && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if cfg.PushPID > 0 {
 		res.RSSAfterKB, _ = VmRSS(cfg.PushPID)
 	}
 	// Stop the readers before tallying.
-	closeAll(subs, cfg.DialConcurrency, &closing, stop, &readers)
+	f.closeAll()
+	f.tally(&res)
+	return res, ctx.Err()
+}
 
-	for _, s := range subs {
+// fleet is the subscribers of one run and what their readers count.
+// Subscriber i is user base+i and owns the single order FormatNo(base+i,
+// 0, 1), whose version grows with each of its events.
+type fleet struct {
+	cfg     Config
+	n       int
+	base    int64
+	subs    []*subscriber
+	tokens  []string       // subscriber i's bearer token
+	indexOf map[string]int // orderNo → subscriber
+	hist    *recorder
+	stop    context.CancelFunc // cancels the run's context (set by Run)
+
+	readers                     sync.WaitGroup
+	dropped, misrouted, arrived atomic.Int64 // arrived: order messages of the benchmark received
+	closing                     atomic.Bool
+}
+
+// newFleet makes n subscribers of fresh users with their tokens.
+func newFleet(cfg Config, n int) (*fleet, error) {
+	f := &fleet{cfg: cfg, n: n, base: 1_000_000_000 + rand.Int64N(1_000_000_000),
+		indexOf: make(map[string]int, n), subs: make([]*subscriber, n), tokens: make([]string, n),
+		hist: &recorder{hist: hdrhistogram.New(1, 60_000_000, 3)}} // 1 µs … 60 s
+	for i := range n {
+		f.indexOf[f.noOf(i)] = i
+	}
+	for i := range n {
+		f.subs[i] = &subscriber{idx: i, userID: f.base + int64(i), received: map[int64]int{}}
+		var err error
+		if f.tokens[i], err = auth.Issue([]byte(cfg.JWTSecret), f.base+int64(i), false, 2*time.Hour); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// noOf is subscriber i's order number.
+func (f *fleet) noOf(i int) string { return order.FormatNo(f.base+int64(i), 0, 1) }
+
+// dial connects every subscriber, DialConcurrency at a time, and waits for
+// the pong of a ping: push answers it from the socket's reader, which
+// starts after the socket is registered and its connect snapshots are
+// queued, so after it no event can be missed and every snapshot has been
+// read (and discarded). Each connected socket gets a reader on runCtx. The
+// first dial error stops the run and is returned.
+func (f *fleet) dial(ctx, runCtx context.Context) error {
+	sem := make(chan struct{}, f.cfg.DialConcurrency)
+	var dialWG sync.WaitGroup
+	var dialErr error
+	var dialMu sync.Mutex
+	for i := range f.n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		dialWG.Add(1)
+		go func() {
+			defer dialWG.Done()
+			defer func() { <-sem }()
+			s := f.subs[i]
+			err := s.connect(runCtx, f.cfg.PushURL, f.tokens[i])
+			if err != nil {
+				dialMu.Lock()
+				if dialErr == nil {
+					dialErr = fmt.Errorf("pushbench: subscriber %d: %w", i, err)
+				}
+				dialMu.Unlock()
+				f.stop()
+				return
+			}
+			f.readers.Add(1)
+			go func() {
+				defer f.readers.Done()
+				s.read(runCtx, f.indexOf, f.hist, &f.arrived, &f.misrouted, &f.dropped, &f.closing)
+			}()
+		}()
+		if (i+1)%1000 == 0 {
+			f.cfg.Logf("dialed %d/%d", i+1, f.n)
+		}
+	}
+	dialWG.Wait()
+	return dialErr
+}
+
+// closeAll closes every socket and waits for the readers (closeAll).
+func (f *fleet) closeAll() {
+	closeAll(f.subs, f.cfg.DialConcurrency, &f.closing, f.stop, &f.readers)
+}
+
+// tally adds what the readers counted to res: deliveries, duplicates,
+// misrouted and dropped messages, the latency quantiles and the targets.
+func (f *fleet) tally(res *Result) {
+	for _, s := range f.subs {
 		s.mu.Lock()
 		for _, c := range s.received {
 			res.Delivered++
@@ -359,16 +395,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		s.mu.Unlock()
 	}
-	res.Misrouted = misrouted.Load()
-	res.Dropped = dropped.Load()
-	h := hist.hist
+	res.Misrouted = f.misrouted.Load()
+	res.Dropped = f.dropped.Load()
+	h := f.hist.hist
 	ms := func(us int64) float64 { return float64(us) / 1000 }
 	res.P50Ms, res.P90Ms, res.P99Ms = ms(h.ValueAtQuantile(50)), ms(h.ValueAtQuantile(90)), ms(h.ValueAtQuantile(99))
 	res.P999Ms, res.MaxMs, res.MeanMs = ms(h.ValueAtQuantile(99.9)), ms(h.Max()), h.Mean()/1000
 	res.LatencyTargetMet = res.Delivered == res.Expected && res.Duplicates == 0 && res.Misrouted == 0 &&
 		time.Duration(h.ValueAtQuantile(99))*time.Microsecond <= TargetP99
-	res.MemoryTargetMet = cfg.PushPID > 0 && res.KBPerConn <= TargetKBPerConn
-	return res, ctx.Err()
+	res.MemoryTargetMet = f.cfg.PushPID > 0 && res.KBPerConn <= TargetKBPerConn
 }
 
 func (s *subscriber) connect(ctx context.Context, url, token string) error {

@@ -1,4 +1,4 @@
-// What the waiting room's proof-of-work costs a browser (issue 28, README
+// What the waiting room's proof-of-work costs a browser (issue 28, docs/sale-lifecycle.md
 // "A price on bots"): headless Chromium solves ALTCHA v1 challenges of each
 // cost with the ALTCHA widget's own solver (npm altcha: altcha/lib's
 // solveChallenge and its SHA worker, dist/workers/sha.js, run the way the

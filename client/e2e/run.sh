@@ -14,8 +14,16 @@
 #                   (127.0.0.1:18580, or the next even port nothing listens on)
 #   E2E_REDIS_DB    Redis database, flushed first (9)
 #   E2E_NAME        MySQL database and RabbitMQ vhost name (stampede_e2e)
-#   E2E_ROLES       roles to run (the binary's default: all)
+#   E2E_ROLES       roles to run in the one server process (default: every role but
+#                   the sweeper, which then runs as a process of its own)
 #   E2E_PUSH_CMD    extra command to start next to stampede (e.g. a push built elsewhere)
+#   E2E_FLOWS       the scripts to run, in order (default "flow.mjs drops.mjs": the
+#                   shop, console and waiting room, then the fair drops of issue 28)
+#   E2E_MYSQL_PORT  MySQL port on 127.0.0.1 (3306)
+#   E2E_REDIS_ADDR  Redis address (127.0.0.1:6379)
+#   E2E_AMQP_PORT   RabbitMQ port on 127.0.0.1 (5672); the vhost E2E_NAME is made
+#                   afresh with rabbitmqctl
+#   E2E_RABBIT_NODE that broker's node name for rabbitmqctl -n (default: rabbitmqctl's)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -35,6 +43,12 @@ if [[ -n ${E2E_PUSH_ADDR:-} ]]; then PUSH_ADDR=$E2E_PUSH_ADDR; else PUSH_ADDR=12
 if [[ -n ${E2E_LIMITED_ADDR:-} ]]; then LIMITED_ADDR=$E2E_LIMITED_ADDR; else LIMITED_ADDR=127.0.0.1:$(free_port 18580); fi
 REDIS_DB=${E2E_REDIS_DB:-9}
 NAME=${E2E_NAME:-stampede_e2e}
+MYSQL_PORT=${E2E_MYSQL_PORT:-3306}
+REDIS_ADDR=${E2E_REDIS_ADDR:-127.0.0.1:6379}
+FLOWS=${E2E_FLOWS:-flow.mjs drops.mjs}
+AMQP_PORT=${E2E_AMQP_PORT:-5672}
+rmq=(rabbitmqctl -q)
+[[ -n ${E2E_RABBIT_NODE:-} ]] && rmq+=(-n "$E2E_RABBIT_NODE")
 mkdir -p "$ART"
 
 if [[ ! -x /usr/bin/chromium ]]; then
@@ -50,27 +64,28 @@ fi
 # emptied, so every run sees only its own sales (and its own dead letters).
 for cli in mariadb mysql; do
 	if command -v "$cli" >/dev/null 2>&1; then
-		"$cli" -h 127.0.0.1 -u root -e "DROP DATABASE IF EXISTS \`$NAME\`" || true
+		"$cli" -h 127.0.0.1 -P "$MYSQL_PORT" -u root -e "DROP DATABASE IF EXISTS \`$NAME\`" || true
 		break
 	fi
 done
 if command -v rabbitmqctl >/dev/null 2>&1; then
-	rabbitmqctl -q delete_vhost "$NAME" >/dev/null 2>&1 || true
-	rabbitmqctl -q add_vhost "$NAME" >/dev/null 2>&1 || true
-	rabbitmqctl -q set_permissions -p "$NAME" guest ".*" ".*" ".*" >/dev/null
+	"${rmq[@]}" delete_vhost "$NAME" >/dev/null 2>&1 || true
+	"${rmq[@]}" add_vhost "$NAME" >/dev/null 2>&1 || true
+	"${rmq[@]}" set_permissions -p "$NAME" guest ".*" ".*" ".*" >/dev/null
 fi
-redis-cli -n "$REDIS_DB" flushdb >/dev/null
+redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR##*:}" -n "$REDIS_DB" flushdb >/dev/null
 
 go build -o bin/stampede ./cmd/stampede
 
 # Development mode: the test logs in through the demo login and pays through
-# the demo checkout (README "Running in production").
+# the demo checkout (docs/production.md).
 export STAMPEDE_MODE=development
 export STAMPEDE_HTTP_ADDR=$HTTP_ADDR
 export STAMPEDE_PUSH_ADDR=$PUSH_ADDR
 export STAMPEDE_REDIS_DB=$REDIS_DB
-export STAMPEDE_MYSQL_DSN="root@tcp(127.0.0.1:3306)/$NAME?parseTime=true"
-export STAMPEDE_AMQP_URL="amqp://guest:guest@127.0.0.1:5672/$NAME"
+export STAMPEDE_REDIS_ADDR=$REDIS_ADDR
+export STAMPEDE_MYSQL_DSN="root@tcp(127.0.0.1:$MYSQL_PORT)/$NAME?parseTime=true"
+export STAMPEDE_AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/$NAME"
 export STAMPEDE_PUSH_URL="ws://$PUSH_ADDR/ws"
 export STAMPEDE_URL="http://$HTTP_ADDR"
 # The payment callback key, shared with flow.mjs (it signs a late payment's callback).
@@ -83,8 +98,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-args=(serve --migrate --static-dir client/dist)
-[[ -n ${E2E_ROLES:-} ]] && args+=(--roles "$E2E_ROLES")
+# The sweeper (with the waiting room's pacer) runs as a process of its own,
+# so that drops.mjs can hold the pacer at a drop's opening (SIGSTOP, then
+# SIGCONT: E2E_SWEEPER_PID) and photograph "the line is being shuffled".
+args=(serve --migrate --static-dir client/dist --roles "${E2E_ROLES:-gateway,writer,relay,consumer,push}")
 bin/stampede "${args[@]}" >"$ART/stampede.log" 2>&1 &
 pids+=($!)
 # The 429 step's gateway: same services, its own listener and token buckets
@@ -97,6 +114,11 @@ for i in $(seq 360); do
 	fi
 	sleep 0.5
 done
+if [[ -z ${E2E_ROLES:-} ]]; then
+	bin/stampede serve --roles sweeper >"$ART/stampede-sweeper.log" 2>&1 &
+	pids+=($!)
+	export E2E_SWEEPER_PID=$!
+fi
 STAMPEDE_HTTP_ADDR=$LIMITED_ADDR STAMPEDE_RATE_USER=0.1 STAMPEDE_RATE_USER_BURST=1 \
 	bin/stampede serve --roles gateway --static-dir client/dist >"$ART/stampede-limited.log" 2>&1 &
 pids+=($!)
@@ -109,7 +131,10 @@ fi
 STAMPEDE_ADMIN_TOKEN=$(bin/stampede token --user 1 --admin)
 export STAMPEDE_ADMIN_TOKEN
 status=0
-node client/e2e/flow.mjs || status=$?
+for flow in $FLOWS; do
+	echo "e2e: $flow"
+	node "client/e2e/$flow" || { status=$?; break; }
+done
 if [[ $status -ne 0 ]]; then
 	echo "--- last lines of $ART/stampede.log"
 	tail -n 30 "$ART/stampede.log" || true

@@ -11,6 +11,8 @@ export const router = createRouter({
   routes: [
     { path: '/', name: 'shop', component: StorefrontPage },
     { path: '/products/:id(\\d+)', name: 'product', component: ProductPage, props: true },
+    // A fair drop's check (issue 28), its own chunk with the SHA-256 code.
+    { path: '/products/:id(\\d+)/verify', name: 'verify', component: () => import('./pages/VerifyPage.vue'), props: true },
     { path: '/orders', name: 'orders', component: OrdersPage, meta: { auth: true } },
     { path: '/orders/:orderNo(\\d+)', name: 'order', component: OrderPage, props: true, meta: { auth: true } },
     { path: '/login', name: 'login', component: LoginPage },

@@ -2,6 +2,43 @@ import { describe, expect, it } from 'vitest'
 import { etaText, LinePlace, Place } from '../src/lib/waitingRoom.js'
 
 describe('LinePlace', () => {
+  it('follows a pre-queued ticket through the shuffle and asks the API for its shuffle place', () => {
+    const p = new LinePlace()
+    p.fromApi({ ticket: 'aa', mode: 'fifo', state: 'PRE_QUEUE', position: 0, shufflePosition: 0, opensAt: '2026-12-02T00:00:00Z' })
+    expect(p.opensAt).toBe('2026-12-02T00:00:00Z')
+    expect(p.needsApi).toBe(false)
+    expect(p.fromPush({ type: 'queue', ticket: 'aa', state: 'SHUFFLING', position: 0, seq: 1 })).toBe(true)
+    expect(p.needsApi).toBe(false)
+    expect(p.fromPush({ type: 'queue', ticket: 'aa', state: 'WAITING', position: 7, seq: 2 })).toBe(true)
+    expect(p.firstPosition).toBe(7)
+    expect(p.needsApi).toBe(true) // push carries no shufflePosition
+    p.fromApi({ ticket: 'aa', mode: 'fifo', state: 'WAITING', position: 7, shufflePosition: 9 })
+    expect(p.shufflePosition).toBe(9)
+    expect(p.needsApi).toBe(false)
+  })
+
+  it("keeps a draw's final outcome", () => {
+    const p = new LinePlace()
+    p.fromApi({ ticket: 'bb', mode: 'draw', state: 'PRE_QUEUE', position: 0 })
+    expect(p.fromPush({ type: 'queue', ticket: 'bb', state: 'LOST', position: 0, seq: 3 })).toBe(true)
+    expect(p.state).toBe(Place.LOST)
+    expect(p.needsApi).toBe(false) // nothing more to ask for a loss
+    expect(p.fromPush({ type: 'queue', ticket: 'bb', state: 'WAITING', position: 1, seq: 4 })).toBe(false)
+    const q = new LinePlace()
+    q.fromApi({ ticket: 'cc', mode: 'random', state: 'PRE_QUEUE' })
+    q.fromPush({ type: 'queue', ticket: 'cc', state: 'WAITING', position: 0, seq: 1 })
+    expect(q.needsApi).toBe(false) // a random room publishes no place
+  })
+
+  it('asks for an admission deadline push does not carry', () => {
+    const p = new LinePlace()
+    p.fromApi({ ticket: 'dd', state: 'WAITING', position: 2 })
+    p.fromPush({ type: 'queue', ticket: 'dd', state: 'ADMITTED', position: 0, seq: 1 })
+    expect(p.needsApi).toBe(true)
+    p.fromApi({ ticket: 'dd', state: 'ADMITTED', position: 0, admittedUntil: '2026-12-02T00:02:00Z' })
+    expect(p.needsApi).toBe(false)
+  })
+
   it('moves only forward and drops stale or foreign messages', () => {
     const p = new LinePlace()
     p.fromApi({ ticket: 40, state: 'WAITING', position: 40, etaSeconds: null })

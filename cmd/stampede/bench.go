@@ -101,153 +101,244 @@ func (b *benchPipeline) Stop() {
 	}
 }
 
+// runBench is `stampede bench`: it starts the system under test (in this
+// process unless --url), the baselines or durability levels to compare it
+// with, runs the scenarios against them all and writes the report.
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	var f benchFlags
-	cfg, err := parse("bench", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&f.scenarios, "scenarios", strings.Join(bench.All, ","), "comma-separated scenarios: "+strings.Join(bench.All, ","))
-		fs.StringVar(&f.url, "url", "", "base URL of the gateway to load, e.g. http://127.0.0.1:8080 (loopback only); empty = start every role in this process, if this binary can")
-		fs.StringVar(&f.baselineURL, "baseline-url", "", "base URL of a second gateway, the synchronous-intake baseline (STAMPEDE_INTAKE=sync), reported side by side as \"sync\"")
-		fs.StringVar(&f.baselineAddr, "baseline-addr", "127.0.0.1:8090", "without --url and --baseline-url: listen address of the in-process synchronous-intake gateway started as the baseline")
-		fs.BoolVar(&f.noBaseline, "no-baseline", false, "without --url: do not start the in-process sync baseline gateway")
-		fs.StringVar(&f.baselineDurability, "baseline-durability", "", "without --url: the in-process baseline gateway uses stream intake with this Redis durability (none, aof, replicated) instead of sync intake, labelled with the level; the system under test keeps -redis-durability (issue 13: intake per durability level in one run)")
-		fs.StringVar(&f.levels, "durability-levels", "", "without --url: compare these Redis durability levels in one run, e.g. none,aof,replicated: one in-process gateway per level (the first on -http-addr, the others on -baseline-addr's port and up), back to back, on a private Redis primary with one replica that the bench starts on loopback (redis-server on PATH) and removes at the end; scenarios sustained (the default) and soldout")
-		fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
-		fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
-		fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
-		fs.StringVar(&f.reserveScript, "reserve-script", "lua/reserve.lua", "path of reserve.lua, for the redis-benchmark ceiling")
-		fs.IntVar(&f.shards, "shards", 0, "Redis stock shards of every product created (default 1)")
-		fs.StringVar(&f.rabbitMetrics, "rabbitmq-metrics-url", "http://127.0.0.1:15692/metrics", "RabbitMQ's Prometheus endpoint (plugin rabbitmq_prometheus), read for the drain's messages per order (empty: not read)")
-		fs.StringVar(&f.baselineRates, "baseline-rates", "", "sustained: rates to step through against the sync baseline (default 250,500,1k,2k,3k,4k,6k,8k)")
-		fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
-		f.registerScenarioFlags(fs)
-	})
+	r, err := newBenchRun(args, stdout)
 	if err != nil {
 		return err
 	}
-	scenarios, params, idleWait, err := f.resolve()
+	defer r.stopAll()
+	if err := r.startLevels(ctx); err != nil {
+		return err
+	}
+	sut, pipe, err := r.startSUT(ctx)
 	if err != nil {
 		return err
 	}
-	if f.url != "" && f.scenarios == strings.Join(bench.All, ",") {
+	targets, err := r.levelTargets(ctx, sut)
+	if err != nil {
+		return err
+	}
+	if targets, err = r.baselineTarget(ctx, targets); err != nil {
+		return err
+	}
+	return r.run(ctx, targets, pipe)
+}
+
+// benchRun is one `stampede bench`: its flags and settings, and what it
+// started, stopped last first when it ends (stopAll).
+type benchRun struct {
+	f         benchFlags
+	cfg       *Config
+	args      []string
+	stdout    io.Writer
+	scenarios []string
+	params    bench.Params
+	idleWait  time.Duration
+	levels    []string    // --durability-levels; nil without
+	priv      *benchRedis // the level comparison's private Redis
+	stops     []func()
+}
+
+// newBenchRun parses bench's flags and settings and resolves the scenarios
+// to run. Errors wrap errUsage for bad flags.
+func newBenchRun(args []string, stdout io.Writer) (*benchRun, error) {
+	r := &benchRun{args: args, stdout: stdout}
+	cfg, err := parse("bench", args, r.f.registerBenchFlags)
+	if err != nil {
+		return nil, err
+	}
+	r.cfg = cfg
+	if r.scenarios, r.params, r.idleWait, err = r.f.resolve(); err != nil {
+		return nil, err
+	}
+	if r.f.url != "" && r.allScenarios() {
 		// The drain stops and restarts the pipeline roles: only with every
 		// role in this process.
-		scenarios = slices.DeleteFunc(scenarios, func(s string) bool { return s == bench.Drain })
+		r.scenarios = slices.DeleteFunc(r.scenarios, func(s string) bool { return s == bench.Drain })
 	}
+	return r, nil
+}
 
-	var levels []string
-	var priv *benchRedis // the level comparison's private Redis
-	if f.levels != "" {
-		if levels, err = parseLevels(f.levels); err != nil {
-			return err
-		}
-		if f.scenarios == strings.Join(bench.All, ",") {
-			scenarios = []string{bench.Sustained}
-		}
-		if err := f.checkLevelFlags(scenarios); err != nil {
-			return err
-		}
-		if startForBench == nil {
-			return fmt.Errorf("%w: --durability-levels needs a build that can start the app in-process", errUsage)
-		}
-		if priv, err = startBenchRedis(ctx); err != nil {
-			return err
-		}
-		defer priv.stop()
-		fmt.Fprintf(stdout, "bench: private Redis primary %s, replica %s\n", priv.primary, priv.replica)
-		cfg.RedisAddr, cfg.RedisSentinelMaster, cfg.RedisDurability = priv.primary, "", levels[0]
-		f.noBaseline = true
-	}
-	// levelTarget labels a target with its durability level and switches the
-	// private Redis to it before its scenarios.
-	levelTarget := func(t bench.Target, level string) bench.Target {
-		t.Label, t.Durability = level, level
-		t.Prepare = func(ctx context.Context) error {
-			if err := priv.setLevel(ctx, level); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "bench: level %s: private Redis primary %s\n", level, priv.describe(ctx))
-			return nil
-		}
-		return t
-	}
+// allScenarios is whether --scenarios was left at its default, every one.
+func (r *benchRun) allScenarios() bool { return r.f.scenarios == strings.Join(bench.All, ",") }
 
-	sut := bench.Target{Label: "stream", URL: f.url, GatewayPID: f.gatewayPID}
-	var pipe bench.Pipeline // nil with --url: no drain scenario
-	if f.url == "" {
-		if startForBench == nil {
-			return fmt.Errorf("%w: --url of a running gateway is required (this build cannot start the app in-process)", errUsage)
-		}
-		if cfg.NodeID == -1 {
-			cfg.NodeID = 1 // the baseline gateway takes node 2
-		}
-		cfg.Intake = "stream"
-		if err := adoptQueueType(ctx, cfg, args, stdout); err != nil {
+// onStop adds stop to what stopAll runs.
+func (r *benchRun) onStop(stop func()) { r.stops = append(r.stops, stop) }
+
+// stopAll stops what the run started, last started first.
+func (r *benchRun) stopAll() {
+	for i := len(r.stops) - 1; i >= 0; i-- {
+		r.stops[i]()
+	}
+}
+
+// registerBenchFlags registers bench's own flags and the scenario flags it
+// shares with bench-scale.
+func (f *benchFlags) registerBenchFlags(fs *flag.FlagSet) {
+	fs.StringVar(&f.scenarios, "scenarios", strings.Join(bench.All, ","), "comma-separated scenarios: "+strings.Join(bench.All, ","))
+	fs.StringVar(&f.url, "url", "", "base URL of the gateway to load, e.g. http://127.0.0.1:8080 (loopback only); empty = start every role in this process, if this binary can")
+	fs.StringVar(&f.baselineURL, "baseline-url", "", "base URL of a second gateway, the synchronous-intake baseline (STAMPEDE_INTAKE=sync), reported side by side as \"sync\"")
+	fs.StringVar(&f.baselineAddr, "baseline-addr", "127.0.0.1:8090", "without --url and --baseline-url: listen address of the in-process synchronous-intake gateway started as the baseline")
+	fs.BoolVar(&f.noBaseline, "no-baseline", false, "without --url: do not start the in-process sync baseline gateway")
+	fs.StringVar(&f.baselineDurability, "baseline-durability", "", "without --url: the in-process baseline gateway uses stream intake with this Redis durability (none, aof, replicated) instead of sync intake, labelled with the level; the system under test keeps -redis-durability (issue 13: intake per durability level in one run)")
+	fs.StringVar(&f.levels, "durability-levels", "", "without --url: compare these Redis durability levels in one run, e.g. none,aof,replicated: one in-process gateway per level (the first on -http-addr, the others on -baseline-addr's port and up), back to back, on a private Redis primary with one replica that the bench starts on loopback (redis-server on PATH) and removes at the end; scenarios sustained (the default) and soldout")
+	fs.IntVar(&f.gatewayPID, "gateway-pid", 0, "pid of the process serving --url, whose RSS is reported (0 = not measured; in-process = this process)")
+	fs.IntVar(&f.baselinePID, "baseline-pid", 0, "pid of the process serving --baseline-url")
+	fs.BoolVar(&f.ceiling, "ceiling", true, "run redis-benchmark against the reserve script (if on PATH)")
+	fs.StringVar(&f.reserveScript, "reserve-script", "lua/reserve.lua", "path of reserve.lua, for the redis-benchmark ceiling")
+	fs.IntVar(&f.shards, "shards", 0, "Redis stock shards of every product created (default 1)")
+	fs.StringVar(&f.rabbitMetrics, "rabbitmq-metrics-url", "http://127.0.0.1:15692/metrics", "RabbitMQ's Prometheus endpoint (plugin rabbitmq_prometheus), read for the drain's messages per order (empty: not read)")
+	fs.StringVar(&f.baselineRates, "baseline-rates", "", "sustained: rates to step through against the sync baseline (default 250,500,1k,2k,3k,4k,6k,8k)")
+	fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
+	f.registerScenarioFlags(fs)
+}
+
+// startLevels, with --durability-levels, starts the private Redis the
+// levels are compared on and points the system under test at it, with the
+// first level; without, it does nothing.
+func (r *benchRun) startLevels(ctx context.Context) error {
+	if r.f.levels == "" {
+		return nil
+	}
+	levels, err := parseLevels(r.f.levels)
+	if err != nil {
+		return err
+	}
+	r.levels = levels
+	if r.allScenarios() {
+		r.scenarios = []string{bench.Sustained}
+	}
+	if err := r.f.checkLevelFlags(r.scenarios); err != nil {
+		return err
+	}
+	if startForBench == nil {
+		return fmt.Errorf("%w: --durability-levels needs a build that can start the app in-process", errUsage)
+	}
+	if r.priv, err = startBenchRedis(ctx); err != nil {
+		return err
+	}
+	r.onStop(r.priv.stop)
+	fmt.Fprintf(r.stdout, "bench: private Redis primary %s, replica %s\n", r.priv.primary, r.priv.replica)
+	r.cfg.RedisAddr, r.cfg.RedisSentinelMaster, r.cfg.RedisDurability = r.priv.primary, "", levels[0]
+	r.f.noBaseline = true
+	return nil
+}
+
+// levelTarget labels a target with its durability level and switches the
+// private Redis to it before its scenarios.
+func (r *benchRun) levelTarget(t bench.Target, level string) bench.Target {
+	t.Label, t.Durability = level, level
+	t.Prepare = func(ctx context.Context) error {
+		if err := r.priv.setLevel(ctx, level); err != nil {
 			return err
 		}
-		// The gateway and push roles run for the whole benchmark; the
-		// pipeline roles run apart, so that the drain scenario can stop
-		// them and start them again with another design.
-		front := *cfg
-		front.Roles = "gateway,push"
-		stop, err := startForBench(ctx, &front)
+		fmt.Fprintf(r.stdout, "bench: level %s: private Redis primary %s\n", level, r.priv.describe(ctx))
+		return nil
+	}
+	return t
+}
+
+// startSUT is the system under test: the gateway at --url, or, without,
+// every role started in this process — the gateway and push for the whole
+// run, the pipeline roles apart (pipe), so that the drain scenario can stop
+// them and start them again with another design. pipe is nil with --url.
+func (r *benchRun) startSUT(ctx context.Context) (sut bench.Target, pipe bench.Pipeline, err error) {
+	sut = bench.Target{Label: "stream", URL: r.f.url, GatewayPID: r.f.gatewayPID}
+	if r.f.url != "" {
+		return sut, nil, nil
+	}
+	if startForBench == nil {
+		return sut, nil, fmt.Errorf("%w: --url of a running gateway is required (this build cannot start the app in-process)", errUsage)
+	}
+	cfg := r.cfg
+	if cfg.NodeID == -1 {
+		cfg.NodeID = 1 // the baseline gateway takes node 2
+	}
+	cfg.Intake = "stream"
+	if err := adoptQueueType(ctx, cfg, r.args, r.stdout); err != nil {
+		return sut, nil, err
+	}
+	front := *cfg
+	front.Roles = "gateway,push"
+	stop, err := startForBench(ctx, &front)
+	if err != nil {
+		return sut, nil, fmt.Errorf("bench: start the app: %w", err)
+	}
+	r.onStop(stop)
+	pc := &benchPipeline{cfg: *cfg}
+	if err := pc.Start(ctx, "", 0); err != nil {
+		return sut, nil, fmt.Errorf("bench: start the pipeline roles: %w", err)
+	}
+	r.onStop(pc.Stop)
+	sut.URL = "http://" + cfg.HTTPAddr
+	sut.GatewayPID, sut.InProcess = os.Getpid(), true
+	return sut, pc, nil
+}
+
+// levelTargets is sut alone, or with --durability-levels sut on the first
+// level and one in-process gateway started per further level.
+func (r *benchRun) levelTargets(ctx context.Context, sut bench.Target) ([]bench.Target, error) {
+	if r.levels == nil {
+		return []bench.Target{sut}, nil
+	}
+	targets := []bench.Target{r.levelTarget(sut, r.levels[0])}
+	for i, level := range r.levels[1:] {
+		lc := *r.cfg
+		lc.Roles, lc.Intake, lc.RedisDurability = "gateway", "stream", level
+		var err error
+		if lc.HTTPAddr, err = levelAddr(r.f.baselineAddr, i+1); err != nil {
+			return nil, err
+		}
+		lc.NodeID = (r.cfg.NodeID + int64(i) + 1) % 1024
+		lc.MetricsAddr, lc.PprofAddr = "", ""
+		stop, err := startForBench(ctx, &lc)
 		if err != nil {
-			return fmt.Errorf("bench: start the app: %w", err)
+			return nil, fmt.Errorf("bench: start the %s gateway: %w", level, err)
 		}
-		defer stop()
-		pc := &benchPipeline{cfg: *cfg}
-		if err := pc.Start(ctx, "", 0); err != nil {
-			return fmt.Errorf("bench: start the pipeline roles: %w", err)
-		}
-		defer pc.Stop()
-		pipe = pc
-		sut.URL = "http://" + cfg.HTTPAddr
-		sut.GatewayPID, sut.InProcess = os.Getpid(), true
+		r.onStop(stop)
+		targets = append(targets, r.levelTarget(bench.Target{URL: "http://" + lc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true}, level))
 	}
-	targets := []bench.Target{sut}
-	if levels != nil {
-		targets[0] = levelTarget(sut, levels[0])
-		for i, level := range levels[1:] {
-			lc := *cfg
-			lc.Roles, lc.Intake, lc.RedisDurability = "gateway", "stream", level
-			if lc.HTTPAddr, err = levelAddr(f.baselineAddr, i+1); err != nil {
-				return err
-			}
-			lc.NodeID = (cfg.NodeID + int64(i) + 1) % 1024
-			lc.MetricsAddr, lc.PprofAddr = "", ""
-			stop, err := startForBench(ctx, &lc)
-			if err != nil {
-				return fmt.Errorf("bench: start the %s gateway: %w", level, err)
-			}
-			defer stop()
-			targets = append(targets, levelTarget(bench.Target{URL: "http://" + lc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true}, level))
-		}
-	}
+	return targets, nil
+}
+
+// baselineTarget adds the baseline to targets: the gateway at
+// --baseline-url or, in process unless --no-baseline, a second gateway
+// with synchronous intake (or stream intake at --baseline-durability) on
+// the same Redis and MySQL, whose orders the first app's relay, consumers
+// and sweeper carry on.
+func (r *benchRun) baselineTarget(ctx context.Context, targets []bench.Target) ([]bench.Target, error) {
 	switch {
-	case f.baselineURL != "":
-		targets = append(targets, bench.Target{Label: "sync", URL: f.baselineURL, GatewayPID: f.baselinePID})
-	case f.url == "" && !f.noBaseline:
-		// The baseline: a second gateway in this process with synchronous
-		// intake, on the same Redis and MySQL; the first app's relay,
-		// consumers and sweeper carry its orders on.
-		bc := *cfg
-		bc.Roles, bc.Intake, bc.HTTPAddr = "gateway", "sync", f.baselineAddr
-		label := "sync"
-		if f.baselineDurability != "" {
-			bc.Intake, bc.RedisDurability, label = "stream", f.baselineDurability, f.baselineDurability
-			if label == cfg.RedisDurability || (label == "none" && cfg.RedisDurability == "") {
-				return fmt.Errorf("%w: --baseline-durability %s is the system under test's level", errUsage, label)
-			}
-		}
-		bc.NodeID = (cfg.NodeID + 1) % 1024
-		bc.MetricsAddr, bc.PprofAddr = "", ""
-		stop, err := startForBench(ctx, &bc)
-		if err != nil {
-			return fmt.Errorf("bench: start the %s baseline gateway: %w", label, err)
-		}
-		defer stop()
-		targets = append(targets, bench.Target{Label: label, URL: "http://" + bc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true})
+	case r.f.baselineURL != "":
+		return append(targets, bench.Target{Label: "sync", URL: r.f.baselineURL, GatewayPID: r.f.baselinePID}), nil
+	case r.f.url != "" || r.f.noBaseline:
+		return targets, nil
 	}
+	bc := *r.cfg
+	bc.Roles, bc.Intake, bc.HTTPAddr = "gateway", "sync", r.f.baselineAddr
+	label := "sync"
+	if r.f.baselineDurability != "" {
+		bc.Intake, bc.RedisDurability, label = "stream", r.f.baselineDurability, r.f.baselineDurability
+		if label == r.cfg.RedisDurability || (label == "none" && r.cfg.RedisDurability == "") {
+			return nil, fmt.Errorf("%w: --baseline-durability %s is the system under test's level", errUsage, label)
+		}
+	}
+	bc.NodeID = (r.cfg.NodeID + 1) % 1024
+	bc.MetricsAddr, bc.PprofAddr = "", ""
+	stop, err := startForBench(ctx, &bc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: start the %s baseline gateway: %w", label, err)
+	}
+	r.onStop(stop)
+	return append(targets, bench.Target{Label: label, URL: "http://" + bc.HTTPAddr, GatewayPID: os.Getpid(), InProcess: true}), nil
+}
 
+// run runs the scenarios against targets, writes the report to --out and
+// prints its summary; an error if a scenario failed or could not run.
+func (r *benchRun) run(ctx context.Context, targets []bench.Target, pipe bench.Pipeline) error {
+	cfg := r.cfg
 	store, err := persistence.Open(ctx, cfg.MySQLDSN)
 	if err != nil {
 		return err
@@ -255,29 +346,21 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	defer store.Close()
 	rdb := newRedis(cfg)
 	defer rdb.Close()
-	var script string
-	if f.ceiling {
-		if b, err := os.ReadFile(f.reserveScript); err == nil {
-			script = string(b)
-		} else {
-			fmt.Fprintf(stdout, "bench: no redis-benchmark ceiling: %v\n", err)
-		}
-	}
-	params.RoomTarget = cfg.RoomTargetBacklog // the in-process pacer's (or, with --url, the default's)
+	r.params.RoomTarget = cfg.RoomTargetBacklog // the in-process pacer's (or, with --url, the default's)
 	env := bench.Env{
 		Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret),
-		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: script, Log: stdout, IdleWait: idleWait,
-		Pipeline: pipe, RabbitMQMetricsURL: f.rabbitMetrics,
+		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: r.reserveScript(), Log: r.stdout, IdleWait: r.idleWait,
+		Pipeline: pipe, RabbitMQMetricsURL: r.f.rabbitMetrics,
 	}
-	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: scenarios, Targets: targets, Params: params, Ceiling: f.ceiling,
-		Levels: levels != nil, RedisCommands: levels != nil,
-		Command: "stampede bench " + strings.Join(redactSecrets(args), " ")})
+	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: r.scenarios, Targets: targets, Params: r.params, Ceiling: r.f.ceiling,
+		Levels: r.levels != nil, RedisCommands: r.levels != nil,
+		Command: "stampede bench " + strings.Join(redactSecrets(r.args), " ")})
 	if rep != nil && len(rep.Results) > 0 {
-		jsonPath, mdPath, err := rep.WriteFiles(f.out)
+		jsonPath, mdPath, err := rep.WriteFiles(r.f.out)
 		if err != nil {
 			return fmt.Errorf("bench: write report: %w", err)
 		}
-		fmt.Fprintf(stdout, "\n%s\nreport: %s, %s\n", rep.SummaryMarkdown(), mdPath, jsonPath)
+		fmt.Fprintf(r.stdout, "\n%s\nreport: %s, %s\n", rep.SummaryMarkdown(), mdPath, jsonPath)
 	}
 	if runErr != nil {
 		return runErr
@@ -286,6 +369,20 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("bench: a scenario FAILED its audit or could not run (see the report)")
 	}
 	return nil
+}
+
+// reserveScript is the reserve script the redis-benchmark ceiling runs,
+// "" without --ceiling or when it cannot be read (said on stdout).
+func (r *benchRun) reserveScript() string {
+	if !r.f.ceiling {
+		return ""
+	}
+	b, err := os.ReadFile(r.f.reserveScript)
+	if err != nil {
+		fmt.Fprintf(r.stdout, "bench: no redis-benchmark ceiling: %v\n", err)
+		return ""
+	}
+	return string(b)
 }
 
 // registerScenarioFlags registers the flags `bench` and `bench-scale` share:
@@ -343,58 +440,42 @@ func (f *benchFlags) idleWaitOrDefault() time.Duration {
 	return 10 * time.Minute
 }
 
+// setPositive sets *dst to v when v > 0 (a flag left at 0 keeps the default).
+func setPositive[T int | int64 | float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
 // params is the default (or quick) parameter set with the flags' overrides.
 func (f *benchFlags) params() (bench.Params, error) {
 	p := bench.DefaultParams()
 	if f.quick {
 		p = bench.QuickParams()
 	}
-	setInt := func(dst *int, v int) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	setFloat := func(dst *float64, v float64) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	setDur := func(dst *time.Duration, v time.Duration) {
-		if v > 0 {
-			*dst = v
-		}
-	}
-	setInt(&p.Users, f.users)
-	setInt(&p.Shards, f.shards)
-	setInt(&p.SpikeBuyers, f.spikeBuyers)
-	if f.spikeStock > 0 {
-		p.SpikeStock = f.spikeStock
-	}
-	setFloat(&p.SpikeRate, f.spikeRate)
-	setDur(&p.SustainedStep, f.step)
-	setFloat(&p.SoldOutRate, f.soldOutRate)
-	setFloat(&p.DuplicateRate, f.duplicateRate)
-	setFloat(&p.E2ERate, f.e2eRate)
-	setDur(&p.E2EDuration, f.e2eDuration)
-	if f.drainOrders > 0 {
-		p.DrainOrders = f.drainOrders
-	}
-	setFloat(&p.DrainRate, f.drainRate)
-	setDur(&p.DrainPayTimeout, f.drainPay)
-	setInt(&p.ClosedConns, f.closedConns)
-	setDur(&p.ClosedDuration, f.closedDuration)
-	setInt(&p.ReplayKeys, f.replayKeys)
-	setInt(&p.RoomBuyers, f.roomBuyers)
-	setInt(&p.RoomSockets, f.roomSockets)
-	if f.roomStock > 0 {
-		p.RoomStock = f.roomStock
-	}
-	setDur(&p.RoomArrival, f.roomArrival)
-	setInt(&p.DrawEntries, f.drawEntries)
-	setInt(&p.DrawSockets, f.drawSocks)
-	if f.drawUnits > 0 {
-		p.DrawUnits = f.drawUnits
-	}
+	setPositive(&p.Users, f.users)
+	setPositive(&p.Shards, f.shards)
+	setPositive(&p.SpikeBuyers, f.spikeBuyers)
+	setPositive(&p.SpikeStock, f.spikeStock)
+	setPositive(&p.SpikeRate, f.spikeRate)
+	setPositive(&p.SustainedStep, f.step)
+	setPositive(&p.SoldOutRate, f.soldOutRate)
+	setPositive(&p.DuplicateRate, f.duplicateRate)
+	setPositive(&p.E2ERate, f.e2eRate)
+	setPositive(&p.E2EDuration, f.e2eDuration)
+	setPositive(&p.DrainOrders, f.drainOrders)
+	setPositive(&p.DrainRate, f.drainRate)
+	setPositive(&p.DrainPayTimeout, f.drainPay)
+	setPositive(&p.ClosedConns, f.closedConns)
+	setPositive(&p.ClosedDuration, f.closedDuration)
+	setPositive(&p.ReplayKeys, f.replayKeys)
+	setPositive(&p.RoomBuyers, f.roomBuyers)
+	setPositive(&p.RoomSockets, f.roomSockets)
+	setPositive(&p.RoomStock, f.roomStock)
+	setPositive(&p.RoomArrival, f.roomArrival)
+	setPositive(&p.DrawEntries, f.drawEntries)
+	setPositive(&p.DrawSockets, f.drawSocks)
+	setPositive(&p.DrawUnits, f.drawUnits)
 	if f.drawReserve >= 0 {
 		p.DrawReserve = f.drawReserve
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stampede-sh/stampede/bench"
 )
 
 func TestBenchParseRates(t *testing.T) {
@@ -136,5 +138,26 @@ func TestBenchDurabilityLevelsFlag(t *testing.T) {
 	}
 	if a, err := levelAddr("127.0.0.1:8090", 2); err != nil || a != "127.0.0.1:8091" {
 		t.Errorf("levelAddr = %q, %v", a, err)
+	}
+}
+
+// TestBenchFlagsOverrideParams: a size flag above 0 replaces its parameter,
+// one left at 0 keeps the default (draw-reserve: at -1).
+func TestBenchFlagsOverrideParams(t *testing.T) {
+	def := bench.DefaultParams()
+	f := benchFlags{drawReserve: -1}
+	p, err := f.params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Users != def.Users || p.SpikeStock != def.SpikeStock || p.SpikeRate != def.SpikeRate || p.SustainedStep != def.SustainedStep || p.DrawReserve != def.DrawReserve {
+		t.Fatalf("zero flags changed the defaults: %+v", p)
+	}
+	f = benchFlags{users: 7, spikeStock: 8, spikeRate: 9.5, step: 3 * time.Second, drainOrders: 11, roomStock: 12, drawUnits: 13, drawReserve: 0}
+	if p, err = f.params(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Users != 7 || p.SpikeStock != 8 || p.SpikeRate != 9.5 || p.SustainedStep != 3*time.Second || p.DrainOrders != 11 || p.RoomStock != 12 || p.DrawUnits != 13 || p.DrawReserve != 0 {
+		t.Fatalf("flags not applied: %+v", p)
 	}
 }

@@ -51,26 +51,48 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	if subscribers < 1 || events < 1 || rate < 1 {
 		return fmt.Errorf("%w: --subscribers, --events and --rate must be positive", errUsage)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("bench-push: find own binary: %w", err)
-	}
 	load0 := loadAverage()
 	addr, err := benchPushFreeAddr()
 	if err != nil {
 		return err
+	}
+	pid, stop, err := startPushChild(ctx, cfg, addr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Fprintf(os.Stderr, "bench-push: push pid %d on %s\n", pid, addr)
+	res, err := pushbench.Run(ctx, pushbench.Config{
+		PushURL: "ws://" + addr + "/ws", AMQPURL: cfg.AMQPURL, JWTSecret: cfg.JWTSecret,
+		Subscribers: subscribers, Events: events, Rate: rate, PushPID: pid,
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-push: "+f+"\n", a...) },
+	})
+	if err != nil {
+		return err
+	}
+	return printPushResult(res, load0, resultsDir, stdout)
+}
+
+// startPushChild starts this binary as `serve --roles push` on addr with
+// cfg's RabbitMQ, MySQL, Redis and JWT settings and waits until it listens
+// and its hub bound its queue. stop sends SIGTERM and waits (SIGKILL after
+// 30s) unless the child already exited.
+func startPushChild(ctx context.Context, cfg *Config, addr string) (pid int, stop func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, nil, fmt.Errorf("bench-push: find own binary: %w", err)
 	}
 	child := exec.Command(self, "serve", "--mode", modeDevelopment, "--roles", "push", "--push-addr", addr,
 		"--amqp-url", cfg.AMQPURL, "--jwt-secret", cfg.JWTSecret, "--mysql-dsn", cfg.MySQLDSN,
 		"--redis-addr", cfg.RedisAddr, "--redis-db", strconv.Itoa(cfg.RedisDB), "--log-level", "error")
 	child.Stdout, child.Stderr = os.Stderr, os.Stderr
 	if err := child.Start(); err != nil {
-		return fmt.Errorf("bench-push: start push: %w", err)
+		return 0, nil, fmt.Errorf("bench-push: start push: %w", err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
 	go func() { waitErr = child.Wait(); close(exited) }()
-	defer func() {
+	stop = func() {
 		select {
 		case <-exited:
 			return
@@ -83,26 +105,24 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 			child.Process.Kill()
 			<-exited
 		}
-	}()
+	}
 	if err := waitListening(ctx, addr, exited); err != nil {
 		select {
 		case <-exited:
-			return fmt.Errorf("%w (push exited: %v)", err, waitErr)
+			err = fmt.Errorf("%w (push exited: %v)", err, waitErr)
 		default:
-			return err
 		}
+		stop()
+		return 0, nil, err
 	}
 	time.Sleep(time.Second) // let the hub bind its RabbitMQ queue (the port opens first)
+	return child.Process.Pid, stop, nil
+}
 
-	fmt.Fprintf(os.Stderr, "bench-push: push pid %d on %s\n", child.Process.Pid, addr)
-	res, err := pushbench.Run(ctx, pushbench.Config{
-		PushURL: "ws://" + addr + "/ws", AMQPURL: cfg.AMQPURL, JWTSecret: cfg.JWTSecret,
-		Subscribers: subscribers, Events: events, Rate: rate, PushPID: child.Process.Pid,
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-push: "+f+"\n", a...) },
-	})
-	if err != nil {
-		return err
-	}
+// printPushResult prints res as a table row and as JSON, and appends the
+// row to resultsDir's push-<date>.md ("": not written). load0 is the load
+// average at the start.
+func printPushResult(res pushbench.Result, load0, resultsDir string, stdout io.Writer) error {
 	row := fmt.Sprintf("| %s | %d | %d/%d | %.2f | %.2f | %.2f | %.1f | %s | %s |%s",
 		time.Now().UTC().Format(time.RFC3339), res.Subscribers, res.Delivered, res.Expected,
 		res.P50Ms, res.P99Ms, res.MaxMs, res.KBPerConn, yesNo(res.LatencyTargetMet), yesNo(res.MemoryTargetMet),
@@ -112,9 +132,7 @@ func runBenchPush(ctx context.Context, args []string, stdout io.Writer) error {
 	js, _ := json.MarshalIndent(res, "", "  ")
 	fmt.Fprintln(stdout, string(js))
 	if resultsDir != "" {
-		if err := appendResult(resultsDir, row); err != nil {
-			return err
-		}
+		return appendResult(resultsDir, row)
 	}
 	return nil
 }

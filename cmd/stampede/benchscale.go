@@ -30,35 +30,14 @@ import (
 // with; the report also gives each component's share of the machine's CPU,
 // which says where the capacity went.
 func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
-	var f benchFlags
-	var pairsFlag string
-	var basePort int
-	cfg, err := parse("bench-scale", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&pairsFlag, "pairs", "1,2", "comma-separated gateway+writer pair counts to measure, in order (e.g. 1,2,2,1 to see the order's effect); the first is the baseline")
-		fs.IntVar(&basePort, "base-port", 8180, "pair i's gateway listens on 127.0.0.1:<base-port+i>")
-		fs.StringVar(&f.scenarios, "scenarios", bench.Spike+","+bench.Sustained, "comma-separated scenarios: "+strings.Join(bench.All, ","))
-		f.registerScenarioFlags(fs)
-	})
+	s, err := newScaleBench(args, stdout)
 	if err != nil {
 		return err
 	}
-	var counts []int
-	for _, p := range strings.Split(pairsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || n < 1 || n > 16 {
-			return fmt.Errorf("%w: --pairs %q: want counts 1…16", errUsage, pairsFlag)
-		}
-		counts = append(counts, n)
-	}
-	scenarios, params, idleWait, err := f.resolve()
-	if err != nil {
+	if s.exe, err = os.Executable(); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	store, err := persistence.Open(ctx, cfg.MySQLDSN)
+	store, err := persistence.Open(ctx, s.cfg.MySQLDSN)
 	if err != nil {
 		return err
 	}
@@ -66,78 +45,150 @@ func runBenchScale(ctx context.Context, args []string, stdout io.Writer) error {
 	if _, err := persistence.Migrate(ctx, store.DB); err != nil {
 		return err
 	}
-	rdb := newRedis(cfg)
+	rdb := newRedis(s.cfg)
 	defer rdb.Close()
+	s.env = bench.Env{Redis: rdb, Store: store, JWTSecret: []byte(s.cfg.JWTSecret), Log: stdout, IdleWait: s.idleWait}
 
-	var procs []*scaleProc
 	defer func() {
-		for _, p := range procs {
+		for _, p := range s.procs {
 			p.stop()
 		}
 	}()
-	start := func(name, roles, httpAddr string) (*scaleProc, error) {
-		p, err := startScaleProc(exe, cfg, name, roles, httpAddr)
-		if err == nil {
-			procs = append(procs, p)
-		}
-		return p, err
-	}
-	pipe, err := start("pipeline", "relay,consumer,sweeper", "127.0.0.1:0")
-	if err != nil {
+	if s.pipe, err = s.start("pipeline", "relay,consumer,sweeper", "127.0.0.1:0"); err != nil {
 		return err
 	}
-	var pairs []*scaleProc
-	runs := make([]scaleRun, 0, len(counts))
-	for run, n := range counts {
-		for len(pairs) > n { // the last pairs stop (SIGTERM: their writers drain)
-			last := pairs[len(pairs)-1]
-			last.stop()
-			last.stopped = true
-			pairs = pairs[:len(pairs)-1]
-		}
-		for len(pairs) < n {
-			i := len(pairs)
-			p, err := start(fmt.Sprintf("pair-%d", i+1), "gateway,writer", fmt.Sprintf("127.0.0.1:%d", basePort+i))
-			if err != nil {
-				return err
-			}
-			pairs = append(pairs, p)
-		}
-		urls := make([]string, n)
-		for i, p := range pairs {
-			urls[i] = "http://" + p.httpAddr
-		}
-		label := fmt.Sprintf("%d pair", n)
-		if n > 1 {
-			label += "s"
-		}
-		label += fmt.Sprintf(" (run %d)", run+1)
-		fmt.Fprintf(stdout, "== %s: %d × (gateway+writer) + 1 × (relay, consumer, sweeper)\n", label, n)
-		env := bench.Env{Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret), Log: stdout, IdleWait: idleWait}
-		cpu0 := sampleCPU(pipe, pairs)
-		rep, err := bench.Run(ctx, env, bench.Options{
-			Scenarios: scenarios, Params: params,
-			Targets: []bench.Target{{Label: label, URL: strings.Join(urls, ","), GatewayPID: pairs[0].cmd.Process.Pid}},
-		})
-		cpu := sampleCPU(pipe, pairs).since(cpu0)
-		if rep != nil && len(rep.Results) > 0 {
-			if _, md, werr := rep.WriteFiles(f.out); werr == nil {
-				fmt.Fprintf(stdout, "report: %s\n", md)
-			}
-		}
+	runs := make([]scaleRun, 0, len(s.counts))
+	for run, n := range s.counts {
+		r, err := s.measure(ctx, run, n)
 		if err != nil {
-			return fmt.Errorf("bench-scale: %s: %w", label, err)
+			return err
 		}
-		for _, p := range procs {
-			if !p.stopped && !p.alive() {
-				return fmt.Errorf("bench-scale: %s exited during the run:\n%s", p.name, p.logs.String())
-			}
-		}
-		runs = append(runs, scaleRun{label: label, rep: rep, cpu: cpu})
+		runs = append(runs, r)
 	}
+	return writeScaleReport(runs, args, s.f.out, stdout)
+}
+
+// scaleBench is one `stampede bench-scale`: its flags and settings and the
+// `stampede serve` children it started (procs: the pipeline process and
+// every pair, stopped at the end).
+type scaleBench struct {
+	f         benchFlags
+	cfg       *Config
+	stdout    io.Writer
+	counts    []int // --pairs
+	basePort  int
+	scenarios []string
+	params    bench.Params
+	idleWait  time.Duration
+	exe       string    // this binary, run as the children
+	env       bench.Env // the load generator's and audit's
+	procs     []*scaleProc
+	pipe      *scaleProc   // relay, consumer, sweeper
+	pairs     []*scaleProc // gateway+writer pairs running now
+}
+
+// newScaleBench parses bench-scale's flags and settings. Errors wrap
+// errUsage for bad flags.
+func newScaleBench(args []string, stdout io.Writer) (*scaleBench, error) {
+	s := &scaleBench{stdout: stdout}
+	var pairsFlag string
+	cfg, err := parse("bench-scale", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&pairsFlag, "pairs", "1,2", "comma-separated gateway+writer pair counts to measure, in order (e.g. 1,2,2,1 to see the order's effect); the first is the baseline")
+		fs.IntVar(&s.basePort, "base-port", 8180, "pair i's gateway listens on 127.0.0.1:<base-port+i>")
+		fs.StringVar(&s.f.scenarios, "scenarios", bench.Spike+","+bench.Sustained, "comma-separated scenarios: "+strings.Join(bench.All, ","))
+		s.f.registerScenarioFlags(fs)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.cfg = cfg
+	for _, p := range strings.Split(pairsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 16 {
+			return nil, fmt.Errorf("%w: --pairs %q: want counts 1…16", errUsage, pairsFlag)
+		}
+		s.counts = append(s.counts, n)
+	}
+	if s.scenarios, s.params, s.idleWait, err = s.f.resolve(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start starts a child `stampede serve --roles roles` and adds it to procs.
+func (s *scaleBench) start(name, roles, httpAddr string) (*scaleProc, error) {
+	p, err := startScaleProc(s.exe, s.cfg, name, roles, httpAddr)
+	if err == nil {
+		s.procs = append(s.procs, p)
+	}
+	return p, err
+}
+
+// resize stops the last pairs (SIGTERM: their writers drain) or starts new
+// ones until n run.
+func (s *scaleBench) resize(n int) error {
+	for len(s.pairs) > n {
+		last := s.pairs[len(s.pairs)-1]
+		last.stop()
+		last.stopped = true
+		s.pairs = s.pairs[:len(s.pairs)-1]
+	}
+	for len(s.pairs) < n {
+		i := len(s.pairs)
+		p, err := s.start(fmt.Sprintf("pair-%d", i+1), "gateway,writer", fmt.Sprintf("127.0.0.1:%d", s.basePort+i))
+		if err != nil {
+			return err
+		}
+		s.pairs = append(s.pairs, p)
+	}
+	return nil
+}
+
+// measure runs the scenarios with n pairs (run: its index in --pairs),
+// writes that run's report and accounts the CPU each component used. An
+// error if the run failed or a child exited during it.
+func (s *scaleBench) measure(ctx context.Context, run, n int) (scaleRun, error) {
+	if err := s.resize(n); err != nil {
+		return scaleRun{}, err
+	}
+	urls := make([]string, n)
+	for i, p := range s.pairs {
+		urls[i] = "http://" + p.httpAddr
+	}
+	label := fmt.Sprintf("%d pair", n)
+	if n > 1 {
+		label += "s"
+	}
+	label += fmt.Sprintf(" (run %d)", run+1)
+	fmt.Fprintf(s.stdout, "== %s: %d × (gateway+writer) + 1 × (relay, consumer, sweeper)\n", label, n)
+	cpu0 := sampleCPU(s.pipe, s.pairs)
+	rep, err := bench.Run(ctx, s.env, bench.Options{
+		Scenarios: s.scenarios, Params: s.params,
+		Targets: []bench.Target{{Label: label, URL: strings.Join(urls, ","), GatewayPID: s.pairs[0].cmd.Process.Pid}},
+	})
+	cpu := sampleCPU(s.pipe, s.pairs).since(cpu0)
+	if rep != nil && len(rep.Results) > 0 {
+		if _, md, werr := rep.WriteFiles(s.f.out); werr == nil {
+			fmt.Fprintf(s.stdout, "report: %s\n", md)
+		}
+	}
+	if err != nil {
+		return scaleRun{}, fmt.Errorf("bench-scale: %s: %w", label, err)
+	}
+	for _, p := range s.procs {
+		if !p.stopped && !p.alive() {
+			return scaleRun{}, fmt.Errorf("bench-scale: %s exited during the run:\n%s", p.name, p.logs.String())
+		}
+	}
+	return scaleRun{label: label, rep: rep, cpu: cpu}, nil
+}
+
+// writeScaleReport writes the comparison of runs to <out>/<time>-scale.md
+// and prints it; an error if a run did not pass.
+func writeScaleReport(runs []scaleRun, args []string, out string, stdout io.Writer) error {
 	md := scaleMarkdown(runs, "stampede bench-scale "+strings.Join(args, " "))
-	path := filepath.Join(f.out, time.Now().UTC().Format("2006-01-02T150405Z")+"-scale.md")
-	if err := os.MkdirAll(f.out, 0o755); err == nil {
+	path := filepath.Join(out, time.Now().UTC().Format("2006-01-02T150405Z")+"-scale.md")
+	if err := os.MkdirAll(out, 0o755); err == nil {
 		if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
 			return err
 		}

@@ -154,250 +154,349 @@ func envString(name, def string) string {
 	return def
 }
 
-// bind registers the common settings on fs with defaults from the environment.
-// Every flag's help ends with "[$STAMPEDE_…]", the variable it is read
-// from; the flag wins over the variable. Errors from malformed environment
-// values are collected in errs.
+// bind registers the common settings on fs with defaults from the environment,
+// one group of settings per role or subsystem (the sections of
+// docs/configuration.md). Every flag's help ends with "[$STAMPEDE_…]", the
+// variable it is read from; the flag wins over the variable. Errors from
+// malformed environment values are collected in errs.
 func (c *Config) bind(fs *flag.FlagSet, errs *[]error, mode string) {
-	help := func(env, text string) string { return text + " [$" + env + "]" }
-	str := func(p *string, name, env, def, text string) {
-		fs.StringVar(p, name, envString(env, def), help(env, text))
+	b := flagBinder{fs: fs, errs: errs}
+	c.bindProcess(b, mode)
+	c.bindStores(b)
+	c.bindIdentity(b)
+	c.bindGateway(b)
+	c.bindPipeline(b)
+	c.bindRoom(b)
+	c.bindPush(b)
+	c.bindMetrics(b)
+}
+
+// flagBinder registers settings on fs, each flag's default read from its
+// environment variable when that is set; a malformed value is added to
+// errs (STAMPEDE_X="v": why) and the code's default kept.
+type flagBinder struct {
+	fs   *flag.FlagSet
+	errs *[]error
+}
+
+// help is text followed by the variable's name, " [$STAMPEDE_…]" (the form
+// settingVar reads back).
+func (b flagBinder) help(env, text string) string { return text + " [$" + env + "]" }
+
+// envValue is env's value parsed by parse, def when env is unset or its
+// value does not parse (then the error is added to b.errs).
+func envValue[T any](b flagBinder, env string, def T, parse func(string) (T, error)) T {
+	v, ok := os.LookupEnv(env)
+	if !ok {
+		return def
 	}
-	dur := func(p *time.Duration, name, env string, def time.Duration, text string) {
-		if v, ok := os.LookupEnv(env); ok {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				*errs = append(*errs, fmt.Errorf("%s=%q: %v", env, v, err))
-			} else {
-				def = d
-			}
-		}
-		fs.DurationVar(p, name, def, help(env, text))
+	x, err := parse(v)
+	if err != nil {
+		*b.errs = append(*b.errs, fmt.Errorf("%s=%q: %v", env, v, err))
+		return def
 	}
-	i64 := func(name, env string, def int64) int64 {
-		v, ok := os.LookupEnv(env)
-		if !ok {
-			return def
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			*errs = append(*errs, fmt.Errorf("%s=%q: not an integer", env, v))
-			return def
-		}
-		return n
+	return x
+}
+
+func parseInt64(v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, errors.New("not an integer")
 	}
-	integer := func(p *int, name, env string, def int, text string) {
-		fs.IntVar(p, name, int(i64(name, env, int64(def))), help(env, text))
+	return n, nil
+}
+
+func parseBool(v string) (bool, error) {
+	x, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errors.New("not a boolean")
 	}
-	boolean := func(p *bool, name, env string, def bool, text string) {
-		if v, ok := os.LookupEnv(env); ok {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				*errs = append(*errs, fmt.Errorf("%s=%q: not a boolean", env, v))
-			} else {
-				def = b
-			}
-		}
-		fs.BoolVar(p, name, def, help(env, text))
+	return x, nil
+}
+
+func parseFloat(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, errors.New("not a number")
 	}
-	f64 := func(p *float64, name, env string, def float64, text string) {
-		if v, ok := os.LookupEnv(env); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				*errs = append(*errs, fmt.Errorf("%s=%q: not a number", env, v))
-			} else {
-				def = f
-			}
-		}
-		fs.Float64Var(p, name, def, help(env, text))
-	}
+	return f, nil
+}
+
+func (b flagBinder) str(p *string, name, env, def, text string) {
+	b.fs.StringVar(p, name, envString(env, def), b.help(env, text))
+}
+
+func (b flagBinder) dur(p *time.Duration, name, env string, def time.Duration, text string) {
+	b.fs.DurationVar(p, name, envValue(b, env, def, time.ParseDuration), b.help(env, text))
+}
+
+func (b flagBinder) int64(p *int64, name, env string, def int64, text string) {
+	b.fs.Int64Var(p, name, envValue(b, env, def, parseInt64), b.help(env, text))
+}
+
+func (b flagBinder) integer(p *int, name, env string, def int, text string) {
+	b.fs.IntVar(p, name, int(envValue(b, env, int64(def), parseInt64)), b.help(env, text))
+}
+
+func (b flagBinder) boolean(p *bool, name, env string, def bool, text string) {
+	b.fs.BoolVar(p, name, envValue(b, env, def, parseBool), b.help(env, text))
+}
+
+func (b flagBinder) f64(p *float64, name, env string, def float64, text string) {
+	b.fs.Float64Var(p, name, envValue(b, env, def, parseFloat), b.help(env, text))
+}
+
+// bindProcess registers the settings of the process itself: mode (its default: mode), roles, logging, migrations and shutdown.
+func (c *Config) bindProcess(b flagBinder, mode string) {
+	b.str(&c.Mode, "mode", "STAMPEDE_MODE", mode, "production (no demo login or checkout; real secrets required; /metrics only on the metrics listener) or development (demo login and checkout, built-in keys)")
+	b.str(&c.Roles, "roles", "STAMPEDE_ROLES", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
+	b.str(&c.LogLevel, "log-level", "STAMPEDE_LOG_LEVEL", "info", "debug, info, warn or error (JSON logs on stderr)")
+	b.boolean(&c.Migrate, "migrate", "STAMPEDE_MIGRATE", false, "apply migrations at start-up")
+	b.dur(&c.ShutdownTimeout, "shutdown-timeout", "STAMPEDE_SHUTDOWN_TIMEOUT", 20*time.Second, "bound on draining at SIGTERM; the process exits 1 if roles are still draining then")
+}
+
+// bindStores registers the addresses and settings of Redis, MySQL and RabbitMQ.
+func (c *Config) bindStores(b flagBinder) {
+	b.str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
+	b.str(&c.RedisPassword, "redis-password", "STAMPEDE_REDIS_PASSWORD", "", "Redis AUTH password (requirepass; empty: none)")
+	b.integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
+	b.str(&c.RedisSentinelMaster, "redis-sentinel-master", "STAMPEDE_REDIS_SENTINEL_MASTER", "", "Redis Sentinel master name: -redis-addr then lists the Sentinels and every process follows the current primary through failovers (empty: no Sentinel)")
+	b.str(&c.RedisDurability, "redis-durability", "STAMPEDE_REDIS_DURABILITY", "none", "what an accepted reservation must reach before its 202: none, aof (every Redis master must run appendonly yes) or replicated (WAIT for -redis-replica-acks replicas, else 503)")
+	b.integer(&c.RedisReplicaAcks, "redis-replica-acks", "STAMPEDE_REDIS_REPLICA_ACKS", 1, "replicas that must acknowledge a reservation with -redis-durability replicated (1..16)")
+	b.dur(&c.RedisReplicaWait, "redis-replica-wait", "STAMPEDE_REDIS_REPLICA_WAIT", 100*time.Millisecond, "longest wait for those replicas (WAIT timeout); longer answers 503 and the writer stores the reservation anyway")
+	b.dur(&c.RedisCheckInterval, "redis-check-interval", "STAMPEDE_REDIS_CHECK_INTERVAL", 10*time.Second, "how often the gateway re-reads Redis's maxmemory-policy and persistence settings; a policy other than noeviction makes it not ready")
+	b.str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
+	b.integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
+	b.str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL; the nodes of a cluster as a comma-separated list of URLs (same vhost and credentials): each connection goes to the first that answers, and to another one when its node dies")
+	b.str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
+}
+
+// bindIdentity registers the bearer-token, payment-callback and demo-login settings (gateway, push, stampede token).
+func (c *Config) bindIdentity(b flagBinder) {
+	b.str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes of high entropy in production, not the payment secret (development: a built-in key); prefer the variable: a flag shows in the process list")
+	b.boolean(&c.JWTHS256, "jwt-hs256", "STAMPEDE_JWT_HS256", false, "accept HS256 tokens of -jwt-secret (default: true without -jwt-jwks-url, false with it: production with an identity provider is JWKS-only unless this says otherwise)")
+	b.str(&c.JWTHS256Issuer, "jwt-hs256-issuer", "STAMPEDE_JWT_HS256_ISSUER", auth.DefaultHS256Issuer, "required iss claim of HS256 tokens (what stampede token and the demo login put in)")
+	b.str(&c.JWTHS256Audience, "jwt-hs256-audience", "STAMPEDE_JWT_HS256_AUDIENCE", auth.DefaultHS256Audience, "required aud claim of HS256 tokens")
+	b.str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes of high entropy in production (development: a built-in key)")
+	b.str(&c.JWKSURL, "jwt-jwks-url", "STAMPEDE_JWT_JWKS_URL", "", "identity providers' JWKS URLs, comma-separated, one per -jwt-issuer: RS256/ES256 tokens verified against the keys of the provider their iss names (cached, refreshed on the provider's cache headers or every 15 min, refetched on an unknown kid); https in production (http only on loopback)")
+	b.str(&c.JWTIssuer, "jwt-issuer", "STAMPEDE_JWT_ISSUER", "", "the iss of each -jwt-jwks-url's tokens, comma-separated, in the same order")
+	b.str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
+	b.str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin; when set, the only way to be one (role: admin then counts for nothing)")
+	b.str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
+	b.integer(&c.TokenCache, "token-cache", "STAMPEDE_TOKEN_CACHE", 1<<18, "verified bearer tokens kept in memory, about 150 bytes each (0: every token checked in full); an LRU smaller than the buyers who retry in turn hits nothing, so size it for a sale's active buyers")
+	b.boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login (development mode only)")
+	b.str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins (development mode only)")
+}
+
+// bindGateway registers the gateway role's settings: listener, orderNo node, intake, rate limits, Redis pipelines, sold-out cache and the client it serves.
+func (c *Config) bindGateway(b flagBinder) {
 	static := ""
 	if st, err := os.Stat("client/dist/index.html"); err == nil && !st.IsDir() {
 		static = "client/dist"
 	}
-	str(&c.Mode, "mode", "STAMPEDE_MODE", mode, "production (no demo login or checkout; real secrets required; /metrics only on the metrics listener) or development (demo login and checkout, built-in keys)")
-	str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
-	str(&c.RedisAddr, "redis-addr", "STAMPEDE_REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated list = Redis Cluster")
-	str(&c.RedisPassword, "redis-password", "STAMPEDE_REDIS_PASSWORD", "", "Redis AUTH password (requirepass; empty: none)")
-	integer(&c.RedisDB, "redis-db", "STAMPEDE_REDIS_DB", 0, "Redis database number (ignored on a cluster)")
-	str(&c.RedisSentinelMaster, "redis-sentinel-master", "STAMPEDE_REDIS_SENTINEL_MASTER", "", "Redis Sentinel master name: -redis-addr then lists the Sentinels and every process follows the current primary through failovers (empty: no Sentinel)")
-	str(&c.RedisDurability, "redis-durability", "STAMPEDE_REDIS_DURABILITY", "none", "what an accepted reservation must reach before its 202: none, aof (every Redis master must run appendonly yes) or replicated (WAIT for -redis-replica-acks replicas, else 503)")
-	integer(&c.RedisReplicaAcks, "redis-replica-acks", "STAMPEDE_REDIS_REPLICA_ACKS", 1, "replicas that must acknowledge a reservation with -redis-durability replicated (1..16)")
-	dur(&c.RedisReplicaWait, "redis-replica-wait", "STAMPEDE_REDIS_REPLICA_WAIT", 100*time.Millisecond, "longest wait for those replicas (WAIT timeout); longer answers 503 and the writer stores the reservation anyway")
-	str(&c.MySQLDSN, "mysql-dsn", "STAMPEDE_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/stampede?parseTime=true", "MySQL/MariaDB DSN (UTC is forced)")
-	integer(&c.MySQLMaxConns, "mysql-max-conns", "STAMPEDE_MYSQL_MAX_CONNS", 64, "MySQL connections per process (open and idle); processes × this must stay below the server's max_connections")
-	str(&c.AMQPURL, "amqp-url", "STAMPEDE_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL; the nodes of a cluster as a comma-separated list of URLs (same vhost and credentials): each connection goes to the first that answers, and to another one when its node dies")
-	str(&c.AMQPQueueType, "amqp-queue-type", "STAMPEDE_AMQP_QUEUE_TYPE", string(pipeline.DefaultQueueType), "type of Stampede's durable RabbitMQ queues: quorum (replicated; delivery limit from -consumer-max-attempts) or classic (single node)")
-	str(&c.JWTSecret, "jwt-secret", "STAMPEDE_JWT_SECRET", "", "HS256 key of bearer tokens, at least 32 bytes of high entropy in production, not the payment secret (development: a built-in key); prefer the variable: a flag shows in the process list")
-	boolean(&c.JWTHS256, "jwt-hs256", "STAMPEDE_JWT_HS256", false, "accept HS256 tokens of -jwt-secret (default: true without -jwt-jwks-url, false with it: production with an identity provider is JWKS-only unless this says otherwise)")
-	str(&c.JWTHS256Issuer, "jwt-hs256-issuer", "STAMPEDE_JWT_HS256_ISSUER", auth.DefaultHS256Issuer, "required iss claim of HS256 tokens (what stampede token and the demo login put in)")
-	str(&c.JWTHS256Audience, "jwt-hs256-audience", "STAMPEDE_JWT_HS256_AUDIENCE", auth.DefaultHS256Audience, "required aud claim of HS256 tokens")
-	str(&c.PaymentSecret, "payment-secret", "STAMPEDE_PAYMENT_SECRET", "", "HMAC-SHA256 key of payment callbacks, at least 32 bytes of high entropy in production (development: a built-in key)")
-	str(&c.JWKSURL, "jwt-jwks-url", "STAMPEDE_JWT_JWKS_URL", "", "identity providers' JWKS URLs, comma-separated, one per -jwt-issuer: RS256/ES256 tokens verified against the keys of the provider their iss names (cached, refreshed on the provider's cache headers or every 15 min, refetched on an unknown kid); https in production (http only on loopback)")
-	str(&c.JWTIssuer, "jwt-issuer", "STAMPEDE_JWT_ISSUER", "", "the iss of each -jwt-jwks-url's tokens, comma-separated, in the same order")
-	str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
-	str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin; when set, the only way to be one (role: admin then counts for nothing)")
-	str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
-	integer(&c.TokenCache, "token-cache", "STAMPEDE_TOKEN_CACHE", 1<<18, "verified bearer tokens kept in memory, about 150 bytes each (0: every token checked in full); an LRU smaller than the buyers who retry in turn hits nothing, so size it for a sale's active buyers")
-	dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
-	boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login (development mode only)")
-	str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins (development mode only)")
-	str(&c.Roles, "roles", "STAMPEDE_ROLES", strings.Join(allRoles, ","), "comma-separated roles to run: "+strings.Join(allRoles, ","))
-	fs.Int64Var(&c.NodeID, "node-id", i64("node-id", "STAMPEDE_NODE_ID", -1), help("STAMPEDE_NODE_ID", "orderNo node id 0..1023, unique per gateway process; -1 = lease a free one from Redis"))
-	integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, fmt.Sprintf("reservations per writer transaction (1..%d)", pipeline.MaxWriterBatch))
-	dur(&c.WriterWait, "writer-wait", "STAMPEDE_WRITER_WAIT", 20*time.Millisecond, "longest wait to fill a writer batch")
-	dur(&c.WriterClaimIdle, "writer-claim-idle", "STAMPEDE_WRITER_CLAIM_IDLE", 30*time.Second, "reclaim intake entries left pending this long by a dead writer")
-	integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
-	integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
-	integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
-	str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "writer", "order-lock design: writer (the writer's batch transaction stores orders already WAITING_PAY or FAILED, with one conditional stock UPDATE per product: no ORDER_CREATED message), batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
-	integer(&c.ConsumerBatch, "consumer-batch", "STAMPEDE_CONSUMER_BATCH", 256, fmt.Sprintf("ORDER_CREATED messages per order-lock transaction (1..%d)", persistence.MaxLockBatch))
-	dur(&c.ConsumerBatchWait, "consumer-batch-wait", "STAMPEDE_CONSUMER_BATCH_WAIT", 5*time.Millisecond, "longest wait to fill an order-lock batch once its first message arrived")
-	integer(&c.ConsumerLockChans, "consumer-lock-channels", "STAMPEDE_CONSUMER_LOCK_CHANNELS", 2, "order-lock batches applied at once per process, each on its own AMQP channel (1..64)")
-	integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
-	integer(&c.RelayWorkers, "relay-workers", "STAMPEDE_RELAY_WORKERS", 2, "relays per process, each claiming with SKIP LOCKED on its own RabbitMQ connection, so one's confirm wait overlaps another's claim (1..16)")
-	dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
-	integer(&c.SweepWorkers, "sweep-workers", "STAMPEDE_SWEEP_WORKERS", 2, fmt.Sprintf("close passes a sweeper runs at once, each over its own part of the due orders (id mod this) under its own MySQL advisory lock, so a sale's unpaid orders close as fast as they were locked; the same value on every sweeper (1..%d)", persistence.MaxCloseParts))
-	dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
-	str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
-	str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers by GET /api/config (empty: development ws://<request host>:<push port>/ws; production none, the client uses its own host and port 8081)")
-	integer(&c.PushMaxSockets, "push-max-sockets", "STAMPEDE_PUSH_MAX_SOCKETS", 8, "open WebSockets per user per push process; one more closes the user's oldest with 4429 (-1: no cap)")
-	str(&c.PushOrigins, "push-allowed-origins", "STAMPEDE_PUSH_ALLOWED_ORIGINS", "", "comma-separated Origin host patterns allowed to open WebSockets, e.g. shop.example.com,*.example.com:8443 (empty: the page's own host; *: any)")
-	f64(&c.PushUserRate, "push-handshake-user-rate", "STAMPEDE_PUSH_HANDSHAKE_USER_RATE", 1, "WebSockets per second one user may open (a bucket of 10 s worth, checked before any database read; over it: close 1013); 0: no limit")
-	f64(&c.PushAddrRate, "push-handshake-addr-rate", "STAMPEDE_PUSH_HANDSHAKE_ADDR_RATE", 10, "WebSocket handshakes per second one client address may start (a bucket of 10 s worth; over it: 429 before the upgrade; loopback peers such as a local proxy are not limited); 0: no limit")
-	str(&c.Currency, "currency", "STAMPEDE_CURRENCY", "USD", "ISO 4217 code of prices and amounts (integer minor units of it), given to the client by GET /api/config")
-	str(&c.StaticDir, "static-dir", "STAMPEDE_STATIC_DIR", static, "built client files served at / (default client/dist if present)")
-	str(&c.LogLevel, "log-level", "STAMPEDE_LOG_LEVEL", "info", "debug, info, warn or error (JSON logs on stderr)")
-	boolean(&c.Migrate, "migrate", "STAMPEDE_MIGRATE", false, "apply migrations at start-up")
-	dur(&c.ShutdownTimeout, "shutdown-timeout", "STAMPEDE_SHUTDOWN_TIMEOUT", 20*time.Second, "bound on draining at SIGTERM; the process exits 1 if roles are still draining then")
-	str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "listener serving only GET /metrics (production default "+defaultMetricsAddr+"; \"\" or off: none; development also serves /metrics on the gateway's port)")
-	str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off; no /debug/pprof/cmdline); production refuses a non-loopback address")
-	dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
-	dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
-	dur(&c.RedisCheckInterval, "redis-check-interval", "STAMPEDE_REDIS_CHECK_INTERVAL", 10*time.Second, "how often the gateway re-reads Redis's maxmemory-policy and persistence settings; a policy other than noeviction makes it not ready")
-	str(&c.Intake, "intake", "STAMPEDE_INTAKE", "stream", "order intake: stream (Redis intake stream, batched MySQL writers) or sync (the order is written to MySQL within the request: the baseline)")
-	f64(&c.RateGlobal, "rate-global", "STAMPEDE_RATE_GLOBAL", 0, "order requests/s one gateway instance accepts (token bucket; 0: no limit)")
-	integer(&c.RateGlobalBurst, "rate-global-burst", "STAMPEDE_RATE_GLOBAL_BURST", 0, "global token bucket size (0: one second's worth)")
-	f64(&c.RateUser, "rate-user", "STAMPEDE_RATE_USER", 20, "order requests/s one user may send (token bucket; 0: no limit)")
-	integer(&c.RateUserBurst, "rate-user-burst", "STAMPEDE_RATE_USER_BURST", 40, "per-user token bucket size (0: two seconds' worth)")
-	integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
-	integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
-	dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
-	integer(&c.SoldOutBuyers, "soldout-buyers", "STAMPEDE_SOLDOUT_BUYERS", 100_000, "a sold-out product shard with up to this many buyers has its buyers held in memory, so everyone else is answered SOLD_OUT without Redis (0: off; more buyers: one Redis lookup per answer)")
-	f64(&c.RoomRate, "room-rate", "STAMPEDE_ROOM_RATE", 0, "waiting-room admissions per second (0: auto, from the pipeline's measured drain)")
-	f64(&c.RoomCeiling, "room-ceiling", "STAMPEDE_ROOM_CEILING", 2000, "highest waiting-room admission rate the pacer ever asks for, per second")
-	dur(&c.RoomWindow, "room-window", "STAMPEDE_ROOM_WINDOW", 2*time.Minute, "a waiting-room admission not used by an order within this window expires and its place passes on")
-	dur(&c.RoomTargetBacklog, "room-target-backlog", "STAMPEDE_ROOM_TARGET_BACKLOG", 2*time.Second, "the auto pacer keeps the orders not yet past PROCESSING at this many seconds of drain")
-	integer(&c.RoomOverbook, "room-overbook", "STAMPEDE_ROOM_OVERBOOK", 10, "live waiting-room admissions a fifo or random room may hold beyond its units left, so that admitted buyers who never order do not hold the last units a whole window each (a draw admits exactly its units)")
-	integer(&c.RoomPipeline, "room-pipeline", "STAMPEDE_ROOM_PIPELINE", 64, "send concurrent requests' waiting-room ticket calls to Redis in pipelines of up to this many (0: one round trip each)")
-	str(&c.PowSecret, "pow-secret", "STAMPEDE_POW_SECRET", "", "HMAC key of waiting-room proof-of-work challenges, the same on every gateway (empty: derived from the JWT secret)")
-	dur(&c.PowExpiry, "pow-expiry", "STAMPEDE_POW_EXPIRY", 5*time.Minute, "how long a waiting-room proof-of-work challenge can be used (at least 10s)")
+	b.str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
+	b.int64(&c.NodeID, "node-id", "STAMPEDE_NODE_ID", -1, "orderNo node id 0..1023, unique per gateway process; -1 = lease a free one from Redis")
+	b.str(&c.Intake, "intake", "STAMPEDE_INTAKE", "stream", "order intake: stream (Redis intake stream, batched MySQL writers) or sync (the order is written to MySQL within the request: the baseline)")
+	b.f64(&c.RateGlobal, "rate-global", "STAMPEDE_RATE_GLOBAL", 0, "order requests/s one gateway instance accepts (token bucket; 0: no limit)")
+	b.integer(&c.RateGlobalBurst, "rate-global-burst", "STAMPEDE_RATE_GLOBAL_BURST", 0, "global token bucket size (0: one second's worth)")
+	b.f64(&c.RateUser, "rate-user", "STAMPEDE_RATE_USER", 20, "order requests/s one user may send (token bucket; 0: no limit)")
+	b.integer(&c.RateUserBurst, "rate-user-burst", "STAMPEDE_RATE_USER_BURST", 40, "per-user token bucket size (0: two seconds' worth)")
+	b.integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
+	b.integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
+	b.dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
+	b.integer(&c.SoldOutBuyers, "soldout-buyers", "STAMPEDE_SOLDOUT_BUYERS", 100_000, "a sold-out product shard with up to this many buyers has its buyers held in memory, so everyone else is answered SOLD_OUT without Redis (0: off; more buyers: one Redis lookup per answer)")
+	b.str(&c.Currency, "currency", "STAMPEDE_CURRENCY", "USD", "ISO 4217 code of prices and amounts (integer minor units of it), given to the client by GET /api/config")
+	b.str(&c.StaticDir, "static-dir", "STAMPEDE_STATIC_DIR", static, "built client files served at / (default client/dist if present)")
 }
 
-// Validate returns "invalid config: ..." for settings that cannot work.
+// bindPipeline registers the writer, consumer, relay and sweeper roles' settings.
+func (c *Config) bindPipeline(b flagBinder) {
+	b.integer(&c.WriterBatch, "writer-batch", "STAMPEDE_WRITER_BATCH", 500, fmt.Sprintf("reservations per writer transaction (1..%d)", pipeline.MaxWriterBatch))
+	b.dur(&c.WriterWait, "writer-wait", "STAMPEDE_WRITER_WAIT", 20*time.Millisecond, "longest wait to fill a writer batch")
+	b.dur(&c.WriterClaimIdle, "writer-claim-idle", "STAMPEDE_WRITER_CLAIM_IDLE", 30*time.Second, "reclaim intake entries left pending this long by a dead writer")
+	b.integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
+	b.integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
+	b.integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
+	b.str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "writer", "order-lock design: writer (the writer's batch transaction stores orders already WAITING_PAY or FAILED, with one conditional stock UPDATE per product: no ORDER_CREATED message), batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
+	b.integer(&c.ConsumerBatch, "consumer-batch", "STAMPEDE_CONSUMER_BATCH", 256, fmt.Sprintf("ORDER_CREATED messages per order-lock transaction (1..%d)", persistence.MaxLockBatch))
+	b.dur(&c.ConsumerBatchWait, "consumer-batch-wait", "STAMPEDE_CONSUMER_BATCH_WAIT", 5*time.Millisecond, "longest wait to fill an order-lock batch once its first message arrived")
+	b.integer(&c.ConsumerLockChans, "consumer-lock-channels", "STAMPEDE_CONSUMER_LOCK_CHANNELS", 2, "order-lock batches applied at once per process, each on its own AMQP channel (1..64)")
+	b.dur(&c.PayTimeout, "pay-timeout", "STAMPEDE_PAY_TIMEOUT", 15*time.Minute, "time to pay before a WAITING_PAY order is cancelled")
+	b.integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
+	b.integer(&c.RelayWorkers, "relay-workers", "STAMPEDE_RELAY_WORKERS", 2, "relays per process, each claiming with SKIP LOCKED on its own RabbitMQ connection, so one's confirm wait overlaps another's claim (1..16)")
+	b.dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
+	b.integer(&c.SweepWorkers, "sweep-workers", "STAMPEDE_SWEEP_WORKERS", 2, fmt.Sprintf("close passes a sweeper runs at once, each over its own part of the due orders (id mod this) under its own MySQL advisory lock, so a sale's unpaid orders close as fast as they were locked; the same value on every sweeper (1..%d)", persistence.MaxCloseParts))
+	b.dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
+	b.dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
+}
+
+// bindRoom registers the waiting room's settings: the admission pacer (sweeper role) and the tickets and proof-of-work (gateway).
+func (c *Config) bindRoom(b flagBinder) {
+	b.f64(&c.RoomRate, "room-rate", "STAMPEDE_ROOM_RATE", 0, "waiting-room admissions per second (0: auto, from the pipeline's measured drain)")
+	b.f64(&c.RoomCeiling, "room-ceiling", "STAMPEDE_ROOM_CEILING", 2000, "highest waiting-room admission rate the pacer ever asks for, per second")
+	b.dur(&c.RoomWindow, "room-window", "STAMPEDE_ROOM_WINDOW", 2*time.Minute, "a waiting-room admission not used by an order within this window expires and its place passes on")
+	b.dur(&c.RoomTargetBacklog, "room-target-backlog", "STAMPEDE_ROOM_TARGET_BACKLOG", 2*time.Second, "the auto pacer keeps the orders not yet past PROCESSING at this many seconds of drain")
+	b.integer(&c.RoomOverbook, "room-overbook", "STAMPEDE_ROOM_OVERBOOK", 10, "live waiting-room admissions a fifo or random room may hold beyond its units left, so that admitted buyers who never order do not hold the last units a whole window each (a draw admits exactly its units)")
+	b.integer(&c.RoomPipeline, "room-pipeline", "STAMPEDE_ROOM_PIPELINE", 64, "send concurrent requests' waiting-room ticket calls to Redis in pipelines of up to this many (0: one round trip each)")
+	b.str(&c.PowSecret, "pow-secret", "STAMPEDE_POW_SECRET", "", "HMAC key of waiting-room proof-of-work challenges, the same on every gateway (empty: derived from the JWT secret)")
+	b.dur(&c.PowExpiry, "pow-expiry", "STAMPEDE_POW_EXPIRY", 5*time.Minute, "how long a waiting-room proof-of-work challenge can be used (at least 10s)")
+}
+
+// bindPush registers the push role's settings.
+func (c *Config) bindPush(b flagBinder) {
+	b.str(&c.PushAddr, "push-addr", "STAMPEDE_PUSH_ADDR", "127.0.0.1:8081", "push WebSocket listen address")
+	b.str(&c.PushURL, "push-url", "STAMPEDE_PUSH_URL", "", "WebSocket URL given to browsers by GET /api/config (empty: development ws://<request host>:<push port>/ws; production none, the client uses its own host and port 8081)")
+	b.integer(&c.PushMaxSockets, "push-max-sockets", "STAMPEDE_PUSH_MAX_SOCKETS", 8, "open WebSockets per user per push process; one more closes the user's oldest with 4429 (-1: no cap)")
+	b.str(&c.PushOrigins, "push-allowed-origins", "STAMPEDE_PUSH_ALLOWED_ORIGINS", "", "comma-separated Origin host patterns allowed to open WebSockets, e.g. shop.example.com,*.example.com:8443 (empty: the page's own host; *: any)")
+	b.f64(&c.PushUserRate, "push-handshake-user-rate", "STAMPEDE_PUSH_HANDSHAKE_USER_RATE", 1, "WebSockets per second one user may open (a bucket of 10 s worth, checked before any database read; over it: close 1013); 0: no limit")
+	b.f64(&c.PushAddrRate, "push-handshake-addr-rate", "STAMPEDE_PUSH_HANDSHAKE_ADDR_RATE", 10, "WebSocket handshakes per second one client address may start (a bucket of 10 s worth; over it: 429 before the upgrade; loopback peers such as a local proxy are not limited); 0: no limit")
+}
+
+// bindMetrics registers the metrics and profiling listeners and the stuck-order age.
+func (c *Config) bindMetrics(b flagBinder) {
+	b.str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "listener serving only GET /metrics (production default "+defaultMetricsAddr+"; \"\" or off: none; development also serves /metrics on the gateway's port)")
+	b.str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off; no /debug/pprof/cmdline); production refuses a non-loopback address")
+	b.dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
+}
+
+// Validate returns "invalid config: ..." for settings that cannot work: the
+// errors of every group of checks below, joined.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.PayTimeout < time.Second {
-		errs = append(errs, fmt.Errorf("pay timeout %s is under 1s", c.PayTimeout))
+	for _, check := range []func() []error{
+		c.validateProcess, c.validateMode, c.validateIdentity, c.validateRedis,
+		c.validateGateway, c.validatePipeline, c.validateRoom, c.validatePush, c.validateAddrs,
+	} {
+		errs = append(errs, check()...)
 	}
-	if c.NodeID < -1 || c.NodeID > 1023 {
-		errs = append(errs, fmt.Errorf("node id %d is outside -1..1023", c.NodeID))
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid config: %w", errors.Join(errs...))
 	}
-	if c.MySQLMaxConns < 2 || c.MySQLMaxConns > 1000 {
-		errs = append(errs, fmt.Errorf("mysql max conns %d is outside 2..1000", c.MySQLMaxConns))
+	return nil
+}
+
+// inRange adds "<what> v is outside lo..hi" to errs unless lo ≤ v ≤ hi.
+func inRange[T int | int64](errs []error, what string, v, lo, hi T) []error {
+	if v < lo || v > hi {
+		return append(errs, fmt.Errorf("%s %d is outside %d..%d", what, v, lo, hi))
 	}
-	if c.WriterBatch < 1 || c.WriterBatch > pipeline.MaxWriterBatch {
-		errs = append(errs, fmt.Errorf("writer batch %d is outside 1..%d", c.WriterBatch, pipeline.MaxWriterBatch))
-	}
-	if c.ConsumerMaxAttempts < 1 || c.ConsumerMaxAttempts > 100 {
-		errs = append(errs, fmt.Errorf("consumer max attempts %d is outside 1..100", c.ConsumerMaxAttempts))
-	}
-	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
-		errs = append(errs, fmt.Errorf("consumer lock %q is none of writer, batch, message", c.ConsumerLock))
-	}
-	if c.ConsumerBatch < 1 || c.ConsumerBatch > persistence.MaxLockBatch {
-		errs = append(errs, fmt.Errorf("consumer batch %d is outside 1..%d", c.ConsumerBatch, persistence.MaxLockBatch))
-	}
-	if c.ConsumerBatchWait <= 0 || c.ConsumerBatchWait > time.Second {
-		errs = append(errs, fmt.Errorf("consumer batch wait %s is outside (0, 1s]", c.ConsumerBatchWait))
-	}
-	if c.ConsumerLockChans < 1 || c.ConsumerLockChans > 64 {
-		errs = append(errs, fmt.Errorf("consumer lock channels %d is outside 1..64", c.ConsumerLockChans))
-	}
-	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
-		errs = append(errs, err)
-	}
-	if c.SweepWorkers < 1 || c.SweepWorkers > persistence.MaxCloseParts {
-		errs = append(errs, fmt.Errorf("sweep workers %d is outside 1..%d", c.SweepWorkers, persistence.MaxCloseParts))
-	}
-	if c.RelayWorkers < 1 || c.RelayWorkers > 16 {
-		errs = append(errs, fmt.Errorf("relay workers %d is outside 1..16", c.RelayWorkers))
-	}
-	if c.ConsumerWorkers < 1 || c.ConsumerPrefetch < 1 || c.RelayBatch < 1 {
-		errs = append(errs, errors.New("consumer workers, consumer prefetch and relay batch must be >= 1"))
-	}
+	return errs
+}
+
+// validateProcess checks the process settings: roles, demo admins, MySQL connections, shutdown.
+func (c *Config) validateProcess() []error {
+	var errs []error
 	if _, err := c.roleSet(); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := c.adminIDs(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.validateMode()...)
+	errs = inRange(errs, "mysql max conns", c.MySQLMaxConns, 2, 1000)
 	if c.ShutdownTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("shutdown timeout %s is under 1s", c.ShutdownTimeout))
 	}
-	if c.WriterWait <= 0 || c.SweepInterval <= 0 || c.WriterClaimIdle < time.Second {
-		errs = append(errs, errors.New("writer wait and sweep interval must be positive, writer claim idle at least 1s"))
-	}
-	if c.Intake != "stream" && c.Intake != "sync" {
-		errs = append(errs, fmt.Errorf("intake %q is neither stream nor sync", c.Intake))
-	}
-	if c.ReservePipeline < 0 || c.ReservePipeline > 1024 {
-		errs = append(errs, fmt.Errorf("reserve pipeline %d is outside 0..1024", c.ReservePipeline))
-	}
-	if c.LookupPipeline < 0 || c.LookupPipeline > 1024 {
-		errs = append(errs, fmt.Errorf("lookup pipeline %d is outside 0..1024", c.LookupPipeline))
-	}
-	if c.RoomOverbook < 0 {
-		errs = append(errs, fmt.Errorf("room overbook %d is negative", c.RoomOverbook))
-	}
-	if c.RoomPipeline < 0 || c.RoomPipeline > 1024 {
-		errs = append(errs, fmt.Errorf("room pipeline %d is outside 0..1024", c.RoomPipeline))
-	}
-	if c.PowExpiry < 10*time.Second {
-		errs = append(errs, fmt.Errorf("pow expiry %s is under 10s", c.PowExpiry))
-	}
-	if c.RoomRate < 0 || c.RoomCeiling <= 0 || c.RoomRate > c.RoomCeiling || c.RoomWindow < time.Second || c.RoomTargetBacklog <= 0 {
-		errs = append(errs, errors.New("waiting room: room rate must be 0 (auto) up to the ceiling, the ceiling positive, the window at least 1s and the target backlog positive"))
-	}
-	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 {
-		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers, token cache must be >= 0"))
-	}
-	if c.OutboxRetention < 0 {
-		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))
-	}
+	return errs
+}
+
+// validateRedis checks the Redis durability and settings-watch settings.
+func (c *Config) validateRedis() []error {
+	var errs []error
 	if _, err := gateway.ParseDurability(c.RedisDurability); err != nil {
 		errs = append(errs, err)
 	}
-	if c.RedisReplicaAcks < 1 || c.RedisReplicaAcks > 16 {
-		errs = append(errs, fmt.Errorf("redis replica acks %d is outside 1..16", c.RedisReplicaAcks))
-	}
+	errs = inRange(errs, "redis replica acks", c.RedisReplicaAcks, 1, 16)
 	if c.RedisReplicaWait < time.Millisecond || c.RedisReplicaWait > 10*time.Second {
 		errs = append(errs, fmt.Errorf("redis replica wait %s is outside 1ms..10s", c.RedisReplicaWait))
 	}
 	if c.RedisCheckInterval < time.Second {
 		errs = append(errs, fmt.Errorf("redis check interval %s is under 1s", c.RedisCheckInterval))
 	}
+	return errs
+}
+
+// validateGateway checks the gateway role's settings: orderNo node, intake, pipelines, rate limits and caches.
+func (c *Config) validateGateway() []error {
+	var errs []error
+	errs = inRange(errs, "node id", c.NodeID, -1, 1023)
+	if c.Intake != "stream" && c.Intake != "sync" {
+		errs = append(errs, fmt.Errorf("intake %q is neither stream nor sync", c.Intake))
+	}
+	errs = inRange(errs, "reserve pipeline", c.ReservePipeline, 0, 1024)
+	errs = inRange(errs, "lookup pipeline", c.LookupPipeline, 0, 1024)
+	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 {
+		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers, token cache must be >= 0"))
+	}
+	return errs
+}
+
+// validatePipeline checks the writer, consumer, relay and sweeper settings and the RabbitMQ queue type.
+func (c *Config) validatePipeline() []error {
+	var errs []error
+	if c.PayTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("pay timeout %s is under 1s", c.PayTimeout))
+	}
+	errs = inRange(errs, "writer batch", c.WriterBatch, 1, pipeline.MaxWriterBatch)
+	errs = inRange(errs, "consumer max attempts", c.ConsumerMaxAttempts, 1, 100)
+	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
+		errs = append(errs, fmt.Errorf("consumer lock %q is none of writer, batch, message", c.ConsumerLock))
+	}
+	errs = inRange(errs, "consumer batch", c.ConsumerBatch, 1, persistence.MaxLockBatch)
+	if c.ConsumerBatchWait <= 0 || c.ConsumerBatchWait > time.Second {
+		errs = append(errs, fmt.Errorf("consumer batch wait %s is outside (0, 1s]", c.ConsumerBatchWait))
+	}
+	errs = inRange(errs, "consumer lock channels", c.ConsumerLockChans, 1, 64)
+	if _, err := pipeline.ParseQueueType(c.AMQPQueueType); err != nil {
+		errs = append(errs, err)
+	}
+	errs = inRange(errs, "sweep workers", c.SweepWorkers, 1, persistence.MaxCloseParts)
+	errs = inRange(errs, "relay workers", c.RelayWorkers, 1, 16)
+	if c.ConsumerWorkers < 1 || c.ConsumerPrefetch < 1 || c.RelayBatch < 1 {
+		errs = append(errs, errors.New("consumer workers, consumer prefetch and relay batch must be >= 1"))
+	}
+	if c.WriterWait <= 0 || c.SweepInterval <= 0 || c.WriterClaimIdle < time.Second {
+		errs = append(errs, errors.New("writer wait and sweep interval must be positive, writer claim idle at least 1s"))
+	}
+	if c.OutboxRetention < 0 {
+		errs = append(errs, fmt.Errorf("outbox retention %s is negative", c.OutboxRetention))
+	}
 	if c.ReconcileInterval < 0 || c.StuckAfter <= 0 {
 		errs = append(errs, errors.New("reconcile interval must be >= 0 and stuck-after > 0"))
 	}
+	return errs
+}
+
+// validateRoom checks the waiting room's settings.
+func (c *Config) validateRoom() []error {
+	var errs []error
+	if c.RoomOverbook < 0 {
+		errs = append(errs, fmt.Errorf("room overbook %d is negative", c.RoomOverbook))
+	}
+	errs = inRange(errs, "room pipeline", c.RoomPipeline, 0, 1024)
+	if c.PowExpiry < 10*time.Second {
+		errs = append(errs, fmt.Errorf("pow expiry %s is under 10s", c.PowExpiry))
+	}
+	if c.RoomRate < 0 || c.RoomCeiling <= 0 || c.RoomRate > c.RoomCeiling || c.RoomWindow < time.Second || c.RoomTargetBacklog <= 0 {
+		errs = append(errs, errors.New("waiting room: room rate must be 0 (auto) up to the ceiling, the ceiling positive, the window at least 1s and the target backlog positive"))
+	}
+	return errs
+}
+
+// validatePush checks the push role's settings.
+func (c *Config) validatePush() []error {
+	var errs []error
 	if c.PushMaxSockets < -1 || c.PushMaxSockets == 0 {
 		errs = append(errs, fmt.Errorf("push max sockets %d: want a positive cap or -1 for none", c.PushMaxSockets))
 	}
-	errs = append(errs, c.validateIdentity()...)
 	if c.PushUserRate < 0 || c.PushAddrRate < 0 {
 		errs = append(errs, errors.New("push handshake rates must be >= 0 (0: no limit)"))
 	}
+	return errs
+}
+
+// validateAddrs checks that every listen address is host:port (the optional ones may be empty).
+func (c *Config) validateAddrs() []error {
+	var errs []error
 	for _, a := range []struct{ name, addr string }{{"http", c.HTTPAddr}, {"push", c.PushAddr}, {"metrics", c.MetricsAddr}, {"pprof", c.PprofAddr}} {
 		if a.addr == "" && a.name != "http" {
 			continue
@@ -406,10 +505,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s address %q is not host:port", a.name, a.addr))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid config: %w", errors.Join(errs...))
-	}
-	return nil
+	return errs
 }
 
 // resolve applies the defaults that depend on the mode, after the flags

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-sh/stampede/docs"
 	"github.com/stampede-sh/stampede/pipeline"
 )
 
@@ -35,58 +36,59 @@ func settingFlags(t *testing.T) (map[string]string, *flag.FlagSet) {
 	return out, fs
 }
 
-// TestConfigTableMatchesFlags keeps README.md's configuration table in sync
-// with the flags: the same variables, each with its flag, and the same
-// default where the table gives a literal one.
-func TestConfigTableMatchesFlags(t *testing.T) {
-	flags, fs := settingFlags(t)
-	raw, err := os.ReadFile("../../README.md")
+// configRow is a row of a hand-written settings table: a variable, then its
+// flag, the layout of the README's table before docs/configuration.md was
+// generated from the flags.
+var configRow = regexp.MustCompile("^\\| `STAMPEDE_[A-Z0-9_]+` \\| `-[a-z0-9-]+` \\|")
+
+// configRows returns the 1-based lines of text that are rows of a
+// hand-written settings table.
+func configRows(text string) []int {
+	var lines []int
+	for i, line := range strings.Split(text, "\n") {
+		if configRow.MatchString(line) {
+			lines = append(lines, i+1)
+		}
+	}
+	return lines
+}
+
+// TestOneConfigurationReference keeps the settings in one place: the page
+// generated from the flags (TestConfigurationPage). README.md must link it,
+// and no other page may hold a hand-written copy of its table, which would
+// drift from the flags unnoticed.
+func TestOneConfigurationReference(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("^\\| `(STAMPEDE_[A-Z0-9_]+)` \\| `-([a-z0-9-]+)` \\| ([^|]*) \\|")
-	table := map[string]string{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		m := row.FindStringSubmatch(line)
-		if m == nil {
+	if !strings.Contains(string(readme), "](docs/configuration.md)") {
+		t.Error("README.md does not link docs/configuration.md")
+	}
+	pages, err := docs.Pages("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, page := range pages {
+		if page == "docs/configuration.md" {
 			continue
 		}
-		env, name, def := m[1], m[2], strings.TrimSpace(m[3])
-		table[env] = name
-		if flags[name] != env {
-			t.Errorf("README: %s is documented with -%s, but that flag reads %q", env, name, flags[name])
-			continue
+		raw, err := os.ReadFile("../../" + page)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if _, set := os.LookupEnv(env); set {
-			continue // the flag's default is the environment's value
-		}
-		f := fs.Lookup(name)
-		want, literal := strings.CutPrefix(def, "`")
-		if def == "empty" {
-			want, literal = "", true
-		} else if literal {
-			want, literal = strings.CutSuffix(want, "`")
-			literal = literal && !strings.Contains(want, "`")
-		}
-		if !literal {
-			continue // prose such as "a development key" or "all"
-		}
-		dw, errW := time.ParseDuration(want)
-		dg, errG := time.ParseDuration(f.DefValue)
-		if errW == nil && errG == nil {
-			if dw != dg {
-				t.Errorf("README: %s default %s, flag default %s", env, want, f.DefValue)
-			}
-			continue
-		}
-		if want != f.DefValue {
-			t.Errorf("README: %s default %q, flag default %q", env, want, f.DefValue)
+		if rows := configRows(string(raw)); len(rows) > 0 {
+			t.Errorf("%s: lines %v are a hand-written settings table; link docs/configuration.md instead", page, rows)
 		}
 	}
-	for name, env := range flags {
-		if _, ok := table[env]; !ok {
-			t.Errorf("README configuration table lacks %s (-%s)", env, name)
-		}
+}
+
+// The check finds a hand-written row, and only that.
+func TestConfigRowsFindsATable(t *testing.T) {
+	text := "| variable | flag | default |\n|---|---|---|\n| `STAMPEDE_HTTP_ADDR` | `-http-addr` | `127.0.0.1:8080` |\n" +
+		"| `STAMPEDE_JWT_JWKS_URL` | `https` only | `http` accepted |\n"
+	if got := configRows(text); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("configRows = %v, want [3]", got)
 	}
 }
 
@@ -167,5 +169,54 @@ func TestWriterBatchLimitMatchesPipeline(t *testing.T) {
 	}
 	if _, err := parse("serve", []string{"--redis-check-interval", "10ms"}, nil); err == nil {
 		t.Fatal("--redis-check-interval 10ms accepted")
+	}
+}
+
+// TestEnvValuesParsed checks each kind of setting read from its variable: a
+// valid value becomes the flag's default, a malformed one is reported with
+// the variable's name and leaves the code's default.
+func TestEnvValuesParsed(t *testing.T) {
+	t.Setenv("STAMPEDE_WRITER_WAIT", "7ms")
+	t.Setenv("STAMPEDE_WRITER_BATCH", "123")
+	t.Setenv("STAMPEDE_NODE_ID", "42")
+	t.Setenv("STAMPEDE_MIGRATE", "true")
+	t.Setenv("STAMPEDE_RATE_USER", "2.5")
+	t.Setenv("STAMPEDE_CURRENCY", "EUR")
+	var cfg Config
+	var errs []error
+	newFlagSet("serve", &cfg, &errs, nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if cfg.WriterWait != 7*time.Millisecond || cfg.WriterBatch != 123 || cfg.NodeID != 42 || !cfg.Migrate || cfg.RateUser != 2.5 || cfg.Currency != "EUR" {
+		t.Fatalf("valid variables not applied: wait %s batch %d node %d migrate %v rate %v currency %q",
+			cfg.WriterWait, cfg.WriterBatch, cfg.NodeID, cfg.Migrate, cfg.RateUser, cfg.Currency)
+	}
+
+	t.Setenv("STAMPEDE_WRITER_WAIT", "soon")
+	t.Setenv("STAMPEDE_WRITER_BATCH", "many")
+	t.Setenv("STAMPEDE_NODE_ID", "x")
+	t.Setenv("STAMPEDE_MIGRATE", "maybe")
+	t.Setenv("STAMPEDE_RATE_USER", "fast")
+	cfg, errs = Config{}, nil
+	newFlagSet("serve", &cfg, &errs, nil)
+	got := errors.Join(errs...).Error()
+	for _, want := range []string{
+		`STAMPEDE_WRITER_WAIT="soon": time: invalid duration "soon"`,
+		`STAMPEDE_WRITER_BATCH="many": not an integer`,
+		`STAMPEDE_NODE_ID="x": not an integer`,
+		`STAMPEDE_MIGRATE="maybe": not a boolean`,
+		`STAMPEDE_RATE_USER="fast": not a number`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors %q lack %q", got, want)
+		}
+	}
+	if len(errs) != 5 {
+		t.Errorf("%d errors, want 5: %v", len(errs), errs)
+	}
+	if cfg.WriterWait != 20*time.Millisecond || cfg.WriterBatch != 500 || cfg.NodeID != -1 || cfg.Migrate || cfg.RateUser != 20 {
+		t.Errorf("malformed variables did not leave the defaults: wait %s batch %d node %d migrate %v rate %v",
+			cfg.WriterWait, cfg.WriterBatch, cfg.NodeID, cfg.Migrate, cfg.RateUser)
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // checkDeployment compares this database's deployment identity with the
-// one the Redis DB carries (README "Deployment identity"): an unmarked
+// one the Redis DB carries (docs/production.md "Deployment identity"): an unmarked
 // Redis DB is claimed for this deployment, one that carries another identity
 // makes every role refuse to start with deploymentRefusal's explanation.
 func checkDeployment(ctx context.Context, cfg *Config, store *persistence.Store, rdb redis.UniversalClient, log *slog.Logger) error {

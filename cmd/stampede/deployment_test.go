@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -193,6 +194,7 @@ func TestWrongRedisDBRefused(t *testing.T) {
 	if !errors.Is(err, errWrongDeployment) || !strings.Contains(err.Error(), theirID) {
 		t.Fatalf("demo --once on their Redis DB: %v\n%s", err, out.String())
 	}
+	demoProcessRefused(t, ours, theirID)
 
 	checkTakeover(t, rdb, ours, theirs, theirID)
 	// Ours starts now and sells its own product 1.
@@ -206,6 +208,35 @@ func TestWrongRedisDBRefused(t *testing.T) {
 	if st != 201 || fmt.Sprint(p["available"]) != "3" {
 		t.Fatalf("our product after the takeover: %d %v", st, p)
 	}
+}
+
+// demoProcessRefused runs `stampede demo --once` on their Redis DB as a
+// real process (the binary built from this package): it must exit with
+// status 1 and print the refusal (both identities' sources, the ways out)
+// on stderr, and nothing of a panic.
+func demoProcessRefused(t *testing.T, ours []string, theirID string) {
+	t.Helper()
+	bin := buildBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"demo", "--once", "--buyers", "20", "--replays", "0", "--stock", "5"}, ours...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("stampede demo --once on their Redis DB: %v, want exit status 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	msg := stderr.String()
+	for _, want := range []string{"stampede: " + errWrongDeployment.Error(), theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", "stampede_test_cmd at"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("demo's stderr lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "panic:") {
+		t.Errorf("demo panicked:\n%s", msg)
+	}
+	t.Logf("stampede demo --once as a process: exit status 1, stderr %q…", msg[:min(len(msg), 120)])
 }
 
 // checkTakeover: `stampede redis-takeover` refuses while their reservation

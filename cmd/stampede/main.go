@@ -98,7 +98,7 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun `stampede <command> -h` for its flags. Every setting is read from a STAMPEDE_*")
 	fmt.Fprintln(w, "environment variable (shown in brackets in each flag's help); a flag overrides it.")
-	fmt.Fprintln(w, "\nPrometheus metrics: GET /metrics on the metrics listener (STAMPEDE_METRICS_ADDR; in development mode also on the gateway's port). See README \"Metrics\".")
+	fmt.Fprintln(w, "\nPrometheus metrics: GET /metrics on the metrics listener (STAMPEDE_METRICS_ADDR; in development mode also on the gateway's port). See docs/operations.md, \"Metrics\".")
 }
 
 // parse binds the common config plus extra flags, parses args and validates.

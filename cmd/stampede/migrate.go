@@ -31,6 +31,6 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "migrate: deployment identity %s (README \"Deployment identity\")\n", id)
+	fmt.Fprintf(stdout, "migrate: deployment identity %s (docs/production.md, \"Deployment identity\")\n", id)
 	return nil
 }

@@ -50,6 +50,34 @@ export async function request(method, path, opts = {}) {
   return data
 }
 
+/**
+ * requestText GETs a text/plain answer without a token (the published
+ * ticket list); errors as request's.
+ */
+export async function requestText(path, { timeoutMs = 30_000, fetchImpl = globalThis.fetch } = {}) {
+  const ctl = new AbortController()
+  const timer = setTimeout(() => ctl.abort(), timeoutMs)
+  try {
+    const res = await fetchImpl(path, { signal: ctl.signal })
+    const text = await res.text()
+    if (!res.ok) {
+      let data = null
+      try {
+        data = JSON.parse(text)
+      } catch {
+        data = null
+      }
+      throw new ApiError(data?.error?.code ?? codeForStatus(res.status), data?.error?.message ?? '', res.status)
+    }
+    return text
+  } catch (e) {
+    if (e instanceof ApiError) throw e
+    throw new ApiError(ctl.signal.aborted ? 'TIMEOUT' : 'NETWORK', String(e?.message ?? e))
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** query renders params as ?a=1&b=2, leaving out empty ones ('' / null / undefined). */
 export function query(params) {
   const q = new URLSearchParams()
@@ -69,8 +97,16 @@ export const api = {
     request('GET', `/api/orders?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`),
   pay: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/pay`),
   cancel: (orderNo) => request('POST', `/api/orders/${encodeURIComponent(orderNo)}/cancel`),
-  /** queue takes (or finds again) the buyer's place in a product's waiting room. */
-  queue: (productId) => request('POST', `/api/products/${encodeURIComponent(productId)}/queue`),
+  /**
+   * queue takes (or finds again) the buyer's place in a product's waiting room;
+   * altcha: the solved proof-of-work payload of a room with powCost > 0.
+   */
+  queue: (productId, altcha = '') =>
+    request('POST', `/api/products/${encodeURIComponent(productId)}/queue`, altcha ? { body: { altcha } } : {}),
+  /** drop is the room's public record (GET /api/products/{id}/drop, no token): commitment, seed after the shuffle… */
+  drop: (productId) => request('GET', `/api/products/${encodeURIComponent(productId)}/drop`, { token: null }),
+  /** dropTickets is the published pre-queue list as text (sorted ticket ids, one per line). */
+  dropTickets: (productId) => requestText(`/api/products/${encodeURIComponent(productId)}/drop/tickets`),
   config: () => request('GET', '/api/config', { token: null, timeoutMs: 3000 }),
 }
 
@@ -95,6 +131,10 @@ export const admin = {
   /** refundNo makes the call idempotent: the same one again changes nothing. */
   refund: (paymentNo, refundNo) =>
     request('POST', `/api/admin/payments/${encodeURIComponent(paymentNo)}/refund`, { body: { refundNo } }),
+  /** GET /api/admin/products/{id}/waiting-room: {terms, drop, paused, available, issued, admitted, expired, claimed, live, waiting, cutoff, ratePerSecond}. */
+  room: (id) => request('GET', `/api/admin/products/${encodeURIComponent(id)}/waiting-room`),
+  /** POST the room's terms ({on, mode, preQueueSeconds, reserve, powCost, windowSeconds, ceiling}; left out: kept). */
+  setRoom: (id, body) => request('POST', `/api/admin/products/${encodeURIComponent(id)}/waiting-room`, { body }),
   pulse: (window = 10) => request('GET', `/api/admin/pulse?window=${window}`),
   reconcile: () => request('GET', '/api/admin/reconcile', { timeoutMs: 30_000 }),
   dlq: (limit = 50) => request('GET', `/api/admin/dlq?limit=${limit}`),

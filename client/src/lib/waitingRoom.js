@@ -9,18 +9,31 @@ export const Place = Object.freeze({
   WAITING: 'WAITING',
   ADMITTED: 'ADMITTED',
   SOLD_OUT: 'SOLD_OUT',
+  // issue 28: the pre-queue, its shuffle, and a draw's outcomes
+  PRE_QUEUE: 'PRE_QUEUE', // taken before the opening: no position yet (a draw: entered)
+  SHUFFLING: 'SHUFFLING', // the opening passed, the shuffle is being published
+  LOST: 'LOST', // a draw: not drawn
+  EXPIRED: 'EXPIRED', // a draw: the win was not used in time and passed on
+  ORDERED: 'ORDERED', // a draw: the win was used by an order
 })
+
+/** FINAL are the states after which nothing more comes for the ticket. */
+export const FINAL = new Set([Place.LOST, Place.EXPIRED, Place.ORDERED])
 
 export class LinePlace {
   constructor() {
     this.state = Place.NONE
     this.ticket = '' // the opaque ticket id (issue 28)
+    this.mode = 'fifo' // fifo | random | draw
     this.position = 0
+    this.shufflePosition = 0 // a pre-queued ticket's place in the published shuffle (0: none)
+    this.opensAt = null // the opening (ISO)
     this.firstPosition = 0 // position when the buyer joined: the progress bar's 0 %
     this.etaSeconds = null
     this.admittedUntil = null
     this.seq = 0
     this.backInStock = false
+    this.preQueued = false // seen before the opening: its shuffle place is worth asking for
   }
 
   /** fromApi applies an answer of POST /api/products/{id}/queue (authoritative). */
@@ -29,21 +42,39 @@ export class LinePlace {
     if (p.ticket !== this.ticket) {
       this.firstPosition = p.position || 0
       this.seq = 0
+      this.preQueued = false
     }
     this.ticket = p.ticket
+    if (p.state === Place.PRE_QUEUE || p.state === Place.SHUFFLING) this.preQueued = true
     this.state = p.state
     this.position = p.position ?? 0
+    this.mode = p.mode ?? this.mode
+    this.shufflePosition = p.shufflePosition ?? 0
+    this.opensAt = p.opensAt ?? this.opensAt
     this.etaSeconds = p.etaSeconds ?? null
     this.admittedUntil = p.admittedUntil ?? null
     if (!this.firstPosition) this.firstPosition = this.position
+  }
+
+  /**
+   * needsApi says whether the API should be asked after a push message:
+   * push carries neither the admission's deadline nor the place in the
+   * published shuffle (shufflePosition), which the page shows once the
+   * pre-queue's shuffle is out.
+   */
+  get needsApi() {
+    if (this.state === Place.ADMITTED && !this.admittedUntil) return true
+    return this.mode !== 'random' && !this.shufflePosition && this.preQueued && !FINAL.has(this.state) &&
+      this.state !== Place.PRE_QUEUE && this.state !== Place.SHUFFLING
   }
 
   /** fromPush applies a push message; false if it was dropped as stale or foreign. */
   fromPush(m) {
     if (!m || m.type !== 'queue' || m.ticket !== this.ticket || !this.ticket) return false
     if (m.seq <= this.seq) return false
-    if (this.state === Place.ADMITTED) return false // only the API says what follows an admission
+    if (this.state === Place.ADMITTED || FINAL.has(this.state)) return false // only the API says what follows an admission
     if (m.state === Place.WAITING && this.state === Place.WAITING && m.position > this.position) return false
+    if (this.state === Place.PRE_QUEUE || this.state === Place.SHUFFLING) this.preQueued = true
     this.seq = m.seq
     this.backInStock = !!m.backInStock
     this.state = m.state
