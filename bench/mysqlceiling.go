@@ -114,12 +114,15 @@ func insertCeilingTx(ctx context.Context, db *sql.DB, prefix string, lo, hi int6
 }
 
 // addMySQLCeiling measures the MySQL ceiling after the drain's designs ran
-// (same run, same MySQL, same data already in it) and adds to s a table with
+// (same run, same MySQL, same data already in it), with the pipeline roles
+// stopped first so that no release, relay or close competes with the
+// inserts (runDrain starts them again at its end), and adds to s a table with
 // the ceiling and each design's drain as a ratio to it, and the figures
 // "MySQL ceiling" (orders/s) and "<design>: drain / MySQL ceiling". A
 // ceiling that could not be measured is a note, not a failure of the drain.
 func (r *run) addMySQLCeiling(ctx context.Context, s *ScenarioResult, runs []*drainRun) {
 	orders := r.p.DrainOrders
+	r.env.Pipeline.Stop()
 	r.logf("   MySQL ceiling: inserting %d orders' rows (order, item, flow), %d per transaction, %d connections",
 		max(orders, mysqlCeilingMinRun), mysqlCeilingPerTx, mysqlCeilingConns)
 	c := measureMySQLCeiling(ctx, r.env.Store.DB, orders)
@@ -128,7 +131,7 @@ func (r *run) addMySQLCeiling(ctx context.Context, s *ScenarioResult, runs []*dr
 		return
 	}
 	r.logf("   MySQL ceiling: %s orders/s (%d orders in %s)", fmtNum(c.ordersPerSec), c.orders, c.elapsed.Round(time.Millisecond))
-	tbl := Table{Title: fmt.Sprintf("MySQL ceiling: plain multi-row INSERTs of the rows one WAITING_PAY order needs (order_info, order_item, stock_flow LOCK; copies of the tables with their indexes), %d orders per transaction, %d connections, no Stampede code, measured after the designs in this run",
+	tbl := Table{Title: fmt.Sprintf("MySQL ceiling: plain multi-row INSERTs of the rows one WAITING_PAY order needs (order_info, order_item, stock_flow LOCK; copies of the tables with their indexes), %d orders per transaction, %d connections, no Stampede code, measured after the designs in this run with the pipeline roles stopped",
 		mysqlCeilingPerTx, mysqlCeilingConns),
 		Header: []string{"what", "orders", "orders/s", "drain / ceiling"}}
 	tbl.Rows = append(tbl.Rows, []string{"MySQL ceiling", fmt.Sprint(c.orders), fmtNum(c.ordersPerSec), "1"})

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
 // lockedOrders creates a product of total units and n WAITING_PAY orders of
@@ -323,4 +325,40 @@ func checkOrderEnds(t *testing.T, store *persistence.Store, pid int64, nos []str
 	if seen != len(nos) {
 		t.Errorf("%d orders, want %d", seen, len(nos))
 	}
+}
+
+// TestReconcileDeferredWhileHot: a reconciliation round that falls due
+// while a product has more than 1,000 intake entries not yet written waits
+// (counted as deferred, no round done) and runs once the backlog is gone.
+func TestReconcileDeferredWhileHot(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	_, k := e.product(10, 10)
+	for i := range 1001 {
+		if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Intake(), Values: []any{"n", i}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, reg := e.metrics()
+	s, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 20 * time.Millisecond, Redis: e.rdb, Metrics: m,
+		ReconcileInterval: 50 * time.Millisecond, ReconcileDeferMax: time.Minute, LostGrace: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "sweeper", s.Run)
+	passes := func(result string) int64 {
+		return int64(pipelinetest.Metric(t, reg, "stampede_sweeper_passes_total", "pass", "reconcile", "result", result))
+	}
+	pipelinetest.WaitFor(t, 10*time.Second, "reconcile rounds deferred", func() (bool, string) {
+		return passes("deferred") >= 5, fmt.Sprintf("deferred %d", passes("deferred"))
+	})
+	if n := passes("done") + passes("skipped"); n != 0 {
+		t.Fatalf("%d reconcile rounds ran or were skipped during the hot period, want 0", n)
+	}
+	if err := e.rdb.Del(ctx, k.Intake()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pipelinetest.WaitFor(t, 10*time.Second, "a reconcile round after the hot period", func() (bool, string) {
+		return passes("done")+passes("skipped") > 0, fmt.Sprintf("done %d, skipped %d", passes("done"), passes("skipped"))
+	})
 }
