@@ -202,7 +202,8 @@ type Writer struct {
 	log   *slog.Logger
 	m     *Metrics
 
-	names map[int64]string // product names, flusher goroutine only
+	namesMu sync.Mutex       // guards names: every flusher reads and fills it
+	names   map[int64]string // product names of the item snapshot, by product id
 
 	mysql *breaker // around a batch's MySQL transaction
 }
@@ -754,27 +755,37 @@ func (w *Writer) storeBatch(ctx context.Context, res []order.Reservation) error 
 }
 
 // productNames returns the names of the batch's products for the item
-// snapshot, reading unknown products from MySQL once.
+// snapshot (a map of its own: the batch's products only), reading unknown
+// products from MySQL once. Safe for concurrent flushers.
 func (w *Writer) productNames(ctx context.Context, batch []order.Reservation) (map[int64]string, error) {
+	out := make(map[int64]string, 4)
 	for _, r := range batch {
-		if _, ok := w.names[r.ProductID]; ok {
+		if _, ok := out[r.ProductID]; ok {
 			continue
 		}
-		p, err := w.store.GetProduct(ctx, r.ProductID)
-		switch {
-		case errors.Is(err, persistence.ErrNotFound):
-			// An accepted order is never dropped: store it with no name;
-			// locking it fails in MySQL and its stock is released.
-			w.log.Error("writer: reservation for a product missing in MySQL", "productId", r.ProductID,
-				"orderNo", r.OrderNo, "requestId", r.RequestID)
-			w.names[r.ProductID] = ""
-		case err != nil:
-			return nil, err
-		default:
-			w.names[r.ProductID] = p.Name
+		w.namesMu.Lock()
+		name, ok := w.names[r.ProductID]
+		w.namesMu.Unlock()
+		if !ok {
+			p, err := w.store.GetProduct(ctx, r.ProductID)
+			switch {
+			case errors.Is(err, persistence.ErrNotFound):
+				// An accepted order is never dropped: store it with no name;
+				// locking it fails in MySQL and its stock is released.
+				w.log.Error("writer: reservation for a product missing in MySQL", "productId", r.ProductID,
+					"orderNo", r.OrderNo, "requestId", r.RequestID)
+			case err != nil:
+				return nil, err
+			default:
+				name = p.Name
+			}
+			w.namesMu.Lock()
+			w.names[r.ProductID] = name
+			w.namesMu.Unlock()
 		}
+		out[r.ProductID] = name
 	}
-	return w.names, nil
+	return out, nil
 }
 
 // ack acknowledges and deletes exactly the given entries and drops the
