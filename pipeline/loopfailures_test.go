@@ -47,13 +47,15 @@ func loopFailuresWhileDown(t *testing.T, lines *atomic.Int64, failures func() fl
 // With MySQL down the sweeper's close pass backs off from Interval (10 ms)
 // to ErrorBackoff (400 ms): in ~2 s it fails about 10 times, not 200, and
 // logs one line for all of them; the rest are counted
-// (stampede_loop_failures_total{loop="sweeper_close"}).
+// (stampede_loop_failures_total{loop="sweeper_close"}). One close worker
+// here: each of Workers close loops backs off and logs on its own (one line
+// per worker and state change).
 func TestSweeperBacksOffWhileMySQLIsDown(t *testing.T) {
 	var lines atomic.Int64
 	e := &env{t: t}
 	m, preg := e.metrics()
 	s, err := pipeline.NewSweeper(unreachableMySQL(t), pipeline.SweeperConfig{Interval: 10 * time.Millisecond,
-		ErrorBackoff: 400 * time.Millisecond, Metrics: m, Logger: slog.New(lineCounter{prefix: "sweeper: close pass", n: &lines})})
+		ErrorBackoff: 400 * time.Millisecond, Workers: 1, Metrics: m, Logger: slog.New(lineCounter{prefix: "sweeper: close pass", n: &lines})})
 	if err != nil {
 		t.Fatal(err)
 	}
