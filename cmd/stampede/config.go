@@ -294,7 +294,7 @@ func (c *Config) bindGateway(b flagBinder) {
 	if st, err := os.Stat("client/dist/index.html"); err == nil && !st.IsDir() {
 		static = "client/dist"
 	}
-	b.str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (also serves /metrics)")
+	b.str(&c.HTTPAddr, "http-addr", "STAMPEDE_HTTP_ADDR", "127.0.0.1:8080", "gateway listen address (in development mode also serves /metrics)")
 	b.int64(&c.NodeID, "node-id", "STAMPEDE_NODE_ID", -1, "orderNo node id 0..1023, unique per gateway process; -1 = lease a free one from Redis")
 	b.str(&c.Intake, "intake", "STAMPEDE_INTAKE", "stream", "order intake: stream (Redis intake stream, batched MySQL writers) or sync (the order is written to MySQL within the request: the baseline)")
 	b.f64(&c.RateGlobal, "rate-global", "STAMPEDE_RATE_GLOBAL", 0, "order requests/s one gateway instance accepts (token bucket; 0: no limit)")
@@ -354,7 +354,7 @@ func (c *Config) bindPush(b flagBinder) {
 
 // bindMetrics registers the metrics and profiling listeners and the stuck-order age.
 func (c *Config) bindMetrics(b flagBinder) {
-	b.str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "listener serving only GET /metrics (production default "+defaultMetricsAddr+"; \"\" or off: none; development also serves /metrics on the gateway's port)")
+	b.str(&c.MetricsAddr, "metrics-addr", "STAMPEDE_METRICS_ADDR", "", "listener serving GET /metrics and GET /readyz (production default "+defaultMetricsAddr+"; \"\" or off: none; development also serves /metrics on the gateway's port)")
 	b.str(&c.PprofAddr, "pprof-addr", "STAMPEDE_PPROF_ADDR", "", "net/http/pprof listener, e.g. 127.0.0.1:6060 (empty: off; no /debug/pprof/cmdline); production refuses a non-loopback address")
 	b.dur(&c.StuckAfter, "stuck-after", "STAMPEDE_STUCK_AFTER", time.Minute, "age after which a PROCESSING order counts in stampede_orders_stuck_processing")
 }

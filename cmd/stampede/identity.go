@@ -199,7 +199,7 @@ func tokenTTL(ttl time.Duration, admin bool) (time.Duration, error) {
 	case ttl < 0:
 		return 0, fmt.Errorf("%w: --ttl must be a positive duration (a token that is already expired is refused by every gateway)", errUsage)
 	case ttl > bound:
-		return 0, fmt.Errorf("%w: --ttl %s exceeds %s, the longest a %s token may live", errUsage, ttl, bound, map[bool]string{false: "buyer", true: "admin"}[admin])
+		return 0, fmt.Errorf("%w: --ttl %s exceeds %s, the longest %s token may live", errUsage, ttl, bound, map[bool]string{false: "a buyer", true: "an admin"}[admin])
 	}
 	return ttl, nil
 }

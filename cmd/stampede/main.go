@@ -93,8 +93,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "stampede — flash-sale order system\n\nUsage: stampede <command> [flags]\n\nCommands:")
+	width := 0 // the longest command name: every summary starts in one column
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun `stampede <command> -h` for its flags. Every setting is read from a STAMPEDE_*")
 	fmt.Fprintln(w, "environment variable (shown in brackets in each flag's help); a flag overrides it.")

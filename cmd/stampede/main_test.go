@@ -169,3 +169,33 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("token -h: %v, want flag.ErrHelp", err)
 	}
 }
+
+// TestUsageAligned: in `stampede -h` every command's summary starts in the
+// same column, one past the longest command name (redis-takeover once
+// overflowed a 10-character column).
+func TestUsageAligned(t *testing.T) {
+	var out bytes.Buffer
+	usage(&out)
+	col := -1
+	for _, c := range commands {
+		var line string
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, "  "+c.name+" ") {
+				line = l
+			}
+		}
+		if line == "" {
+			t.Fatalf("usage lists no line for %q:\n%s", c.name, out.String())
+		}
+		at := strings.Index(line, c.summary)
+		if at < 0 || strings.TrimSpace(line[:at]) != c.name {
+			t.Fatalf("usage line %q does not hold %q then its summary", line, c.name)
+		}
+		if col == -1 {
+			col = at
+		}
+		if at != col {
+			t.Errorf("%q: summary at column %d, want %d like the others:\n%s", c.name, at, col, out.String())
+		}
+	}
+}
