@@ -63,7 +63,7 @@ type Config struct {
 	RelayBatch          int           // STAMPEDE_RELAY_BATCH, -relay-batch: outbox rows claimed per round (500)
 	RelayWorkers        int           // STAMPEDE_RELAY_WORKERS, -relay-workers: relays per process, each with its own connection (2)
 	SweepInterval       time.Duration // STAMPEDE_SWEEP_INTERVAL, -sweep-interval: sweeper period (1s)
-	SweepWorkers        int           // STAMPEDE_SWEEP_WORKERS, -sweep-workers: close passes run at once per sweeper, each over its own part of the due orders (2)
+	SweepWorkers        int           // STAMPEDE_SWEEP_WORKERS, -sweep-workers: close passes run at once per sweeper, each over its own part of the due orders (4)
 	OutboxRetention     time.Duration // STAMPEDE_OUTBOX_RETENTION, -outbox-retention: SENT outbox rows kept this long, 0 = forever (168h)
 	PushAddr            string        // STAMPEDE_PUSH_ADDR, -push-addr: push WebSocket listen address (127.0.0.1:8081)
 	PushURL             string        // STAMPEDE_PUSH_URL, -push-url: WebSocket URL given to browsers ("" = development: ws://<host>:<push port>/ws; production: the client's own fallback)
@@ -325,7 +325,7 @@ func (c *Config) bindPipeline(b flagBinder) {
 	b.integer(&c.RelayBatch, "relay-batch", "STAMPEDE_RELAY_BATCH", 500, "outbox rows claimed per relay round")
 	b.integer(&c.RelayWorkers, "relay-workers", "STAMPEDE_RELAY_WORKERS", 2, "relays per process, each claiming with SKIP LOCKED on its own RabbitMQ connection, so one's confirm wait overlaps another's claim (1..16)")
 	b.dur(&c.SweepInterval, "sweep-interval", "STAMPEDE_SWEEP_INTERVAL", time.Second, "sweeper period")
-	b.integer(&c.SweepWorkers, "sweep-workers", "STAMPEDE_SWEEP_WORKERS", 2, fmt.Sprintf("close passes a sweeper runs at once, each over its own part of the due orders (id mod this) under its own MySQL advisory lock, so a sale's unpaid orders close as fast as they were locked; the same value on every sweeper (1..%d)", persistence.MaxCloseParts))
+	b.integer(&c.SweepWorkers, "sweep-workers", "STAMPEDE_SWEEP_WORKERS", 4, fmt.Sprintf("close passes a sweeper runs at once, each over its own part of the due orders (id mod this) under its own MySQL advisory lock, so a sale's unpaid orders close as fast as they were locked; the same value on every sweeper (1..%d)", persistence.MaxCloseParts))
 	b.dur(&c.OutboxRetention, "outbox-retention", "STAMPEDE_OUTBOX_RETENTION", 7*24*time.Hour, "SENT outbox rows older than this are deleted by the sweeper; a purged event cannot be replayed from the DLQ through the outbox (0: keep every row)")
 	b.dur(&c.ReconcileInterval, "reconcile-interval", "STAMPEDE_RECONCILE_INTERVAL", 30*time.Second, "period of the sweeper's Redis ⇄ MySQL reconciliation, exported as stampede_reconcile_drift (0: off)")
 }
