@@ -44,7 +44,7 @@ func TestSweepersCloseDueOrdersOnce(t *testing.T) {
 	var regs []*prometheus.Registry // one per sweeper
 	for i := range 3 {
 		m, reg := e.metrics()
-		s, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 20 * time.Millisecond, BatchSize: 5, Metrics: m})
+		s, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 20 * time.Millisecond, BatchSize: 5, Workers: 1, Metrics: m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,9 @@ func TestSweepersCloseDueOrdersOnce(t *testing.T) {
 		t.Errorf("mysql stock %+v, want 96/2/2", st)
 	}
 	// Each close pass (5 orders of one product) appended one CANCELLED status
-	// batch for push and the Redis release: 20 orders, 4 passes.
+	// batch for push and the Redis release: 20 orders, 4 passes (one close
+	// worker per sweeper here: with several, each worker's part of the due
+	// orders fills its own passes; TestParallelCloseWorkersDisjoint).
 	if n := e.count(`SELECT COUNT(*) FROM mq_outbox WHERE routing_key = ? AND event_type = ?`, order.RouteStatus(order.Cancelled), string(order.EventStatusBatch)); n != 4 {
 		t.Errorf("%d CANCELLED status batches, want 4", n)
 	}
