@@ -96,15 +96,19 @@ func intakeAloneFigures(s *ScenarioResult, a *aloneResult) {
 
 // intakeAloneGoal is the issue-25 goal: the full system's highest clean
 // sustained step ≥ 0.6× the intake-alone one of the same run. None when
-// the run has no ratio; met is goals' verdict (nil in a quick run).
+// the intake-alone steps did not run, unjudged (Met nil) when none of them
+// was clean; met is goals' verdict (nil in a quick run).
 func intakeAloneGoal(s *ScenarioResult, met func(bool) *bool) []Goal {
-	v, ok := s.Figure(figAloneRatio)
-	if !ok {
+	alone, ran := s.Figure(figAloneStep)
+	if !ran {
 		return nil
 	}
-	full, _ := s.Figure("highest clean step")
-	alone, _ := s.Figure(figAloneStep)
-	return []Goal{{Name: "sustained: full system vs intake alone (pipeline stopped) in the same run, highest clean step",
-		Target: fmt.Sprintf("≥ %.1f×", aloneGoalMin),
-		Value:  fmt.Sprintf("%.2f× (%s ÷ %s req/s)", v, fmtNum(full), fmtNum(alone)), Met: met(v >= aloneGoalMin && s.Pass)}}
+	g := Goal{Name: "sustained: full system vs intake alone (pipeline stopped) in the same run, highest clean step",
+		Target: fmt.Sprintf("≥ %.1f×", aloneGoalMin), Value: "no intake-alone step was clean: no ratio"}
+	if v, ok := s.Figure(figAloneRatio); ok {
+		full, _ := s.Figure("highest clean step")
+		g.Value = fmt.Sprintf("%.2f× (%s ÷ %s req/s)", v, fmtNum(full), fmtNum(alone))
+		g.Met = met(v >= aloneGoalMin && s.Pass)
+	}
+	return []Goal{g}
 }

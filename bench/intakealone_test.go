@@ -121,7 +121,7 @@ func TestIntakeAloneRatioAndGoal(t *testing.T) {
 		{full: 2_400, alone: 4_000, over: true, ratio: 0.6, want: ptr(true)},
 		{full: 0, alone: 4_000, over: true, ratio: 0, want: ptr(false)},
 		{full: 6_000, alone: 6_000, ratio: 1, want: ptr(true), upper: true},
-		{full: 1_000, alone: 0, over: true},
+		{full: 1_000, alone: 0, over: true}, // no clean intake-alone step: unjudged
 	}
 	for _, c := range cases {
 		s := &ScenarioResult{Pass: true}
@@ -134,8 +134,8 @@ func TestIntakeAloneRatioAndGoal(t *testing.T) {
 		intakeAloneFigures(s, &aloneResult{step: c.alone, accepted: c.alone})
 		goals := intakeAloneGoal(s, met)
 		if c.want == nil {
-			if len(goals) != 0 {
-				t.Errorf("%+v: goal %+v, want none", c, goals)
+			if len(goals) != 1 || goals[0].Met != nil || !strings.Contains(goals[0].Value, "no ratio") {
+				t.Errorf("%+v: goal %+v, want one unjudged", c, goals)
 			}
 			continue
 		}
@@ -153,6 +153,10 @@ func TestIntakeAloneRatioAndGoal(t *testing.T) {
 		if g := intakeAloneGoal(s, met); *g[0].Met {
 			t.Errorf("%+v: goal met with a failed scenario", c)
 		}
+	}
+	// No intake-alone run: no goal.
+	if g := intakeAloneGoal(&ScenarioResult{Pass: true}, met); len(g) != 0 {
+		t.Errorf("goal %+v without an intake-alone run", g)
 	}
 	// A quick run claims nothing.
 	s := &ScenarioResult{Pass: true}
