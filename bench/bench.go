@@ -142,6 +142,11 @@ type Params struct {
 	SustainedWarmup time.Duration `json:"sustainedWarmup"`
 	SustainedStep   time.Duration `json:"sustainedStep"`
 	SustainedP99    time.Duration `json:"sustainedP99"` // a step passes if its p99 is at most this
+	// SustainedIntakeAlone first steps SustainedRates with the pipeline
+	// roles stopped (gateway + Redis alone) and reports the full system's
+	// highest clean step as a ratio to that one (intakealone.go). Needs the
+	// pipeline in the bench process; ignored for baselines and levels.
+	SustainedIntakeAlone bool `json:"sustainedIntakeAlone"`
 
 	SoldOutStock    int64         `json:"soldOutStock"`
 	SoldOutRate     float64       `json:"soldOutRate"`
@@ -223,7 +228,7 @@ func DefaultParams() Params {
 		SustainedStock:  10_000_000,
 		SustainedRates:  []float64{2_000, 4_000, 8_000, 12_000, 16_000, 20_000, 24_000, 28_000, 32_000},
 		BaselineRates:   []float64{250, 500, 1_000, 2_000, 3_000, 4_000, 6_000, 8_000},
-		SustainedWarmup: time.Second, SustainedStep: 5 * time.Second, SustainedP99: 50 * time.Millisecond,
+		SustainedWarmup: time.Second, SustainedStep: 5 * time.Second, SustainedP99: 50 * time.Millisecond, SustainedIntakeAlone: true,
 		SoldOutStock: 100, SoldOutRate: 60_000, SoldOutWarmup: time.Second, SoldOutDuration: 5 * time.Second,
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
 		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000,

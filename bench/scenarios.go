@@ -148,65 +148,26 @@ func stepVerdict(res *loadgen.Result, limit time.Duration) (bool, string) {
 // clean: its p99 passes SustainedP99, errors appear, or the pipeline fell
 // behind (at the end of the step more orders are still PROCESSING than one
 // second of intake). The accepted intake is the 202 rate of the highest
-// clean step: what the whole system sustains, not the gateway alone.
+// clean step: what the whole system sustains, not the gateway alone. With
+// SustainedIntakeAlone it first steps the same rates with the pipeline
+// stopped (intakealone.go) and reports the ratio of the two.
 func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	p := r.p
 	s := &ScenarioResult{}
+	alone, err := r.sustainedIntakeAlone(ctx, t, s)
+	if err != nil {
+		return s.fail(err)
+	}
 	pid, err := r.createProduct(ctx, t, Sustained, p.SustainedStock, 0)
 	if err != nil {
 		return s.fail(err)
 	}
 	s.ProductID = pid
-	var acc outcomes
-	prefix := r.requestPrefix(t, "su")
-	nUsers := int64(len(r.users.ids))
-	var offset int64
-	var best *Phase
 	rates := p.SustainedRates
 	if t.index > 0 && len(p.BaselineRates) > 0 && !r.levels {
 		rates = p.BaselineRates
 	}
-	for _, rate := range rates {
-		off := offset
-		cfg := r.loadConfig(t)
-		cfg.Rate, cfg.Warmup, cfg.Duration = rate, p.SustainedWarmup, p.SustainedStep
-		cfg.Build = r.orderBuilder(pid, prefix, func(i int64) int { return int((off + i) % nUsers) }, func(i int64) int64 { return off + i })
-		cfg.Observe = acc.observe
-		res, err := loadgen.Run(ctx, cfg)
-		if res == nil {
-			s.fail(err)
-			break
-		}
-		offset += res.Scheduled
-		ok, why := stepVerdict(res, p.SustainedP99)
-		if ok {
-			// Clean also means the pipeline kept up: fewer orders short of
-			// WAITING_PAY (or later) at the end of the step than one second
-			// of intake.
-			accepted, _ := acc.counts()
-			settled, err := r.settled(ctx, pid)
-			switch behind := accepted - settled; {
-			case err != nil:
-				ok, why = false, "counting settled orders: "+err.Error()
-			case float64(behind) >= rate:
-				ok, why = false, fmt.Sprintf("pipeline behind: %d orders still PROCESSING at the end of the step (≥ one second of intake)", behind)
-			default:
-				why = fmt.Sprintf("clean (%d PROCESSING at the end)", behind)
-			}
-		}
-		s.Phases = append(s.Phases, Phase{Name: fmtNum(rate) + "/s", Rate: rate, OK: ptr(ok), Result: res})
-		r.logf("   step %7s/s: %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", fmtNum(rate), fmtNum(classRate(res, classAccepted)),
-			fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
-		if err != nil {
-			s.fail(err)
-			break
-		}
-		if !ok {
-			s.figure("first step over the limit", rate, "req/s")
-			break
-		}
-		best = &s.Phases[len(s.Phases)-1]
-	}
+	best, acc := r.sustainedSteps(ctx, t, s, pid, r.requestPrefix(t, "su"), rates, "")
 	s.Headline = Figure{Name: "accepted intake", Unit: "orders/s"}
 	if best != nil {
 		s.Headline.Value = classRate(best.Result, classAccepted)
@@ -220,7 +181,70 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
 		return []pipeline.Check{ordersCheck(orderCount(pa), accepted, unknown)}
 	})
+	if alone != nil {
+		intakeAloneFigures(s, alone)
+	}
 	return s
+}
+
+// sustainedSteps runs rates on pid one step after another, appending a
+// phase to s per step (named label + rate), until a step is not clean; it
+// returns the highest clean step (nil: none) and the outcomes of every
+// step. With label "" (the full system) a step is clean only if the
+// pipeline kept up as well; with the intake-alone label the pipeline is
+// stopped and only the answers and their p99 are judged.
+func (r *run) sustainedSteps(ctx context.Context, t *target, s *ScenarioResult, pid int64, prefix string, rates []float64, label string) (*Phase, *outcomes) {
+	p := r.p
+	acc := &outcomes{}
+	nUsers := int64(len(r.users.ids))
+	var offset int64
+	var best *Phase
+	for _, rate := range rates {
+		off := offset
+		cfg := r.loadConfig(t)
+		cfg.Rate, cfg.Warmup, cfg.Duration = rate, p.SustainedWarmup, p.SustainedStep
+		cfg.Build = r.orderBuilder(pid, prefix, func(i int64) int { return int((off + i) % nUsers) }, func(i int64) int64 { return off + i })
+		cfg.Observe = acc.observe
+		res, err := loadgen.Run(ctx, cfg)
+		if res == nil {
+			s.fail(err)
+			break
+		}
+		offset += res.Scheduled
+		ok, why := stepVerdict(res, p.SustainedP99)
+		if ok && label == "" {
+			ok, why = r.keptUp(ctx, pid, acc, rate)
+		}
+		s.Phases = append(s.Phases, Phase{Name: label + fmtNum(rate) + "/s", Rate: rate, OK: ptr(ok), Result: res})
+		r.logf("   %sstep %7s/s: %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", label, fmtNum(rate), fmtNum(classRate(res, classAccepted)),
+			fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
+		if err != nil {
+			s.fail(err)
+			break
+		}
+		if !ok {
+			s.figure(label+"first step over the limit", rate, "req/s")
+			break
+		}
+		best = &s.Phases[len(s.Phases)-1]
+	}
+	return best, acc
+}
+
+// keptUp is the pipeline half of a full-system step's verdict: fewer of
+// pid's orders short of WAITING_PAY (or later) at the end of the step than
+// one second of intake at rate.
+func (r *run) keptUp(ctx context.Context, pid int64, acc *outcomes, rate float64) (bool, string) {
+	accepted, _ := acc.counts()
+	settled, err := r.settled(ctx, pid)
+	switch behind := accepted - settled; {
+	case err != nil:
+		return false, "counting settled orders: " + err.Error()
+	case float64(behind) >= rate:
+		return false, fmt.Sprintf("pipeline behind: %d orders still PROCESSING at the end of the step (≥ one second of intake)", behind)
+	default:
+		return true, fmt.Sprintf("clean (%d PROCESSING at the end)", behind)
+	}
 }
 
 // runSoldOut sells the product out, then measures rejections per second at

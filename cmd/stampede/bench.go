@@ -50,6 +50,7 @@ type benchFlags struct {
 	spikeStock     int64
 	spikeRate      float64
 	sustainedRates string
+	intakeAlone    bool
 	baselineRates  string
 	step           time.Duration
 	soldOutRate    float64
@@ -402,6 +403,7 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.e2eDuration, "e2e-duration", 0, "e2e: length of the intake (default 10s)")
 	fs.Int64Var(&f.drainOrders, "drain-orders", 0, "drain: reservations accepted with the pipeline stopped, per design (default 50000)")
 	fs.Float64Var(&f.drainRate, "drain-rate", 0, "drain: rate they are accepted at, requests/s (default 12000)")
+	fs.BoolVar(&f.intakeAlone, "sustained-intake-alone", true, "sustained: first step the rates with the pipeline roles stopped (gateway + Redis alone) and report the full system's highest clean step as a ratio to that one (needs every role in the bench process)")
 	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (writer, batch or message; default batch,writer: the previous design, then the writer design)")
 	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
 	fs.DurationVar(&f.closedDuration, "closed-duration", 0, "soldout, replay: length of each closed-loop run (default 5s, 1s with --quick)")
@@ -487,6 +489,7 @@ func (f *benchFlags) params() (bench.Params, error) {
 			}
 		}
 	}
+	p.SustainedIntakeAlone = f.intakeAlone
 	if f.sustainedRates != "" {
 		rates, err := parseRates(f.sustainedRates)
 		if err != nil {
