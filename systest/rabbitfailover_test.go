@@ -27,6 +27,7 @@ func TestRabbitClusterLeaderKilled(t *testing.T) {
 	rc := sharedRabbitCluster(t)
 	e := newEnvFor(t, "rabbitcluster")
 	e.amqpURL, e.directAMQ = rc.urls(), rc.nodes[0].url()
+	e.lockDesign = "batch" // the leader of stampede.order.created, which the batch design's drain runs through
 	app := e.serve("app", allButPush, "--amqp-queue-type", "quorum")
 	e.waitReady(60 * time.Second)
 	const n = 5000
