@@ -109,8 +109,8 @@ func alarmDuringDrain(t *testing.T, a alarm) {
 	// The alarm is raised as soon as the drain has started: rabbitmqctl
 	// takes a second or two to set it, and the drain runs at thousands of
 	// orders a second.
-	back := e.serve("back", "relay,consumer")
-	waitCount(t, e, 2*time.Minute, n/50, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, pid)
+	back := e.serve("back", "relay,consumer", "--relay-workers", "1", "--consumer-lock-channels", "1")
+	waitCount(t, e, 2*time.Minute, n/1000, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, pid)
 	cleared := false
 	clear := func() {
 		if !cleared {

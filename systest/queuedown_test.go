@@ -23,6 +23,7 @@ func TestQuorumQueueDownNamedByReadiness(t *testing.T) {
 	rc, url := sharedRabbitNode(t, vhost)
 	node := rc.nodes[0]
 	e := newEnvFor(t, "queuedown")
+	e.lockDesign = "batch" // the ORDER_CREATED publishes the down queue nacks (the writer design sends none)
 	e.amqpURL, e.directAMQ = url, url
 	e.serve("front", "gateway,writer", "--amqp-queue-type", "quorum")
 	e.waitReady(60 * time.Second)
