@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -171,6 +173,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	errBo := newBackoff(r.cfg.PollInterval, r.cfg.ErrorBackoff)
 	claims := NewFailureLog("relay_claim", "relay: claim outbox", r.log, r.m, r.cfg.PollInterval, r.cfg.ErrorBackoff)
 	opened := 0
+	var accepted atomic.Int64 // when the broker last confirmed a publish of this loop (Unix ns)
+	var probing sync.WaitGroup
+	pctx, stopProbing := context.WithCancel(ctx)
+	probing.Go(func() { r.probeLoop(pctx, &accepted) })
+	defer probing.Wait()
+	defer stopProbing()
 	for ctx.Err() == nil {
 		if !r.waitUnblocked(ctx) {
 			return nil
@@ -196,6 +204,15 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.m.relayReopens.Inc()
 			}
 		}
+		// Claim only after the broker accepted a publish lately: an alarm
+		// raised while this relay was idle is learnt from a probe, before
+		// rows are claimed into it (see probe).
+		if time.Since(time.Unix(0, accepted.Load())) > probeAfter {
+			if !r.probe(ctx, pc) {
+				continue
+			}
+			accepted.Store(time.Now().UnixNano())
+		}
 		// Claim only with a working channel: while the broker is away, rows
 		// stay NEW instead of burning their retry budget.
 		var rows []persistence.OutboxRow
@@ -217,8 +234,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		r.m.relayClaimed.Add(float64(len(rows)))
-		if err := r.relay(ctx, pc, rows); err != nil {
+		acked, err := r.relay(ctx, pc, rows)
+		if err != nil {
 			return err
+		}
+		if acked {
+			accepted.Store(time.Now().UnixNano())
 		}
 		if len(rows) < r.cfg.BatchSize {
 			sleep(ctx, r.cfg.PollInterval)
@@ -226,6 +247,80 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// probeAfter is how long after the broker's last confirm the relay probes
+// again before it claims (see probe); probeWait bounds the wait for the
+// probe's confirm.
+const (
+	probeAfter = 250 * time.Millisecond
+	probeWait  = time.Second
+)
+
+// probeKey is the routing key of the probe: no queue has this name, so the
+// default exchange drops the probe (and confirms it at once).
+const probeKey = "stampede.relay.alarm-probe"
+
+// probe publishes one empty, transient, unroutable message on pc and waits
+// up to probeWait for its confirm; it reports whether the broker confirmed
+// it. RabbitMQ tells a connection of a memory or disk alarm
+// (connection.blocked) only when the connection publishes: a relay that was
+// idle when the alarm came would learn of it only from the batch it claimed
+// next, which would then sit SENDING until its confirm timeout. The probe
+// makes the broker tell it first; while blocked the probe is not confirmed
+// and the loop goes back to waitUnblocked. Costs one round trip per claim
+// after a quiet spell; none while batches are being confirmed.
+func (r *Relay) probe(ctx context.Context, pc *pubChannel) bool {
+	pctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(pctx, "", probeKey, false, false, probeMessage)
+	if err != nil || dc == nil {
+		return false
+	}
+	ok, err := dc.WaitContext(pctx)
+	return err == nil && ok
+}
+
+// probeLoop publishes a probe (unconfirmed, on a channel of its own on the
+// relay's connection) every probeAfter while the relay's last confirmed
+// publish (accepted, Unix ns) is older than that and the broker blocks
+// nothing: a relay waiting for the confirms of a batch the broker took just
+// before an alarm publishes nothing itself, so without it the alarm would
+// be learnt (and logged) only when that batch timed out. It returns when
+// ctx ends.
+func (r *Relay) probeLoop(ctx context.Context, accepted *atomic.Int64) {
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			closeChannel(ch, closeWait)
+		}
+	}()
+	tick := time.NewTicker(probeAfter)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if blocked, _, _ := r.health.Blocked(); blocked || time.Since(time.Unix(0, accepted.Load())) < probeAfter {
+			continue
+		}
+		if ch == nil || ch.IsClosed() {
+			var err error
+			if ch, err = r.conn.Channel(ctx); err != nil {
+				ch = nil
+				continue
+			}
+		}
+		if err := ch.PublishWithContext(ctx, "", probeKey, false, false, probeMessage); err != nil {
+			closeChannel(ch, closeWait)
+			ch = nil
+		}
+	}
+}
+
+// probeMessage is the probe: empty, transient, unroutable (probeKey).
+var probeMessage = amqp.Publishing{AppId: "stampede", Type: "probe"}
 
 // waitUnblocked returns at once unless the broker blocks publishers; then
 // it waits (claiming nothing, so no row sits SENDING) until it unblocks. It
@@ -269,7 +364,7 @@ func (r *Relay) open(ctx context.Context) (*pubChannel, error) {
 // relay publishes a claimed batch and records the outcome of every row. It
 // runs to the end even if ctx is cancelled meanwhile (bounded by
 // ConfirmTimeout and the marking timeouts).
-func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.OutboxRow) error {
+func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.OutboxRow) (acked bool, err error) {
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ConfirmTimeout)
 	defer cancel()
 	b := &relayBatch{rows: rows, failed: map[int]string{}, outcome: map[int]publishOutcome{}}
@@ -285,7 +380,7 @@ func (r *Relay) relay(ctx context.Context, pc *pubChannel, rows []persistence.Ou
 	watchdog.Stop()
 	r.awaitConfirms(bctx, pc, b, confirms, published)
 	r.collectReturns(pc, b)
-	return r.settle(ctx, b)
+	return b.acked, r.settle(ctx, b)
 }
 
 // relayBatch is one claimed batch and what went wrong with its rows.
@@ -293,6 +388,7 @@ type relayBatch struct {
 	rows    []persistence.OutboxRow
 	failed  map[int]string // row index → cause
 	outcome map[int]publishOutcome
+	acked   bool // the broker confirmed at least one row
 }
 
 func (b *relayBatch) fail(i int, o publishOutcome, cause string) {
@@ -364,6 +460,7 @@ func (r *Relay) awaitConfirms(bctx context.Context, pc *pubChannel, b *relayBatc
 				b.fail(i, pubNacked, "nacked by broker")
 				nacked = true
 			}
+			b.acked = b.acked || dc.Acked()
 			r.health.published(queuesOf(row.Exchange, row.RoutingKey), dc.Acked())
 			r.m.confirm.Observe(time.Since(published[i]).Seconds())
 		case <-bctx.Done():

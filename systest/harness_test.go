@@ -609,10 +609,14 @@ type saleOptions struct {
 	retry    bool          // resend an unanswered (error, 503) request with the same requestId
 	pace     time.Duration // pause after each request of a worker
 	accepted *atomic.Int64 // counts 202s as they come
+	// stop, once true, ends the sale early: the workers take no new intent
+	// (an intent already taken is still sent, with its retries) and sale
+	// returns only the intents taken.
+	stop *atomic.Bool
 }
 
 // sale sends n intents of fresh users (userBase+i) from opt.workers
-// goroutines and returns them.
+// goroutines and returns them (with opt.stop: the ones sent before it).
 func (e *env) sale(pid int64, n int, userBase int64, opt saleOptions) []*intent {
 	if opt.workers == 0 {
 		opt.workers = 16
@@ -626,6 +630,9 @@ func (e *env) sale(pid int64, n int, userBase int64, opt saleOptions) []*intent 
 	for range opt.workers {
 		wg.Go(func() {
 			for {
+				if opt.stop != nil && opt.stop.Load() {
+					return
+				}
 				i := int(next.Add(1)) - 1
 				if i >= n || e.ctx.Err() != nil {
 					return
@@ -649,7 +656,7 @@ func (e *env) sale(pid int64, n int, userBase int64, opt saleOptions) []*intent 
 		})
 	}
 	wg.Wait()
-	return intents
+	return intents[:min(int(next.Load()), n)]
 }
 
 // ---- checks -----------------------------------------------------------------
