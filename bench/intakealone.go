@@ -7,7 +7,7 @@ import (
 	"github.com/stampede-sh/stampede/pipeline"
 )
 
-// Intake alone (issue 25): the sustained steps run twice in one run, first
+// Intake alone (issue 25): each sustained rate runs twice in one run, first
 // with the pipeline roles (writer, relay, consumer, sweeper) stopped — the
 // gateway and Redis alone — then with the full system, and the report gives
 // the ratio of the two highest clean steps.
@@ -35,44 +35,56 @@ type aloneResult struct {
 	step, accepted float64
 }
 
-// sustainedIntakeAlone runs the sustained steps with the pipeline stopped
-// on a product of its own, restarts the configured pipeline and audits that
-// product (which waits for the backlog to drain, so the full-system steps
-// start from an idle pipeline). It returns nil, nil when the comparison is
-// off or impossible (no in-process pipeline, a baseline target, durability
-// levels); its phases, figures and audit failures go into s. err is a
-// failure to restart the pipeline.
-func (r *run) sustainedIntakeAlone(ctx context.Context, t *target, s *ScenarioResult) (*aloneResult, error) {
+// intakeAloneStepper is the intake-alone series of a sustained run on a
+// product of its own, or nil when the comparison is off or impossible (no
+// in-process pipeline, a baseline target, durability levels).
+func (r *run) intakeAloneStepper(ctx context.Context, t *target) (*stepper, error) {
 	if !r.p.SustainedIntakeAlone || r.env.Pipeline == nil || t.index > 0 || r.levels {
 		return nil, nil
 	}
-	r.env.Pipeline.Stop()
-	r.logf("   intake alone (pipeline stopped): gateway + Redis")
 	pid, err := r.createProduct(ctx, t, Sustained+" intake alone", r.p.SustainedStock, 0)
-	var best *Phase
-	var acc *outcomes
-	if err == nil {
-		best, acc = r.sustainedSteps(ctx, t, s, pid, r.requestPrefix(t, "sa"), r.p.SustainedRates, intakeAloneLabel)
-	}
-	if err := r.env.Pipeline.Start(context.WithoutCancel(ctx), "", 0); err != nil {
-		return nil, fmt.Errorf("restart the pipeline after the intake-alone steps: %w", err)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("intake alone: %w", err)
 	}
-	out := &aloneResult{}
-	if best != nil {
-		out.step, out.accepted = best.Rate, classRate(best.Result, classAccepted)
+	return &stepper{pid: pid, prefix: r.requestPrefix(t, "sa"), label: intakeAloneLabel, acc: &outcomes{}}, nil
+}
+
+// intakeAloneStep runs st's step at rate with the pipeline stopped, then
+// restarts the configured pipeline and waits until it has drained what the
+// step accepted, so that the full-system step after it starts from an idle
+// pipeline. err is a failure to restart the pipeline.
+func (r *run) intakeAloneStep(ctx context.Context, t *target, s *ScenarioResult, st *stepper, rate float64) error {
+	r.env.Pipeline.Stop()
+	if len(s.Phases) == 0 {
+		r.logf("   intake alone (pipeline stopped): gateway + Redis, interleaved with the full system rate by rate")
 	}
-	accepted, unknown := acc.counts()
-	a := r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
+	r.sustainedStep(ctx, t, s, st, rate)
+	if err := r.env.Pipeline.Start(context.WithoutCancel(ctx), "", 0); err != nil {
+		return fmt.Errorf("restart the pipeline after an intake-alone step: %w", err)
+	}
+	if _, err := r.reconcile(ctx, st.pid, true); err != nil {
+		s.Notes = append(s.Notes, fmt.Sprintf("intake alone at %s/s: the pipeline did not drain the step's orders: %v", fmtNum(rate), err))
+	}
+	return nil
+}
+
+// intakeAloneAudit audits the intake-alone product (every 202 one order)
+// and returns the series' result for the figures: the highest clean step's
+// rate (req/s) and 202 rate (orders/s), both 0 when no step was clean.
+func (r *run) intakeAloneAudit(ctx context.Context, s *ScenarioResult, st *stepper) *aloneResult {
+	out := &aloneResult{}
+	if st.best != nil {
+		out.step, out.accepted = st.best.Rate, classRate(st.best.Result, classAccepted)
+	}
+	accepted, unknown := st.acc.counts()
+	a := r.audit(ctx, st.pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
 		return []pipeline.Check{ordersCheck(orderCount(pa), accepted, unknown)}
 	})
-	s.Notes = append(s.Notes, fmt.Sprintf("product %d: intake alone (pipeline stopped; judged by its answers and p99 only, its orders drained after the steps)", pid))
+	s.Notes = append(s.Notes, fmt.Sprintf("product %d: intake alone (pipeline stopped; judged by its answers and p99 only, its orders drained after each step)", st.pid))
 	if !a.Pass {
-		s.fail(fmt.Errorf("intake-alone product %d: audit failed: %v", pid, a.Failed()))
+		s.fail(fmt.Errorf("intake-alone product %d: audit failed: %v", st.pid, a.Failed()))
 	}
-	return out, nil
+	return out
 }
 
 // intakeAloneFigures adds the intake-alone figures and the ratio of the

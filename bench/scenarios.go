@@ -149,12 +149,18 @@ func stepVerdict(res *loadgen.Result, limit time.Duration) (bool, string) {
 // behind (at the end of the step more orders are still PROCESSING than one
 // second of intake). The accepted intake is the 202 rate of the highest
 // clean step: what the whole system sustains, not the gateway alone. With
-// SustainedIntakeAlone it first steps the same rates with the pipeline
-// stopped (intakealone.go) and reports the ratio of the two.
+// SustainedIntakeAlone each rate is first stepped with the pipeline stopped
+// on a product of its own (intakealone.go), then with the full system, and
+// the report gives the ratio of the two highest clean steps: interleaved
+// rate by rate, so that both halves of the comparison see the same spell of
+// a shared machine (run one after the other, a noisy minute decided which
+// half lost). A step that is not clean is tried once more (sustainedTries)
+// in both halves: one hiccup of the machine does not end the series, two in
+// a row do; both tries are in the report.
 func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	p := r.p
 	s := &ScenarioResult{}
-	alone, err := r.sustainedIntakeAlone(ctx, t, s)
+	alone, err := r.intakeAloneStepper(ctx, t)
 	if err != nil {
 		return s.fail(err)
 	}
@@ -167,68 +173,101 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if t.index > 0 && len(p.BaselineRates) > 0 && !r.levels {
 		rates = p.BaselineRates
 	}
-	best, acc := r.sustainedSteps(ctx, t, s, pid, r.requestPrefix(t, "su"), rates, "")
+	full := &stepper{pid: pid, prefix: r.requestPrefix(t, "su"), acc: &outcomes{}}
+	for _, rate := range rates {
+		if alone != nil && !alone.done {
+			if err := r.intakeAloneStep(ctx, t, s, alone, rate); err != nil {
+				return s.fail(err)
+			}
+		}
+		if !full.done {
+			r.sustainedStep(ctx, t, s, full, rate)
+		}
+		if full.done && (alone == nil || alone.done) {
+			break
+		}
+	}
 	s.Headline = Figure{Name: "accepted intake", Unit: "orders/s"}
-	if best != nil {
+	if best := full.best; best != nil {
 		s.Headline.Value = classRate(best.Result, classAccepted)
 		s.HeadlineLatency = best.Result.Latency
 		s.figure("highest clean step", best.Rate, "req/s")
 	} else {
 		s.Notes = append(s.Notes, "no step was clean: the first step already passed the p99 limit or erred")
 	}
-	accepted, unknown := acc.counts()
+	accepted, unknown := full.acc.counts()
 	s.figure("accepted", float64(accepted), "orders")
 	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, pa pipeline.ProductAudit) []pipeline.Check {
 		return []pipeline.Check{ordersCheck(orderCount(pa), accepted, unknown)}
 	})
 	if alone != nil {
-		intakeAloneFigures(s, alone)
+		intakeAloneFigures(s, r.intakeAloneAudit(ctx, s, alone))
 	}
 	return s
 }
 
-// sustainedSteps runs rates on pid one step after another, appending a
-// phase to s per step (named label + rate), until a step is not clean; it
-// returns the highest clean step (nil: none) and the outcomes of every
-// step. With label "" (the full system) a step is clean only if the
-// pipeline kept up as well; with the intake-alone label the pipeline is
-// stopped and only the answers and their p99 are judged.
-func (r *run) sustainedSteps(ctx context.Context, t *target, s *ScenarioResult, pid int64, prefix string, rates []float64, label string) (*Phase, *outcomes) {
+// sustainedTries is how often a sustained step is run before it counts as
+// over the limit.
+const sustainedTries = 2
+
+// stepper is one series of sustained steps on one product: the full system
+// (label "") or the intake alone (intakeAloneLabel).
+type stepper struct {
+	pid    int64
+	prefix string
+	label  string
+	acc    *outcomes // every step's outcomes
+	offset int64     // requests scheduled so far (their users and requestIds)
+	best   *Phase    // the highest clean step (nil: none yet)
+	done   bool      // a step was over the limit twice, or erred
+}
+
+// sustainedStep runs st's step at rate, up to sustainedTries times until
+// one try is clean, appending a phase per try to s (named label + rate, the
+// second "… (2nd try)"). With label "" (the full system) a try is clean only
+// if the pipeline kept up as well; with the intake-alone label the pipeline
+// is stopped and only the answers and their p99 are judged. After the last
+// unclean try, or an error, st is done.
+func (r *run) sustainedStep(ctx context.Context, t *target, s *ScenarioResult, st *stepper, rate float64) {
 	p := r.p
-	acc := &outcomes{}
 	nUsers := int64(len(r.users.ids))
-	var offset int64
-	var best *Phase
-	for _, rate := range rates {
-		off := offset
+	for try := 1; try <= sustainedTries; try++ {
+		off := st.offset
 		cfg := r.loadConfig(t)
 		cfg.Rate, cfg.Warmup, cfg.Duration = rate, p.SustainedWarmup, p.SustainedStep
-		cfg.Build = r.orderBuilder(pid, prefix, func(i int64) int { return int((off + i) % nUsers) }, func(i int64) int64 { return off + i })
-		cfg.Observe = acc.observe
+		cfg.Build = r.orderBuilder(st.pid, st.prefix, func(i int64) int { return int((off + i) % nUsers) }, func(i int64) int64 { return off + i })
+		cfg.Observe = st.acc.observe
 		res, err := loadgen.Run(ctx, cfg)
 		if res == nil {
 			s.fail(err)
-			break
+			st.done = true
+			return
 		}
-		offset += res.Scheduled
+		st.offset += res.Scheduled
 		ok, why := stepVerdict(res, p.SustainedP99)
-		if ok && label == "" {
-			ok, why = r.keptUp(ctx, pid, acc, rate)
+		if ok && st.label == "" {
+			ok, why = r.keptUp(ctx, st.pid, st.acc, rate)
 		}
-		s.Phases = append(s.Phases, Phase{Name: label + fmtNum(rate) + "/s", Rate: rate, OK: ptr(ok), Result: res})
-		r.logf("   %sstep %7s/s: %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", label, fmtNum(rate), fmtNum(classRate(res, classAccepted)),
-			fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
+		name := st.label + fmtNum(rate) + "/s"
+		if try > 1 {
+			name += " (2nd try)"
+		}
+		s.Phases = append(s.Phases, Phase{Name: name, Rate: rate, OK: ptr(ok), Result: res})
+		r.logf("   %sstep %7s/s (try %d): %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", st.label, fmtNum(rate), try,
+			fmtNum(classRate(res, classAccepted)), fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
 		if err != nil {
 			s.fail(err)
-			break
+			st.done = true
+			return
 		}
-		if !ok {
-			s.figure(label+"first step over the limit", rate, "req/s")
-			break
+		if ok {
+			best := s.Phases[len(s.Phases)-1]
+			st.best = &best
+			return
 		}
-		best = &s.Phases[len(s.Phases)-1]
 	}
-	return best, acc
+	s.figure(st.label+"first step over the limit", rate, "req/s")
+	st.done = true
 }
 
 // keptUp is the pipeline half of a full-system step's verdict: fewer of
