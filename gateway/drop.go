@@ -46,6 +46,15 @@ func toRoomTermsJSON(t persistence.RoomTerms) roomTermsJSON {
 		Reserve: t.Reserve, PowCost: t.PowCost, Commitment: t.Commitment}
 }
 
+// RoomSettings are the Redis side (lua.SetRoom) of a product's stored room
+// terms, shards being the product's stock shards: what the admin endpoint
+// writes, and what a reload into an emptied Redis DB writes again
+// (`stampede redis-takeover`).
+func RoomSettings(t persistence.RoomTerms, shards int) lua.RoomSettings {
+	return lua.RoomSettings{On: t.On, Ceiling: float64(t.Ceiling), Window: t.Window, Mode: lua.RoomMode(t.Mode),
+		PreQueue: t.PreQueue, Reserve: t.Reserve, PowCost: t.PowCost, Commitment: t.Commitment, Shards: shards}
+}
+
 // saveRoom stores t (drawing the room's seed if it has none: the stored
 // one never changes) and writes it to Redis, shards being the product's
 // stock shards. It returns the stored terms, with their commitment.
@@ -61,8 +70,7 @@ func (s *Server) saveRoom(adminID int64, t persistence.RoomTerms, shards int) (p
 	if err != nil {
 		return t, err
 	}
-	rs := lua.RoomSettings{On: t.On, Ceiling: float64(t.Ceiling), Window: t.Window, Mode: lua.RoomMode(t.Mode),
-		PreQueue: t.PreQueue, Reserve: t.Reserve, PowCost: t.PowCost, Commitment: t.Commitment, Shards: shards}
+	rs := RoomSettings(t, shards)
 	err = s.redisCall(func(rctx context.Context) error { return lua.SetRoom(rctx, s.rdb, t.ProductID, rs) })
 	if err == nil {
 		s.rooms.set(t.ProductID, t.On)

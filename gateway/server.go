@@ -114,20 +114,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	s.pushPort, s.pushOrigin = pushSources(cfg)
 	s.soldOut.ttl = cfg.SoldOutTTL
 	s.buyers.ttl, s.buyers.max = cfg.SoldOutTTL, cfg.SoldOutBuyers
-	if cfg.ReservePipeline > 1 {
-		s.batcher = newReserveBatcher(s, cfg.ReservePipeline)
-	}
-	if cfg.LookupPipeline > 1 {
-		s.lookups = newLookupBatcher(s, cfg.LookupPipeline)
-	}
-	if cfg.RoomPipeline > 1 {
-		s.takes = newTakeBatcher(s, cfg.RoomPipeline)
-	}
-	s.pow = newPowGate(cfg.PowSecret, cfg.JWTSecret, cfg.PowExpiry)
-	if cfg.Durability == DurabilityReplicated && !cfg.SyncIntake {
-		s.durable = newDurableWaiter(s, cfg.ReplicaAcks, cfg.ReplicaWait)
-	}
-	s.stock = s.newSharded()
+	s.wireBatchers()
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
@@ -136,9 +123,43 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	}
 	s.breaker = newRedisBreaker(cfg, logger)
 	s.products = newProductCache(store, cfg.ProductCacheTTL, logger)
-	if cfg.StaticDir != "" {
-		if s.static, err = newStaticHandler(cfg.StaticDir, s.notFoundJSON); err != nil {
-			return nil, err
+	if err := s.wireStatic(); err != nil {
+		return nil, err
+	}
+	s.router = s.routes()
+	s.handler = s.recoverPanics(s.router.Handler)
+	logger.Debug("gateway configured", "node", node, "demoLogin", !cfg.DisableDemoLogin,
+		"demoCheckout", !cfg.DisableDemoCheckout, "static", cfg.StaticDir)
+	return s, nil
+}
+
+// wireBatchers sets up the request pipelines (reserve, lookup, room take;
+// each only when its Config size is over 1), the proof-of-work gate, the
+// replicated-durability waiter and the sharded stock of a new Server.
+func (s *Server) wireBatchers() {
+	if s.cfg.ReservePipeline > 1 {
+		s.batcher = newReserveBatcher(s, s.cfg.ReservePipeline)
+	}
+	if s.cfg.LookupPipeline > 1 {
+		s.lookups = newLookupBatcher(s, s.cfg.LookupPipeline)
+	}
+	if s.cfg.RoomPipeline > 1 {
+		s.takes = newTakeBatcher(s, s.cfg.RoomPipeline)
+	}
+	s.pow = newPowGate(s.cfg.PowSecret, s.cfg.JWTSecret, s.cfg.PowExpiry)
+	if s.cfg.Durability == DurabilityReplicated && !s.cfg.SyncIntake {
+		s.durable = newDurableWaiter(s, s.cfg.ReplicaAcks, s.cfg.ReplicaWait)
+	}
+	s.stock = s.newSharded()
+}
+
+// wireStatic serves Config.StaticDir (the built client), with the security
+// headers; nothing when it is "". Errors: the directory cannot be read.
+func (s *Server) wireStatic() error {
+	if s.cfg.StaticDir != "" {
+		var err error
+		if s.static, err = newStaticHandler(s.cfg.StaticDir, s.notFoundJSON); err != nil {
+			return err
 		}
 		serve := s.static
 		s.static = func(ctx *fasthttp.RequestCtx) {
@@ -146,11 +167,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 			serve(ctx)
 		}
 	}
-	s.router = s.routes()
-	s.handler = s.recoverPanics(s.router.Handler)
-	logger.Debug("gateway configured", "node", node, "demoLogin", !cfg.DisableDemoLogin,
-		"demoCheckout", !cfg.DisableDemoCheckout, "static", cfg.StaticDir)
-	return s, nil
+	return nil
 }
 
 func (s *Server) routes() *router.Router {

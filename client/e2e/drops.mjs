@@ -32,85 +32,17 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium } from 'playwright-core'
+import { BASE, WAIT_MS, api, check, finish, step, until } from './harness.mjs'
 
-const BASE = (process.env.STAMPEDE_URL || 'http://127.0.0.1:8080').replace(/\/$/, '')
 const ADMIN_TOKEN = process.env.STAMPEDE_ADMIN_TOKEN || ''
 const PUSH_URL = process.env.STAMPEDE_PUSH_URL || ''
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium'
-const STEP_TIMEOUT_MS = Number(process.env.E2E_STEP_TIMEOUT_MS || 240_000)
-const WAIT_MS = Number(process.env.E2E_WAIT_MS || 60_000)
 const ARTIFACTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'artifacts')
 const DESKTOP = { width: 1280, height: 800 }
 const PHONE = { width: 390, height: 844 }
 const SWEEPER_PID = Number(process.env.E2E_SWEEPER_PID || 0) // run.sh: the sweeper (pacer) process, held at an opening
 const POW_COST = 20_000 // about half a second in headless Chromium (docs/sale-lifecycle.md "A price on bots")
 
-let passed = 0
-let failed = 0
-const check = (ok, what, detail = '') => {
-  if (ok) {
-    passed++
-    console.log(`  ✓ ${what}${detail ? ` (${detail})` : ''}`)
-  } else {
-    failed++
-    console.log(`  ✗ ${what}${detail ? ` (${detail})` : ''}`)
-    throw new Error(`check failed: ${what} ${detail}`)
-  }
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-
-// until calls fn every intervalMs until it returns something truthy and
-// returns that; after timeoutMs it throws with the last value.
-async function until(fn, what, { timeoutMs = WAIT_MS, intervalMs = 250 } = {}) {
-  const deadline = Date.now() + timeoutMs
-  let last
-  for (;;) {
-    last = await fn()
-    if (last) return last
-    if (Date.now() > deadline) throw new Error(`waited ${timeoutMs} ms for ${what}; last: ${JSON.stringify(last)}`)
-    await sleep(intervalMs)
-  }
-}
-
-// step starts a numbered step: prints the previous one's duration, arms the watchdog.
-let watchdog = null
-let stepName = ''
-let stepStart = 0
-function step(name, budgetMs = STEP_TIMEOUT_MS) {
-  if (stepName) console.log(`  (${stepName}: ${((Date.now() - stepStart) / 1000).toFixed(1)} s)`)
-  clearTimeout(watchdog)
-  stepName = name
-  stepStart = Date.now()
-  if (!name) return
-  console.log(`— ${name}`)
-  watchdog = setTimeout(() => {
-    console.error(`e2e: step "${name}" still running after ${budgetMs} ms (E2E_STEP_TIMEOUT_MS)`)
-    process.exit(1)
-  }, budgetMs)
-  watchdog.unref()
-}
-
-async function call(method, p, body, token) {
-  const res = await fetch(BASE + p, {
-    method,
-    headers: { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(10_000),
-  })
-  const text = await res.text()
-  let data = text
-  try {
-    data = text ? JSON.parse(text) : null
-  } catch {
-    /* text/plain */
-  }
-  return { status: res.status, data }
-}
-async function api(method, p, body, token) {
-  const r = await call(method, p, body, token)
-  if (r.status >= 300) throw new Error(`${method} ${p}: ${r.status} ${JSON.stringify(r.data)}`)
-  return r.data
-}
 const login = async (userId) => (await api('POST', '/api/auth/login', { userId })).token
 
 // solvePow solves a room's ALTCHA v1 challenge as a script would (docs/sale-lifecycle.md
@@ -410,16 +342,4 @@ async function drawDrop(page, { shot, shots, as, roomState, text }) {
   await page.locator(`[data-testid=sale-${d.id}]`).screenshot({ path: path.join(ARTIFACTS, 'desktop-console-draw.png') })
 }
 
-main().then(
-  () => {
-    step('')
-    console.log(`e2e (drops): ${passed} passed, ${failed} failed`)
-    console.log(`screenshots in ${ARTIFACTS}`)
-  },
-  (err) => {
-    if (failed === 0) failed = 1
-    console.error(`e2e (drops): step "${stepName}" failed after ${((Date.now() - stepStart) / 1000).toFixed(1)} s: ${err.stack || err}`)
-    console.log(`e2e (drops): ${passed} passed, ${failed} failed`)
-    process.exitCode = 1
-  },
-)
+finish('e2e (drops)', main, ARTIFACTS)

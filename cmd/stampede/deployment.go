@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -137,7 +138,11 @@ func runTakeover(ctx context.Context, args []string, stdout io.Writer) error {
 // reloadProducts loads every product of store into an emptied Redis DB:
 // each stock shard with its share of the units not taken by an order in
 // PROCESSING, WAITING_PAY or PAID (SPEC §5.2), and the sale's current terms
-// (pause included). Waiting rooms start off. It returns the products loaded.
+// (pause included), and the waiting room a product had on (its stored terms
+// and commitment, persistence.Store.Room): a drop stays behind its room, it
+// does not open to whoever orders first. The room's line and draw entries
+// lived only in Redis: buyers take their tickets again (docs/production.md
+// "Deployment identity"). It returns the products loaded.
 func reloadProducts(ctx context.Context, store *persistence.Store, rdb redis.UniversalClient) (int, error) {
 	products, err := store.ListProducts(ctx)
 	if err != nil {
@@ -170,8 +175,29 @@ func reloadProducts(ctx context.Context, store *persistence.Store, rdb redis.Uni
 			Paused: p.Paused}); err != nil {
 			return 0, err
 		}
+		if err := reloadRoom(ctx, store, rdb, p); err != nil {
+			return 0, err
+		}
 	}
 	return len(products), nil
+}
+
+// reloadRoom writes p's stored waiting-room terms to Redis if its room is
+// on; nothing for a product that never had a room or has it off.
+func reloadRoom(ctx context.Context, store *persistence.Store, rdb redis.UniversalClient, p persistence.Product) error {
+	t, err := store.Room(ctx, p.ID)
+	if errors.Is(err, persistence.ErrNotFound) || (err == nil && !t.On) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := lua.SetRoom(cctx, rdb, p.ID, gateway.RoomSettings(t, p.Shards)); err != nil {
+		return fmt.Errorf("waiting room of product %d: %w", p.ID, err)
+	}
+	return nil
 }
 
 func keysOf(m map[string]bool) []string {

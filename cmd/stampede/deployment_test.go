@@ -277,3 +277,78 @@ func checkTakeover(t *testing.T, rdb *redis.Client, ours, theirs []string, their
 		t.Fatal("their product's stock survived the takeover")
 	}
 }
+
+// TestTakeoverReloadsRooms: after a Redis loss (the Redis DB emptied, as a
+// restart without persistence leaves it), `stampede redis-takeover` loads
+// this database's products again with the waiting room each had on — its
+// mode, ceiling, window and published commitment — so a drop does not
+// reopen to whoever orders first: an order without a ticket is refused
+// NOT_ADMITTED, and a ticket is given again. Before, the products came
+// back with their rooms off and every buyer ordered directly.
+func TestTakeoverReloadsRooms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the roles")
+	}
+	ours := append(serviceArgs(t), "--jwt-secret", deploymentTestSecret)
+	admin, err := auth.Issue([]byte(deploymentTestSecret), 1, true, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buyer, _ := auth.Issue([]byte(deploymentTestSecret), 501, false, time.Hour)
+	rdb := luatest.New(t, luatest.DBCmd)
+	ctx := context.Background()
+	base := "http://" + flagValue(ours, "--http-addr")
+
+	gw := serveUntil("gateway", ours)
+	gw.ready(t, base)
+	now := time.Now().UTC()
+	st, p := postJSON(t, base+"/api/admin/products", admin, map[string]any{"name": "Drop", "price": 100, "stock": 5,
+		"maxPerOrder": 1, "saleStart": now.Add(-time.Minute).Format(time.RFC3339), "saleEnd": now.Add(time.Hour).Format(time.RFC3339)})
+	if st != 201 {
+		t.Fatalf("product: %d %v", st, p)
+	}
+	pid := int64(p["id"].(float64))
+	st, terms := postJSON(t, fmt.Sprintf("%s/api/admin/products/%d/waiting-room", base, pid), admin,
+		map[string]any{"on": true, "mode": "random", "ceiling": 7, "windowSeconds": 90})
+	if st != 200 {
+		t.Fatalf("waiting room: %d %v", st, terms)
+	}
+	gw.stop(t)
+
+	if err := rdb.FlushDB(ctx).Err(); err != nil { // the Redis loss
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, append([]string{"redis-takeover"}, ours...), &out); err != nil {
+		t.Fatalf("takeover: %v %s", err, out.String())
+	}
+	t.Log(strings.TrimSpace(out.String()))
+	room, err := lua.ReadRoom(ctx, rdb, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !room.On {
+		t.Fatalf("product %d's waiting room after the reload: off (%+v), want on", pid, room)
+	}
+	state, _ := rdb.HGetAll(ctx, lua.Room(pid).State()).Result()
+	if state["mode"] != "random" || state["commit"] != terms["commitment"] {
+		t.Errorf("room state after the reload: %v, want mode random and commitment %v", state, terms["commitment"])
+	}
+
+	gw = serveUntil("gateway", ours)
+	defer gw.stop(t)
+	gw.ready(t, base)
+	if st, o := postJSON(t, base+"/api/orders", buyer, map[string]any{"productId": pid, "quantity": 1, "requestId": "no-ticket"}); st != 409 || errorCode(o) != "NOT_ADMITTED" {
+		t.Fatalf("an order without a ticket after the reload: %d %v, want 409 NOT_ADMITTED", st, o)
+	}
+	if st, q := postJSON(t, fmt.Sprintf("%s/api/products/%d/queue", base, pid), buyer, map[string]any{}); st != 200 || q["state"] != "WAITING" {
+		t.Fatalf("a ticket after the reload: %d %v, want 200 WAITING", st, q)
+	}
+}
+
+// errorCode is the code of an error answer ({"error": {"code": …}}), "" if none.
+func errorCode(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
