@@ -64,6 +64,11 @@ type Env struct {
 	// rabbitmq_prometheus), read for the messages per order of the drain;
 	// "" skips them.
 	RabbitMQMetricsURL string
+	// Servers are the host:port of the shared servers by name (redis,
+	// mysql, rabbitmq): the sustained steps charge the CPU time of the
+	// local processes listening there to the orders (cpu.go); a name left
+	// out, or a server on another machine, gets no column.
+	Servers map[string]string
 
 	// settled replaces the count of a product's orders past PROCESSING in
 	// tests of this package.

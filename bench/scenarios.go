@@ -174,6 +174,11 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 		rates = p.BaselineRates
 	}
 	full := &stepper{pid: pid, prefix: r.requestPrefix(t, "su"), acc: &outcomes{}}
+	cpu := &cpuLog{meter: newCPUMeter(r.env.Servers, []string{"redis", "mysql", "rabbitmq"})}
+	full.cpu = cpu
+	if alone != nil {
+		alone.cpu = cpu
+	}
 	for _, rate := range rates {
 		if alone != nil && !alone.done {
 			if err := r.intakeAloneStep(ctx, t, s, alone, rate); err != nil {
@@ -203,6 +208,7 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if alone != nil {
 		intakeAloneFigures(s, r.intakeAloneAudit(ctx, s, alone))
 	}
+	cpu.figures(s, full, alone)
 	return s
 }
 
@@ -220,6 +226,10 @@ type stepper struct {
 	offset int64     // requests scheduled so far (their users and requestIds)
 	best   *Phase    // the highest clean step (nil: none yet)
 	done   bool      // a step was over the limit twice, or erred
+	cpu    *cpuLog   // the CPU per order of every step (nil: not measured)
+	// bestCPU is the best step's CPU ms per order by process, total last
+	// (cpuStep.perOrderMs); nil when not measured.
+	bestCPU []float64
 }
 
 // sustainedStep runs st's step at rate, up to sustainedTries times until
@@ -237,6 +247,7 @@ func (r *run) sustainedStep(ctx context.Context, t *target, s *ScenarioResult, s
 		cfg.Rate, cfg.Warmup, cfg.Duration = rate, p.SustainedWarmup, p.SustainedStep
 		cfg.Build = r.orderBuilder(st.pid, st.prefix, func(i int64) int { return int((off + i) % nUsers) }, func(i int64) int64 { return off + i })
 		cfg.Observe = st.acc.observe
+		cpu0, acc0 := st.cpu.start(st.acc)
 		res, err := loadgen.Run(ctx, cfg)
 		if res == nil {
 			s.fail(err)
@@ -253,6 +264,7 @@ func (r *run) sustainedStep(ctx context.Context, t *target, s *ScenarioResult, s
 			name += " (2nd try)"
 		}
 		s.Phases = append(s.Phases, Phase{Name: name, Rate: rate, OK: ptr(ok), Result: res})
+		perOrder := st.cpu.end(name, cpu0, acc0, st.acc)
 		r.logf("   %sstep %7s/s (try %d): %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", st.label, fmtNum(rate), try,
 			fmtNum(classRate(res, classAccepted)), fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
 		if err != nil {
@@ -262,7 +274,7 @@ func (r *run) sustainedStep(ctx context.Context, t *target, s *ScenarioResult, s
 		}
 		if ok {
 			best := s.Phases[len(s.Phases)-1]
-			st.best = &best
+			st.best, st.bestCPU = &best, perOrder
 			return
 		}
 	}

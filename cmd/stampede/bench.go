@@ -6,11 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/stampede-sh/stampede/bench"
 	"github.com/stampede-sh/stampede/persistence"
@@ -351,7 +355,7 @@ func (r *benchRun) run(ctx context.Context, targets []bench.Target, pipe bench.P
 	env := bench.Env{
 		Redis: rdb, Store: store, JWTSecret: []byte(cfg.JWTSecret),
 		RedisAddr: cfg.RedisAddr, RedisDB: cfg.RedisDB, ReserveScript: r.reserveScript(), Log: r.stdout, IdleWait: r.idleWait,
-		Pipeline: pipe, RabbitMQMetricsURL: r.f.rabbitMetrics,
+		Pipeline: pipe, RabbitMQMetricsURL: r.f.rabbitMetrics, Servers: serverAddrs(*cfg),
 	}
 	rep, runErr := bench.Run(ctx, env, bench.Options{Scenarios: r.scenarios, Targets: targets, Params: r.params, Ceiling: r.f.ceiling,
 		Levels: r.levels != nil, RedisCommands: r.levels != nil,
@@ -545,6 +549,27 @@ func redactSecrets(args []string) []string {
 		} else if i+1 < len(out) {
 			out[i+1] = "REDACTED"
 		}
+	}
+	return out
+}
+
+// serverAddrs are the host:port of the configured Redis, MySQL and RabbitMQ
+// (bench.Env.Servers); a setting that names several servers (a cluster) or
+// cannot be read is left out.
+func serverAddrs(cfg Config) map[string]string {
+	out := map[string]string{}
+	if !strings.Contains(cfg.RedisAddr, ",") {
+		out["redis"] = cfg.RedisAddr
+	}
+	if c, err := mysql.ParseDSN(cfg.MySQLDSN); err == nil && c.Net == "tcp" {
+		out["mysql"] = c.Addr
+	}
+	if u, err := url.Parse(cfg.AMQPURL); err == nil && !strings.Contains(cfg.AMQPURL, ",") && u.Host != "" {
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "5672")
+		}
+		out["rabbitmq"] = host
 	}
 	return out
 }

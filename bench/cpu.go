@@ -1,0 +1,306 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// CPU time per order, by process: a figure that drifts far less with the
+// machine's load than orders per second. A step that loses half its rate
+// to another tenant's busy loop still costs about the same CPU per order,
+// so the CPU each process spends per accepted order tells what the full
+// system adds to the intake alone even on a noisy machine (the guide's
+// "report what does not drift").
+//
+// The time is user + system of /proc/<pid>/stat (fields 14 and 15, in
+// USER_HZ ticks: 100 per second on Linux, whatever the kernel's HZ) of the
+// bench process and of the servers listening on the configured addresses.
+// A server on another machine, or one this user may not inspect, is left
+// out (no column).
+
+// userHZ is the unit of /proc/<pid>/stat's utime and stime.
+const userHZ = 100
+
+// cpuProc is a process whose CPU time is charged to the steps.
+type cpuProc struct {
+	name string // stampede (the bench process: every role and the load generator), redis, mysql, rabbitmq
+	pid  int
+}
+
+// cpuMeter reads the CPU time of its processes; nil measures nothing.
+type cpuMeter struct {
+	procs []cpuProc
+}
+
+// newCPUMeter finds the bench process and, in the order given, the local
+// process listening on each server's host:port (servers: name → address;
+// order: the names to look up). A server not found is left out.
+func newCPUMeter(servers map[string]string, order []string) *cpuMeter {
+	m := &cpuMeter{procs: []cpuProc{{name: "stampede", pid: os.Getpid()}}}
+	for _, name := range order {
+		addr := servers[name]
+		if addr == "" {
+			continue
+		}
+		if pid := listenerPID(addr); pid > 0 {
+			m.procs = append(m.procs, cpuProc{name: name, pid: pid})
+		}
+	}
+	return m
+}
+
+// names are the processes' names, in the order of sample's values.
+func (m *cpuMeter) names() []string {
+	out := make([]string, len(m.procs))
+	for i, p := range m.procs {
+		out[i] = p.name
+	}
+	return out
+}
+
+// sample is each process's CPU time so far, seconds; -1 for one that could
+// not be read (it exited).
+func (m *cpuMeter) sample() []float64 {
+	out := make([]float64, len(m.procs))
+	for i, p := range m.procs {
+		s, err := processCPU(p.pid)
+		if err != nil {
+			s = -1
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// processCPU is pid's user + system CPU time, seconds.
+func processCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(b)
+}
+
+// parseStatCPU reads utime + stime (ticks) from a /proc/<pid>/stat line:
+// "pid (comm) state …" where comm may hold spaces and parentheses, so the
+// fields are counted from the last ')'.
+func parseStatCPU(b []byte) (float64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat: no command name")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat: %d fields after the command name", len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("stat: utime %q stime %q", f[11], f[12])
+	}
+	return float64(ut+st) / userHZ, nil
+}
+
+// listenerPID is the pid of the local process with a listening TCP socket
+// on addr's port (any local address), 0 if none is found: the socket's
+// inode from /proc/net/tcp and tcp6, then the process holding it among
+// /proc/*/fd. A host that is not this machine's loopback or one of its
+// addresses is not looked up.
+func listenerPID(addr string) int {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	if host != "" && host != "localhost" {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() && !localIP(ip) {
+			return 0
+		}
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return 0
+	}
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, ino := range listeningInodes(b, uint16(port)) {
+			inodes[ino] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return 0
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/fd")
+	for _, d := range dirs {
+		fds, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(filepath.Join(d, fd.Name()))
+			if err != nil || !strings.HasPrefix(link, "socket:[") {
+				continue
+			}
+			if inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// listeningInodes are the inodes of the sockets listening (state 0A) on
+// port in a /proc/net/tcp or tcp6 table.
+func listeningInodes(table []byte, port uint16) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(table))
+	sc.Scan() // header
+	want := fmt.Sprintf(":%04X", port)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+		if len(f) < 10 || f[3] != "0A" || !strings.HasSuffix(f[1], want) {
+			continue
+		}
+		out = append(out, f[9])
+	}
+	return out
+}
+
+// localIP says whether ip is one of this machine's addresses.
+func localIP(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// cpuStep is the CPU each process spent over one sustained step (warm-up
+// included) and the orders the step accepted.
+type cpuStep struct {
+	phase    string
+	accepted int64
+	seconds  []float64 // by process, as cpuMeter.names; -1 unread
+}
+
+// perOrderMs is the step's CPU milliseconds per accepted order, by process
+// and in total (last); nil when nothing was accepted.
+func (c cpuStep) perOrderMs() []float64 {
+	if c.accepted <= 0 {
+		return nil
+	}
+	out := make([]float64, len(c.seconds)+1)
+	for i, s := range c.seconds {
+		out[i] = -1
+		if s >= 0 {
+			out[i] = s * 1000 / float64(c.accepted)
+			out[len(out)-1] += out[i]
+		}
+	}
+	return out
+}
+
+// cpuTable is the report's table of the steps' CPU per order.
+func cpuTable(names []string, steps []cpuStep) Table {
+	tb := Table{
+		Title: "CPU per accepted order by process (ms; /proc utime + stime over each step, warm-up included; " +
+			"stampede is the bench process: every role and the load generator). Drifts far less with the machine's load than orders/s",
+		Header: append(append([]string{"step", "accepted"}, names...), "total"),
+	}
+	for _, st := range steps {
+		row := []string{st.phase, strconv.FormatInt(st.accepted, 10)}
+		ms := st.perOrderMs()
+		for i := range len(names) + 1 {
+			switch {
+			case ms == nil || ms[i] < 0:
+				row = append(row, "–")
+			default:
+				row = append(row, strconv.FormatFloat(ms[i], 'f', 3, 64))
+			}
+		}
+		tb.Rows = append(tb.Rows, row)
+	}
+	return tb
+}
+
+// cpuLog collects the CPU per order of a sustained run's steps, both
+// series interleaved as they ran; a nil *cpuLog measures nothing.
+type cpuLog struct {
+	meter *cpuMeter
+	steps []cpuStep
+}
+
+// start samples the processes and the orders accepted so far before a step.
+func (l *cpuLog) start(acc *outcomes) ([]float64, int64) {
+	if l == nil {
+		return nil, 0
+	}
+	a, _ := acc.counts()
+	return l.meter.sample(), a
+}
+
+// end records the step named phase from start's samples and returns its
+// CPU ms per order (cpuStep.perOrderMs; nil when not measured).
+func (l *cpuLog) end(phase string, cpu0 []float64, acc0 int64, acc *outcomes) []float64 {
+	if l == nil || cpu0 == nil {
+		return nil
+	}
+	cpu1 := l.meter.sample()
+	a, _ := acc.counts()
+	st := cpuStep{phase: phase, accepted: a - acc0, seconds: make([]float64, len(cpu1))}
+	for i := range cpu1 {
+		st.seconds[i] = -1
+		if cpu0[i] >= 0 && cpu1[i] >= cpu0[i] {
+			st.seconds[i] = cpu1[i] - cpu0[i]
+		}
+	}
+	l.steps = append(l.steps, st)
+	return st.perOrderMs()
+}
+
+// figures adds the table of every step and, for each series' highest clean
+// step, its CPU per order in total; with both, the intake alone's CPU per
+// order ÷ the full system's: the full ÷ intake-alone ratio the machine
+// would give if CPU alone decided (both saturate the same two cores), to
+// read beside the measured ratio, which the p99 of one noisy step decides.
+func (l *cpuLog) figures(s *ScenarioResult, full, alone *stepper) {
+	if l == nil || len(l.steps) == 0 {
+		return
+	}
+	names := l.meter.names()
+	s.Tables = append(s.Tables, cpuTable(names, l.steps))
+	total := func(st *stepper) (float64, bool) {
+		if st == nil || len(st.bestCPU) == 0 {
+			return 0, false
+		}
+		return st.bestCPU[len(st.bestCPU)-1], true
+	}
+	f, fok := total(full)
+	a, aok := total(alone)
+	if fok {
+		s.figure("CPU per order at the highest clean step (every process measured)", f*1000, "µs")
+	}
+	if aok {
+		s.figure(intakeAloneLabel+"CPU per order at the highest clean step (every process measured)", a*1000, "µs")
+	}
+	if fok && aok && f > 0 {
+		s.figure("intake-alone CPU per order ÷ full-system CPU per order (the ratio if CPU alone decided)", a/f, "×")
+	}
+}
