@@ -220,7 +220,7 @@ func (c cpuStep) perOrderMs() []float64 {
 // cpuTable is the report's table of the steps' CPU per order.
 func cpuTable(names []string, steps []cpuStep) Table {
 	tb := Table{
-		Title: "CPU per accepted order by process (ms; /proc utime + stime over each step, warm-up included; " +
+		Title: "CPU per accepted order (or answer) by process (ms; /proc utime + stime over each step, warm-up included; " +
 			"stampede is the bench process: every role and the load generator). Drifts far less with the machine's load than orders/s",
 		Header: append(append([]string{"step", "accepted"}, names...), "total"),
 	}
@@ -238,6 +238,19 @@ func cpuTable(names []string, steps []cpuStep) Table {
 		tb.Rows = append(tb.Rows, row)
 	}
 	return tb
+}
+
+// cpuDelta is the step named phase between two samples: answers counted
+// in place of accepted orders.
+func cpuDelta(phase string, answers int64, cpu0, cpu1 []float64) cpuStep {
+	st := cpuStep{phase: phase, accepted: answers, seconds: make([]float64, len(cpu1))}
+	for i := range cpu1 {
+		st.seconds[i] = -1
+		if cpu0[i] >= 0 && cpu1[i] >= cpu0[i] {
+			st.seconds[i] = cpu1[i] - cpu0[i]
+		}
+	}
+	return st
 }
 
 // cpuLog collects the CPU per order of a sustained run's steps, both
@@ -262,15 +275,8 @@ func (l *cpuLog) end(phase string, cpu0 []float64, acc0 int64, acc *outcomes) []
 	if l == nil || cpu0 == nil {
 		return nil
 	}
-	cpu1 := l.meter.sample()
 	a, _ := acc.counts()
-	st := cpuStep{phase: phase, accepted: a - acc0, seconds: make([]float64, len(cpu1))}
-	for i := range cpu1 {
-		st.seconds[i] = -1
-		if cpu0[i] >= 0 && cpu1[i] >= cpu0[i] {
-			st.seconds[i] = cpu1[i] - cpu0[i]
-		}
-	}
+	st := cpuDelta(phase, a-acc0, cpu0, l.meter.sample())
 	l.steps = append(l.steps, st)
 	return st.perOrderMs()
 }

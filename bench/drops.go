@@ -92,10 +92,13 @@ func runTickets(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if err := r.setRoom(ctx, t, pid, map[string]any{"ceiling": 1}); err != nil {
 		return s.fail(err)
 	}
+	meter := newCPUMeter(r.env.Servers, []string{"redis", "mysql", "rabbitmq"})
+	cpu0 := meter.sample()
 	hz, err := r.healthz(ctx, t)
 	if err != nil || hz == nil {
 		return s.fail(fmt.Errorf("closed-loop healthz: %w", err))
 	}
+	cpu1 := meter.sample()
 	r.logf("%s", closedLine("GET /healthz", hz, ""))
 	n := int64(len(r.users.ids))
 	before := r.commandStats(ctx)
@@ -110,7 +113,12 @@ func runTickets(ctx context.Context, r *run, t *target) *ScenarioResult {
 		return s.fail(fmt.Errorf("closed-loop tickets: %w", err))
 	}
 	after := r.commandStats(ctx)
+	cpu2 := meter.sample()
 	r.logf("%s", closedLine("tickets", res, classTicket))
+	s.Tables = append(s.Tables, cpuTable(meter.names(), []cpuStep{
+		cpuDelta("bare GET /healthz", hz.Count("200"), cpu0, cpu1),
+		cpuDelta("take a ticket", res.Count(classTicket), cpu1, cpu2),
+	}))
 	s.addPhase("bare GET /healthz (closed loop)", 0, hz)
 	s.addPhase("take a ticket (closed loop, a new buyer each)", 0, res)
 	rate := classRate(res, classTicket)
