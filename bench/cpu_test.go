@@ -2,6 +2,7 @@ package bench
 
 import (
 	"crypto/sha256"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -71,5 +72,36 @@ func TestCPUMeterFindsListener(t *testing.T) {
 	tb := cpuTable(m.names(), []cpuStep{st, {phase: "y"}})
 	if len(tb.Rows) != 2 || tb.Rows[0][3] != "–" || tb.Rows[1][2] != "–" {
 		t.Fatalf("cpu table rows %v", tb.Rows)
+	}
+}
+
+// TestCPUFiguresSameRate: the ratio figure compares the intake alone and
+// the full system at the full system's highest clean rate (its second try
+// when the first was not clean), not each series at its own best step.
+func TestCPUFiguresSameRate(t *testing.T) {
+	l := &cpuLog{meter: &cpuMeter{procs: []cpuProc{{name: "stampede"}}}, steps: []cpuStep{
+		{phase: "intake alone: 1,000/s", accepted: 1000, seconds: []float64{0.3}},
+		{phase: "1,000/s", accepted: 1000, seconds: []float64{0.4}},
+		{phase: "intake alone: 2,000/s", accepted: 2000, seconds: []float64{0.4}},
+		{phase: "intake alone: 2,000/s (2nd try)", accepted: 2000, seconds: []float64{0.3}},
+		{phase: "2,000/s", accepted: 2000, seconds: []float64{0.6}},
+		{phase: "intake alone: 3,000/s", accepted: 3000, seconds: []float64{0.3}},
+	}}
+	full := &stepper{best: &Phase{Name: "2,000/s"}, bestCPU: l.steps[4].perOrderMs()}
+	alone := &stepper{best: &Phase{Name: "intake alone: 3,000/s"}, bestCPU: l.steps[5].perOrderMs()}
+	s := &ScenarioResult{}
+	l.figures(s, full, alone)
+	var ratio float64
+	for _, f := range s.Figures {
+		if strings.HasPrefix(f.Name, "intake alone's CPU per order ÷") {
+			ratio = f.Value
+		}
+	}
+	// At 2,000/s: intake alone 0.15 ms (its 2nd try), full 0.3 ms.
+	if math.Abs(ratio-0.5) > 1e-9 {
+		t.Fatalf("same-rate CPU ratio %v, want 0.5 (figures %+v)", ratio, s.Figures)
+	}
+	if len(s.Tables) != 1 || len(s.Tables[0].Rows) != 6 {
+		t.Fatalf("cpu table: %+v", s.Tables)
 	}
 }
