@@ -282,50 +282,22 @@ func (l *cpuLog) end(phase string, cpu0 []float64, acc0 int64, acc *outcomes) []
 }
 
 // figures adds the table of every step and, for each series' highest clean
-// step, its CPU per order in total; then, at the full system's highest
-// clean rate, the intake alone's CPU per order ÷ the full system's, both
-// measured at that same rate (the last try of each): the full ÷
-// intake-alone ratio the machine would give if CPU alone decided (both
-// saturating the same two cores), to read beside the measured ratio, which
-// the p99 of one noisy step decides.
+// step, its CPU per order in total and the cores in use at it (CPU per
+// order × the step's 202 rate, every process measured): two series that
+// stop at the same share of the machine's cores were both stopped by the
+// CPU, and the ratio of their rates is then the ratio of their CPU per
+// order at those steps.
 func (l *cpuLog) figures(s *ScenarioResult, full, alone *stepper) {
 	if l == nil || len(l.steps) == 0 {
 		return
 	}
-	names := l.meter.names()
-	s.Tables = append(s.Tables, cpuTable(names, l.steps))
-	total := func(st *stepper) (float64, bool) {
-		if st == nil || len(st.bestCPU) == 0 {
-			return 0, false
+	s.Tables = append(s.Tables, cpuTable(l.meter.names(), l.steps))
+	for _, st := range []*stepper{full, alone} {
+		if st == nil || st.best == nil || len(st.bestCPU) == 0 {
+			continue
 		}
-		return st.bestCPU[len(st.bestCPU)-1], true
+		ms := st.bestCPU[len(st.bestCPU)-1]
+		s.figure(st.label+"CPU per order at the highest clean step (every process measured)", ms*1000, "µs")
+		s.figure(st.label+"cores in use at the highest clean step (every process measured)", ms/1000*classRate(st.best.Result, classAccepted), "cores")
 	}
-	f, fok := total(full)
-	if a, ok := total(alone); ok {
-		s.figure(intakeAloneLabel+"CPU per order at the highest clean step (every process measured)", a*1000, "µs")
-	}
-	if !fok {
-		return
-	}
-	s.figure("CPU per order at the highest clean step (every process measured)", f*1000, "µs")
-	if alone == nil || full.best == nil {
-		return
-	}
-	if a, ok := l.total(intakeAloneLabel + strings.TrimSuffix(full.best.Name, " (2nd try)")); ok && f > 0 {
-		s.figure("intake alone's CPU per order ÷ the full system's, both at the full system's highest clean rate (the ratio if CPU alone decided)", a/f, "×")
-	}
-}
-
-// total is the CPU ms per order in total of the last step named phase or
-// phase + " (2nd try)".
-func (l *cpuLog) total(phase string) (float64, bool) {
-	for i := len(l.steps) - 1; i >= 0; i-- {
-		if st := l.steps[i]; st.phase == phase || st.phase == phase+" (2nd try)" {
-			if ms := st.perOrderMs(); ms != nil {
-				return ms[len(ms)-1], true
-			}
-			return 0, false
-		}
-	}
-	return 0, false
 }

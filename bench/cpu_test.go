@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stampede-sh/stampede/bench/loadgen"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -75,33 +77,33 @@ func TestCPUMeterFindsListener(t *testing.T) {
 	}
 }
 
-// TestCPUFiguresSameRate: the ratio figure compares the intake alone and
-// the full system at the full system's highest clean rate (its second try
-// when the first was not clean), not each series at its own best step.
-func TestCPUFiguresSameRate(t *testing.T) {
+// TestCPUFigures: each series' highest clean step gives its CPU per order
+// and the cores in use at it (CPU per order × its 202 rate).
+func TestCPUFigures(t *testing.T) {
+	step := func(rate float64) *loadgen.Result {
+		return &loadgen.Result{Classes: map[string]*loadgen.ClassStats{classAccepted: {Rate: rate}}}
+	}
 	l := &cpuLog{meter: &cpuMeter{procs: []cpuProc{{name: "stampede"}}}, steps: []cpuStep{
-		{phase: "intake alone: 1,000/s", accepted: 1000, seconds: []float64{0.3}},
-		{phase: "1,000/s", accepted: 1000, seconds: []float64{0.4}},
-		{phase: "intake alone: 2,000/s", accepted: 2000, seconds: []float64{0.4}},
-		{phase: "intake alone: 2,000/s (2nd try)", accepted: 2000, seconds: []float64{0.3}},
+		{phase: "intake alone: 2,000/s", accepted: 2000, seconds: []float64{0.3}},
 		{phase: "2,000/s", accepted: 2000, seconds: []float64{0.6}},
-		{phase: "intake alone: 3,000/s", accepted: 3000, seconds: []float64{0.3}},
 	}}
-	full := &stepper{best: &Phase{Name: "2,000/s"}, bestCPU: l.steps[4].perOrderMs()}
-	alone := &stepper{best: &Phase{Name: "intake alone: 3,000/s"}, bestCPU: l.steps[5].perOrderMs()}
+	full := &stepper{best: &Phase{Name: "2,000/s", Result: step(2000)}, bestCPU: l.steps[1].perOrderMs()}
+	alone := &stepper{label: intakeAloneLabel, best: &Phase{Name: "intake alone: 2,000/s", Result: step(2000)}, bestCPU: l.steps[0].perOrderMs()}
 	s := &ScenarioResult{}
 	l.figures(s, full, alone)
-	var ratio float64
-	for _, f := range s.Figures {
-		if strings.HasPrefix(f.Name, "intake alone's CPU per order ÷") {
-			ratio = f.Value
+	want := map[string]float64{
+		"CPU per order at the highest clean step (every process measured)":                    300,
+		"cores in use at the highest clean step (every process measured)":                     0.6,
+		intakeAloneLabel + "CPU per order at the highest clean step (every process measured)": 150,
+		intakeAloneLabel + "cores in use at the highest clean step (every process measured)":  0.3,
+	}
+	for name, v := range want {
+		got, ok := s.Figure(name)
+		if !ok || math.Abs(got-v) > 1e-9 {
+			t.Errorf("%s: %v (%v), want %v", name, got, ok, v)
 		}
 	}
-	// At 2,000/s: intake alone 0.15 ms (its 2nd try), full 0.3 ms.
-	if math.Abs(ratio-0.5) > 1e-9 {
-		t.Fatalf("same-rate CPU ratio %v, want 0.5 (figures %+v)", ratio, s.Figures)
-	}
-	if len(s.Tables) != 1 || len(s.Tables[0].Rows) != 6 {
+	if len(s.Tables) != 1 || len(s.Tables[0].Rows) != 2 {
 		t.Fatalf("cpu table: %+v", s.Tables)
 	}
 }
