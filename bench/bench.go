@@ -335,6 +335,17 @@ type run struct {
 	log   io.Writer
 	// levels: every target runs SustainedRates (Options.Levels).
 	levels bool
+	// meter reads the CPU time of this process and the servers' (cpuMeter).
+	meter *cpuMeter
+}
+
+// cpuMeter is the run's meter of CPU time, found (a scan of /proc) on the
+// first call.
+func (r *run) cpuMeter() *cpuMeter {
+	if r.meter == nil {
+		r.meter = newCPUMeter(r.env.Servers)
+	}
+	return r.meter
 }
 
 func (r *run) logf(format string, args ...any) {

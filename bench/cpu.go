@@ -38,12 +38,16 @@ type cpuMeter struct {
 	procs []cpuProc
 }
 
-// newCPUMeter finds the bench process and, in the order given, the local
-// process listening on each server's host:port (servers: name → address;
-// order: the names to look up). A server not found is left out.
-func newCPUMeter(servers map[string]string, order []string) *cpuMeter {
+// cpuServers are the names of Env.Servers a meter looks up, in its columns'
+// order.
+var cpuServers = []string{"redis", "mysql", "rabbitmq"}
+
+// newCPUMeter finds the bench process and the local process listening on
+// each of servers' host:port (servers: name → address, cpuServers in that
+// order). A server not found is left out.
+func newCPUMeter(servers map[string]string) *cpuMeter {
 	m := &cpuMeter{procs: []cpuProc{{name: "stampede", pid: os.Getpid()}}}
-	for _, name := range order {
+	for _, name := range cpuServers {
 		addr := servers[name]
 		if addr == "" {
 			continue
@@ -269,16 +273,13 @@ func (l *cpuLog) start(acc *outcomes) ([]float64, int64) {
 	return l.meter.sample(), a
 }
 
-// end records the step named phase from start's samples and returns its
-// CPU ms per order (cpuStep.perOrderMs; nil when not measured).
-func (l *cpuLog) end(phase string, cpu0 []float64, acc0 int64, acc *outcomes) []float64 {
+// end records the step named phase from start's samples.
+func (l *cpuLog) end(phase string, cpu0 []float64, acc0 int64, acc *outcomes) {
 	if l == nil || cpu0 == nil {
-		return nil
+		return
 	}
 	a, _ := acc.counts()
-	st := cpuDelta(phase, a-acc0, cpu0, l.meter.sample())
-	l.steps = append(l.steps, st)
-	return st.perOrderMs()
+	l.steps = append(l.steps, cpuDelta(phase, a-acc0, cpu0, l.meter.sample()))
 }
 
 // figures adds the table of every step and, for each series' highest clean
@@ -293,11 +294,27 @@ func (l *cpuLog) figures(s *ScenarioResult, full, alone *stepper) {
 	}
 	s.Tables = append(s.Tables, cpuTable(l.meter.names(), l.steps))
 	for _, st := range []*stepper{full, alone} {
-		if st == nil || st.best == nil || len(st.bestCPU) == 0 {
+		if st == nil || st.best == nil {
 			continue
 		}
-		ms := st.bestCPU[len(st.bestCPU)-1]
+		ms, ok := l.total(st.best.Name)
+		if !ok {
+			continue
+		}
 		s.figure(st.label+"CPU per order at the highest clean step (every process measured)", ms*1000, "µs")
 		s.figure(st.label+"cores in use at the highest clean step (every process measured)", ms/1000*classRate(st.best.Result, classAccepted), "cores")
 	}
+}
+
+// total is the CPU ms per order, every process together, of the step named
+// phase; false when it was not measured or accepted nothing.
+func (l *cpuLog) total(phase string) (float64, bool) {
+	for _, st := range l.steps {
+		if st.phase == phase {
+			if ms := st.perOrderMs(); ms != nil {
+				return ms[len(ms)-1], true
+			}
+		}
+	}
+	return 0, false
 }

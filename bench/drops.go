@@ -92,7 +92,7 @@ func runTickets(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if err := r.setRoom(ctx, t, pid, map[string]any{"ceiling": 1}); err != nil {
 		return s.fail(err)
 	}
-	meter := newCPUMeter(r.env.Servers, []string{"redis", "mysql", "rabbitmq"})
+	meter := r.cpuMeter()
 	cpu0 := meter.sample()
 	hz, err := r.healthz(ctx, t)
 	if err != nil || hz == nil {

@@ -174,7 +174,7 @@ func runSustained(ctx context.Context, r *run, t *target) *ScenarioResult {
 		rates = p.BaselineRates
 	}
 	full := &stepper{pid: pid, prefix: r.requestPrefix(t, "su"), acc: &outcomes{}}
-	cpu := &cpuLog{meter: newCPUMeter(r.env.Servers, []string{"redis", "mysql", "rabbitmq"})}
+	cpu := &cpuLog{meter: r.cpuMeter()}
 	full.cpu = cpu
 	if alone != nil {
 		alone.cpu = cpu
@@ -227,9 +227,6 @@ type stepper struct {
 	best   *Phase    // the highest clean step (nil: none yet)
 	done   bool      // a step was over the limit twice, or erred
 	cpu    *cpuLog   // the CPU per order of every step (nil: not measured)
-	// bestCPU is the best step's CPU ms per order by process, total last
-	// (cpuStep.perOrderMs); nil when not measured.
-	bestCPU []float64
 }
 
 // sustainedStep runs st's step at rate, up to sustainedTries times until
@@ -264,7 +261,7 @@ func (r *run) sustainedStep(ctx context.Context, t *target, s *ScenarioResult, s
 			name += " (2nd try)"
 		}
 		s.Phases = append(s.Phases, Phase{Name: name, Rate: rate, OK: ptr(ok), Result: res})
-		perOrder := st.cpu.end(name, cpu0, acc0, st.acc)
+		st.cpu.end(name, cpu0, acc0, st.acc)
 		r.logf("   %sstep %7s/s (try %d): %8s accepted/s, p50 %s p99 %s max %s, late %d: %s", st.label, fmtNum(rate), try,
 			fmtNum(classRate(res, classAccepted)), fmtMs(res.Latency.P50), fmtMs(res.Latency.P99), fmtMs(res.Latency.Max), res.Late, why)
 		if err != nil {
@@ -274,7 +271,7 @@ func (r *run) sustainedStep(ctx context.Context, t *target, s *ScenarioResult, s
 		}
 		if ok {
 			best := s.Phases[len(s.Phases)-1]
-			st.best, st.bestCPU = &best, perOrder
+			st.best = &best
 			return
 		}
 	}

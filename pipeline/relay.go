@@ -207,7 +207,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// Claim only after the broker accepted a publish lately: an alarm
 		// raised while this relay was idle is learnt from a probe, before
 		// rows are claimed into it (see probe).
-		if time.Since(time.Unix(0, accepted.Load())) > probeAfter {
+		if sinceConfirm(&accepted) > probeAfter {
 			if !r.probe(ctx, pc) {
 				continue
 			}
@@ -302,7 +302,7 @@ func (r *Relay) probeLoop(ctx context.Context, accepted *atomic.Int64) {
 			return
 		case <-tick.C:
 		}
-		if blocked, _, _ := r.health.Blocked(); blocked || time.Since(time.Unix(0, accepted.Load())) < probeAfter {
+		if blocked, _, _ := r.health.Blocked(); blocked || sinceConfirm(accepted) < probeAfter {
 			continue
 		}
 		if ch == nil || ch.IsClosed() {
@@ -317,6 +317,12 @@ func (r *Relay) probeLoop(ctx context.Context, accepted *atomic.Int64) {
 			ch = nil
 		}
 	}
+}
+
+// sinceConfirm is the time since the broker last confirmed a publish of the
+// relay's loop (accepted: Unix ns, 0 = never).
+func sinceConfirm(accepted *atomic.Int64) time.Duration {
+	return time.Since(time.Unix(0, accepted.Load()))
 }
 
 // probeMessage is the probe: empty, transient, unroutable (probeKey).
