@@ -85,12 +85,6 @@ type Claims struct {
 	key *keyRef // JWKS-verified: the key it was checked with; nil for HS256
 }
 
-// hs256 is the check of HS256 tokens.
-type hs256 struct {
-	secret []byte
-	parser *jwt.Parser // HS256 only, issuer and audience required
-}
-
 // Verifier checks tokens: HS256 ones with its secret, RS256 and ES256 ones
 // with the keys of the provider their iss names. Safe for concurrent use.
 type Verifier struct {
@@ -114,17 +108,6 @@ func NewVerifier(secret []byte) *Verifier {
 	return v
 }
 
-func (v *Verifier) newHS256(secret []byte, issuer, audience string) *hs256 {
-	return &hs256{secret: secret, parser: jwt.NewParser(
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithExpirationRequired(),
-		jwt.WithIssuer(issuer),
-		jwt.WithAudience(audience),
-		jwt.WithLeeway(hsLeeway),
-		jwt.WithTimeFunc(v.now),
-	)}
-}
-
 // Leeways of the exp checks: HS256 tokens come from the shop's own clock;
 // providers' clocks may be further off.
 const (
@@ -146,9 +129,9 @@ func (v *Verifier) check(token string) (Claims, error) {
 	v.checks.Add(1)
 	if v.hs != nil && strings.HasPrefix(token, hs256Header) {
 		// The header every HS256 signer of ours writes: no need to parse it
-		// apart (a second JSON decode of the claims) to pick the HS256 path.
-		var c jwt.MapClaims
-		if _, err := v.hs.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return v.hs.secret, nil }); err != nil {
+		// apart to pick the HS256 path, nor the claims into a map.
+		c, err := v.hs.verifyCanonical(token, v.groups, v.adminGroup)
+		if err != nil {
 			return Claims{}, unauthenticated("%v", err)
 		}
 		return v.claims(c, nil)
@@ -187,19 +170,28 @@ func (v *Verifier) check(token string) (Claims, error) {
 	if err != nil {
 		return Claims{}, unauthenticated("%v", err)
 	}
-	return v.claims(c, key)
+	return v.claims(v.fromMap(c), key)
+}
+
+// fromMap reads verified claims out of the map golang-jwt's parser filled.
+func (v *Verifier) fromMap(c jwt.MapClaims) verified {
+	out := verified{admin: v.isAdmin(c)}
+	out.sub, _ = c.GetSubject()
+	out.iss, _ = c.GetIssuer()
+	if exp, err := c.GetExpirationTime(); err == nil && exp != nil { // the parsers require exp
+		out.exp = exp.Time
+	}
+	return out
 }
 
 // claims turns verified JWT claims into Claims: the subject rules and
 // lifetime bounds of the token's kind, the user id, the admin flag.
-func (v *Verifier) claims(c jwt.MapClaims, key *keyRef) (Claims, error) {
-	sub, _ := c.GetSubject()
-	iss, _ := c.GetIssuer()
-	exp, err := c.GetExpirationTime()
-	if err != nil || exp == nil { // the parsers require exp: not reached
+func (v *Verifier) claims(c verified, key *keyRef) (Claims, error) {
+	if c.exp.IsZero() { // the parsers require exp: not reached
 		return Claims{}, unauthenticated("no exp")
 	}
-	out := Claims{Admin: v.isAdmin(c), Issuer: iss, Subject: sub, Expires: exp.Time, key: key}
+	sub, iss, exp := c.sub, c.iss, c.exp
+	out := Claims{Admin: c.admin, Issuer: iss, Subject: sub, Expires: exp, key: key}
 	if key == nil { // HS256: the subject is the user id
 		uid, ok := ParseDecimalID(sub)
 		if !ok || uid > MaxDirectUserID {

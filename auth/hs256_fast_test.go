@@ -1,7 +1,9 @@
 package auth_test
 
 import (
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,3 +71,134 @@ func TestHS256CanonicalHeaderKeepsEveryCheck(t *testing.T) {
 }
 
 func jwtSegment(s string) string { return (&jwt.Token{}).EncodeSegment([]byte(s)) }
+
+// The canonical-header path (hs256_verify.go) reads the claims itself; it
+// must accept exactly what golang-jwt's parser accepts and read the same
+// caller out of it. Each claim set is signed twice with the same secret:
+// with the canonical header (the fast path) and with a kid added to the
+// header (the parser's path); the two verdicts and claims must be equal, and
+// the expected verdict is asserted too so that both cannot be wrong alike.
+func TestHS256CanonicalPathAgreesWithParser(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Now()
+	exp := now.Add(time.Hour).Unix()
+	plain := auth.NewVerifierCache(secret, auth.CacheOptions{Size: -1})
+	grouped, err := auth.New(t.Context(), auth.Options{Secret: secret, AdminGroup: "ops", GroupsClaim: "roles", Cache: auth.CacheOptions{Size: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := func(extra map[string]any) jwt.MapClaims {
+		c := jwt.MapClaims{"sub": "42", "iss": "stampede", "aud": "stampede", "exp": exp}
+		for k, val := range extra {
+			if val == nil {
+				delete(c, k)
+			} else {
+				c[k] = val
+			}
+		}
+		return c
+	}
+	type want struct {
+		ok, admin bool
+	}
+	cases := []struct {
+		name    string
+		v       *auth.Verifier
+		claims  jwt.MapClaims
+		want    want
+		payload string // raw claims JSON instead of claims
+	}{
+		{name: "good", v: plain, claims: base(nil), want: want{ok: true}},
+		{name: "fractional exp", v: plain, claims: base(map[string]any{"exp": float64(exp) + 0.75}), want: want{ok: true}},
+		{name: "aud list", v: plain, claims: base(map[string]any{"aud": []any{"other", "stampede"}}), want: want{ok: true}},
+		{name: "aud list without us", v: plain, claims: base(map[string]any{"aud": []any{"other"}})},
+		{name: "aud list with a number", v: plain, claims: base(map[string]any{"aud": []any{"stampede", 7}})},
+		{name: "aud number", v: plain, claims: base(map[string]any{"aud": 7})},
+		{name: "aud null", v: plain, payload: `{"sub":"42","iss":"stampede","aud":null,"exp":` + jsonInt(exp) + `}`},
+		{name: "no aud", v: plain, claims: base(map[string]any{"aud": nil})},
+		{name: "iss number", v: plain, claims: base(map[string]any{"iss": 1})},
+		{name: "no iss", v: plain, claims: base(map[string]any{"iss": nil})},
+		{name: "exp string", v: plain, claims: base(map[string]any{"exp": "9999999999"})},
+		{name: "exp null", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","exp":null}`},
+		{name: "expired", v: plain, claims: base(map[string]any{"exp": now.Add(-time.Minute).Unix()})},
+		{name: "expired within leeway", v: plain, claims: base(map[string]any{"exp": now.Add(-2 * time.Second).Unix()}), want: want{ok: true}},
+		{name: "nbf past", v: plain, claims: base(map[string]any{"nbf": now.Add(-time.Minute).Unix()}), want: want{ok: true}},
+		{name: "nbf future", v: plain, claims: base(map[string]any{"nbf": now.Add(time.Minute).Unix()})},
+		{name: "nbf string", v: plain, claims: base(map[string]any{"nbf": "0"})},
+		{name: "sub number", v: plain, claims: base(map[string]any{"sub": 42})},
+		{name: "sub not canonical", v: plain, claims: base(map[string]any{"sub": "+42"})},
+		{name: "no sub", v: plain, claims: base(map[string]any{"sub": nil})},
+		{name: "lives too long", v: plain, claims: base(map[string]any{"exp": now.Add(25 * time.Hour).Unix()})},
+		{name: "admin by role", v: plain, claims: base(map[string]any{"role": "admin", "exp": now.Add(30 * time.Minute).Unix()}), want: want{ok: true, admin: true}},
+		{name: "admin lives too long", v: plain, claims: base(map[string]any{"role": "admin", "exp": now.Add(2 * time.Hour).Unix()})},
+		{name: "role not a string", v: plain, claims: base(map[string]any{"role": []any{"admin"}}), want: want{ok: true}},
+		{name: "group list", v: grouped, claims: base(map[string]any{"roles": []any{"x", "ops"}, "exp": now.Add(30 * time.Minute).Unix()}), want: want{ok: true, admin: true}},
+		{name: "group string", v: grouped, claims: base(map[string]any{"roles": "ops", "exp": now.Add(30 * time.Minute).Unix()}), want: want{ok: true, admin: true}},
+		{name: "role without group", v: grouped, claims: base(map[string]any{"role": "admin"}), want: want{ok: true}},
+		{name: "other group", v: grouped, claims: base(map[string]any{"roles": []any{"opsx"}}), want: want{ok: true}},
+		{name: "claims an array", v: plain, payload: `["sub","42"]`},
+		{name: "claims not JSON", v: plain, payload: `{"sub":"42",`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			payload := tc.payload
+			if payload == "" {
+				b, err := json.Marshal(tc.claims)
+				if err != nil {
+					t.Fatal(err)
+				}
+				payload = string(b)
+			}
+			canonical := signRaw(t, secret, `{"alg":"HS256","typ":"JWT"}`, payload)
+			other := signRaw(t, secret, `{"alg":"HS256","kid":"k","typ":"JWT"}`, payload)
+			if !strings.HasPrefix(canonical, "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.") {
+				t.Fatalf("not the canonical header: %s", canonical)
+			}
+			fast, fastErr := tc.v.Verify(canonical)
+			full, fullErr := tc.v.Verify(other)
+			if (fastErr == nil) != (fullErr == nil) {
+				t.Fatalf("canonical path err %v, parser err %v", fastErr, fullErr)
+			}
+			if got := (want{ok: fastErr == nil, admin: fast.Admin}); got != tc.want {
+				t.Fatalf("got %+v (err %v), want %+v", got, fastErr, tc.want)
+			}
+			if fastErr == nil && (fast.UserID != full.UserID || fast.Admin != full.Admin || fast.Issuer != full.Issuer ||
+				fast.Subject != full.Subject || !fast.Expires.Equal(full.Expires)) {
+				t.Fatalf("canonical path %+v, parser %+v", fast, full)
+			}
+			if fastErr != nil && !errors.Is(fastErr, auth.ErrUnauthenticated) {
+				t.Fatalf("err %v is not ErrUnauthenticated", fastErr)
+			}
+		})
+	}
+	// A canonical token signed with another secret, cut short, or with its
+	// signature moved into a fourth segment is refused.
+	good := signRaw(t, secret, `{"alg":"HS256","typ":"JWT"}`, `{"sub":"42","iss":"stampede","aud":"stampede","exp":`+jsonInt(exp)+`}`)
+	wrong := signRaw(t, []byte("another secret, just as long....."), `{"alg":"HS256","typ":"JWT"}`, `{"sub":"42","iss":"stampede","aud":"stampede","exp":`+jsonInt(exp)+`}`)
+	i := strings.LastIndexByte(good, '.')
+	for name, bad := range map[string]string{
+		"other secret":    wrong,
+		"no signature":    good[:i],
+		"short signature": good[:len(good)-2],
+		"extra segment":   good[:i] + ".x" + good[i:],
+		"header only":     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.",
+	} {
+		if _, err := plain.Verify(bad); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Errorf("%s: accepted (err %v)", name, err)
+		}
+	}
+}
+
+// signRaw signs header.payload (both JSON texts, base64url-encoded here)
+// with HS256 through golang-jwt's signing method.
+func signRaw(t *testing.T, secret []byte, header, payload string) string {
+	t.Helper()
+	in := jwtSegment(header) + "." + jwtSegment(payload)
+	sig, err := jwt.SigningMethodHS256.Sign(in, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in + "." + jwtSegment(string(sig))
+}
+
+func jsonInt(n int64) string { return strconv.FormatInt(n, 10) }

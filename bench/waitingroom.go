@@ -496,7 +496,8 @@ type roomSample struct {
 	at       time.Time
 	backlog  int64 // intake lag + pending + PROCESSING
 	settled  int64 // orders past PROCESSING
-	admitted int64
+	admitted int64 // admissions given so far
+	live     int64 // admissions not yet used by an order nor expired (the pacer counts them as orders a moment later)
 }
 
 // sampleBacklog reads the backlog every 250 ms until ctx ends.
@@ -529,6 +530,9 @@ func (rr *roomRun) sampleBacklog(ctx context.Context, selects *atomic.Int64) []r
 		selects.Add(2)
 		if st, err := lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid); err == nil {
 			s.admitted = st.Admitted
+		}
+		if n, err := rr.r.env.Redis.ZCard(ctx, lua.Room(rr.pid).Admitted()).Result(); err == nil {
+			s.live = n
 		}
 		out = append(out, s)
 	}
@@ -681,8 +685,10 @@ func (rr *roomRun) backlogAgainstTarget(s *ScenarioResult, samples []roomSample,
 }
 
 // backlogSeries adds the backlog over time, every second sample (500 ms):
-// the orders not yet past PROCESSING, the live admissions, the orders
-// settled in the last second and the backlog in seconds of that drain.
+// the orders not yet past PROCESSING, the admissions given so far and those
+// still live (the auto pacer's level counts them with the backlog), the
+// orders settled in the last second and the backlog in seconds of that
+// drain.
 func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt int64) {
 	t0 := samples[0].at
 	for _, sm := range samples {
@@ -692,7 +698,7 @@ func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt
 		}
 	}
 	tbl := Table{Title: "Backlog over time (every 500 ms from the first order; drain = orders settled in the second before)",
-		Header: []string{"t", "backlog", "admitted", "drain/s", "backlog ÷ drain", "sold out"}}
+		Header: []string{"t", "backlog", "admitted", "live admissions", "drain/s", "backlog ÷ drain", "sold out"}}
 	for i := 0; i < len(samples); i += 2 {
 		sm := samples[i]
 		if sm.at.Before(t0) {
@@ -715,7 +721,8 @@ func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt
 			sold = "yes"
 		}
 		tbl.Rows = append(tbl.Rows, []string{strconv.FormatFloat(sm.at.Sub(t0).Seconds(), 'f', 1, 64) + " s",
-			strconv.FormatInt(sm.backlog, 10), strconv.FormatInt(sm.admitted, 10), strconv.FormatFloat(drain, 'f', 0, 64), secs, sold})
+			strconv.FormatInt(sm.backlog, 10), strconv.FormatInt(sm.admitted, 10), strconv.FormatInt(sm.live, 10),
+			strconv.FormatFloat(drain, 'f', 0, 64), secs, sold})
 		if sm.at.UnixNano() > soldAt+int64(2*time.Second) {
 			break
 		}
