@@ -15,7 +15,14 @@ import (
 // being the operator's TargetBacklog.
 //
 //	pending  P = backlog B (intake entries not yet stored + PROCESSING orders)
-//	             + live admissions L (orders a moment later)
+//	             + what the live admissions L rose above their mean L̄ of
+//	             the last drainSpan (the new ones: orders a moment later).
+//	             L̄ itself is the buyers between admission and order at the
+//	             present rate, or admitted buyers who never order: in flight
+//	             by a delay, not queued (BBR's bandwidth-delay product).
+//	             Counting all of L starved the pipeline once buyers took
+//	             longer than TargetBacklog to order (a simulation with half
+//	             the buyers ordering 4 s after admission drained 2 orders/s).
 //	drain    d = orders that left PROCESSING per second over the last
 //	             drainSpan (3 s): (ΔA − ΔB) / span, A the intake's
 //	             entries-added counter; a plain moving window, long enough
@@ -38,11 +45,17 @@ import (
 // stalled pipeline drained nothing, and its one-second drain, moved by
 // half by one batch, moved its target as much.
 //
-// While P stays below half of T with buyers still waiting, the pipeline
-// finished everything it was given, so the drain seen is only what was
-// admitted (BBR's "application-limited" samples): T is then probed
-// upwards, doubling per second, from TargetBacklog × StartRate. T never
-// exceeds TargetBacklog × Ceiling.
+// While B stays below half of TargetBacklog × d with buyers still waiting,
+// the pipeline finished everything it was given, so the drain seen is only
+// what was admitted (BBR's "application-limited" samples): T then does not
+// fall with d, and it grows from TargetBacklog × StartRate: doubling per
+// second while P is below half of T, by a quarter per second while the
+// admissions in flight fill the window (probeGrowth, fullGrowth). T never
+// exceeds TargetBacklog × Ceiling. Buyers who order seconds after their
+// admission still make the backlog overshoot when the ceiling is above what
+// the pipeline can drain: the growth of the last seconds arrives at once
+// (the simulation, half the buyers ordering 4 s after admission, ceiling
+// 10,000/s: backlog up to 8.5 s of drain, 13.8 s with doubling).
 //
 // With several pacers each adds only its own admissions to its P̂ until its
 // next measurement: k pacers may fill the same gap up to k times within
@@ -60,8 +73,8 @@ type levelControl struct {
 
 // levelSample is one measurement of the backlog and the intake counter.
 type levelSample struct {
-	at                time.Time
-	backlog, accepted int64
+	at                      time.Time
+	backlog, live, accepted int64
 }
 
 // drainSpan is how far back the drain is measured; drainSamples holds
@@ -69,6 +82,18 @@ type levelSample struct {
 const (
 	drainSpan    = 3 * time.Second
 	drainSamples = 32
+)
+
+// Growth of the level per second while the pipeline is application-limited:
+// probeGrowth while the admissions in flight leave half the window empty,
+// fullGrowth while they fill it (buyers slow to order, or admitted buyers
+// who never order, keep the window full while the pipeline idles; the level
+// still grows, slowly enough that orders arriving seconds after their
+// admissions overshoot it by a bounded factor: 1.25^4 ≈ 2.4 for buyers who
+// order 4 s after their admission).
+const (
+	probeGrowth = 2.0
+	fullGrowth  = 1.25
 )
 
 func newLevelControl(cfg PacerConfig) levelControl {
@@ -98,8 +123,16 @@ func (lc *levelControl) admitted(n int, waiting bool) {
 func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, cfg PacerConfig) {
 	prev := lc.measures[len(lc.measures)-1]
 	copy(lc.measures[:], lc.measures[1:])
-	lc.measures[len(lc.measures)-1] = levelSample{at: now, backlog: backlog, accepted: accepted}
+	lc.measures[len(lc.measures)-1] = levelSample{at: now, backlog: backlog, live: live, accepted: accepted}
 	var old levelSample
+	var liveSum, liveN float64
+	for _, m := range lc.measures {
+		if m.at.IsZero() || now.Sub(m.at) > drainSpan {
+			continue
+		}
+		liveSum += float64(m.live)
+		liveN++
+	}
 	for _, m := range lc.measures[:len(lc.measures)-1] {
 		if m.at.IsZero() {
 			continue
@@ -108,7 +141,14 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 			old = m
 		}
 	}
-	pending := float64(backlog + live)
+	// The live admissions count as orders a moment later only by what they
+	// rose above their level of the last drainSpan: that level is the
+	// buyers between admission and order at the present rate (BBR's
+	// bandwidth-delay product: in flight by the delay itself, not queued),
+	// or admitted buyers who will never order, and counting it against
+	// the backlog's target starves the pipeline as soon as buyers take
+	// longer than TargetBacklog to order.
+	pending := float64(backlog) + float64(live) - liveSum/liveN
 	span := now.Sub(old.at).Seconds()
 	if old.at.IsZero() || span <= 0 {
 		lc.pending = pending // the first measurement: no drain yet, the level stays
@@ -117,9 +157,18 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 	lc.drain = max(float64((accepted-old.accepted)-(backlog-old.backlog))/span, 0)
 	tau := cfg.TargetBacklog.Seconds()
 	next := tau * max(lc.drain, cfg.MinRate)
-	if pending < lc.target/2 && lc.waiting {
-		// Application-limited: probe, doubling per second.
-		next = max(next, lc.target*math.Pow(2, min(now.Sub(prev.at).Seconds(), 1)))
+	if float64(backlog) < next/2 && lc.waiting {
+		// Application-limited: the pipeline finished what reached it, so
+		// its drain says nothing of what it could do and does not lower
+		// the level (BBR ignores such samples the same way); while the
+		// admissions in flight do not fill the window either, probe,
+		// doubling per second.
+		next = max(next, lc.target)
+		growth := probeGrowth
+		if pending >= lc.target/2 {
+			growth = fullGrowth
+		}
+		next = max(next, lc.target*math.Pow(growth, min(now.Sub(prev.at).Seconds(), 1)))
 	}
 	lc.target = min(next, tau*cfg.Ceiling)
 	lc.pending = pending
