@@ -131,10 +131,12 @@ func (v *Verifier) check(token string) (Claims, error) {
 		// The header every HS256 signer of ours writes: no need to parse it
 		// apart to pick the HS256 path, nor the claims into a map.
 		c, err := v.hs.verifyCanonical(token, v.groups, v.adminGroup)
-		if err != nil {
+		switch {
+		case err == nil:
+			return v.claims(c, nil)
+		case !errors.Is(err, errUseParser):
 			return Claims{}, unauthenticated("%v", err)
 		}
-		return v.claims(c, nil)
 	}
 	// The unverified header only picks the path; each path accepts its own
 	// algorithms and keys only, so a lying header gains nothing.

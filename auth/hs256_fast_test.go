@@ -137,6 +137,20 @@ func TestHS256CanonicalPathAgreesWithParser(t *testing.T) {
 		{name: "role without group", v: grouped, claims: base(map[string]any{"role": "admin"}), want: want{ok: true}},
 		{name: "other group", v: grouped, claims: base(map[string]any{"roles": []any{"opsx"}}), want: want{ok: true}},
 		{name: "claims an array", v: plain, payload: `["sub","42"]`},
+		// Found by an outside review (fuzzed and crafted claims): claims a
+		// strict JSON decoder reads otherwise than fastjson, which the fast
+		// path now leaves to the parser.
+		{name: "sub twice", v: plain, payload: `{"sub":"42","sub":"43","iss":"stampede","aud":"stampede","exp":` + jsonInt(exp) + `}`, want: want{ok: true}},
+		{name: "sub twice, one escaped", v: plain, payload: `{"s\u0075b":"41","sub":"42","iss":"stampede","aud":"stampede","exp":` + jsonInt(exp) + `}`, want: want{ok: true}},
+		{name: "role twice", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","role":"admin","role":"user","exp":` + jsonInt(now.Add(30*time.Minute).Unix()) + `}`, want: want{ok: true}},
+		{name: "exp twice, the last past", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","exp":` + jsonInt(exp) + `,"exp":` + jsonInt(now.Add(-time.Hour).Unix()) + `}`},
+		{name: "groups twice", v: grouped, payload: `{"sub":"42","iss":"stampede","aud":"stampede","roles":["ops"],"roles":[],"exp":` + jsonInt(now.Add(30*time.Minute).Unix()) + `}`, want: want{ok: true}},
+		{name: "nbf NaN", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","nbf":NaN,"exp":` + jsonInt(exp) + `}`},
+		{name: "nbf out of range", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","nbf":-1e400,"exp":` + jsonInt(exp) + `}`},
+		{name: "exp with a leading zero", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","exp":0` + jsonInt(exp) + `}`},
+		{name: "exp ending in a dot", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","exp":` + jsonInt(exp) + `.}`},
+		{name: "exp with a long mantissa", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","exp":` + jsonInt(exp) + `99999988e-8}`, want: want{ok: true}},
+		{name: "a string escape JSON does not have", v: plain, payload: `{"sub":"42","iss":"stampede","aud":"stampede","x":"\q","exp":` + jsonInt(exp) + `}`},
 		{name: "claims not JSON", v: plain, payload: `{"sub":"42",`},
 	}
 	for _, tc := range cases {
