@@ -268,6 +268,11 @@ func (r *benchRun) startSUT(ctx context.Context) (sut bench.Target, pipe bench.P
 	}
 	front := *cfg
 	front.Roles = "gateway,push"
+	for _, addr := range []string{front.HTTPAddr, front.PushAddr} {
+		if err := addrFree(addr); err != nil {
+			return sut, nil, err
+		}
+	}
 	stop, err := startForBench(ctx, &front)
 	if err != nil {
 		return sut, nil, fmt.Errorf("bench: start the app: %w", err)
@@ -572,4 +577,16 @@ func serverAddrs(cfg Config) map[string]string {
 		out["rabbitmq"] = host
 	}
 	return out
+}
+
+// addrFree fails when addr cannot be listened on: without this the
+// in-process gateway's listen error stays in its own goroutine and the bench
+// loads whatever already answers there (a `make demo` still serving on
+// :8080 answered it, and only the audit noticed).
+func addrFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("bench: %s is taken (another stampede, `make demo`?): %w; stop it or pass --http-addr / --push-addr", addr, err)
+	}
+	return ln.Close()
 }
