@@ -192,10 +192,9 @@ func (v *Verifier) claims(c verified, key *keyRef) (Claims, error) {
 	if c.exp.IsZero() { // the parsers require exp: not reached
 		return Claims{}, unauthenticated("no exp")
 	}
-	sub, iss, exp := c.sub, c.iss, c.exp
-	out := Claims{Admin: c.admin, Issuer: iss, Subject: sub, Expires: exp, key: key}
+	out := Claims{Admin: c.admin, Issuer: c.iss, Subject: c.sub, Expires: c.exp, key: key}
 	if key == nil { // HS256: the subject is the user id
-		uid, ok := ParseDecimalID(sub)
+		uid, ok := ParseDecimalID(c.sub)
 		if !ok || uid > MaxDirectUserID {
 			return Claims{}, unauthenticated("HS256 subject must be a user id from 1 to %d in canonical decimal", MaxDirectUserID)
 		}
@@ -203,16 +202,16 @@ func (v *Verifier) claims(c verified, key *keyRef) (Claims, error) {
 		if out.Admin {
 			bound = MaxAdminTokenTTL
 		}
-		if exp.Sub(v.now()) > bound+hsLeeway {
+		if c.exp.Sub(v.now()) > bound+hsLeeway {
 			return Claims{}, unauthenticated("HS256 token lives beyond %s", bound)
 		}
 		out.UserID = uid
 		return out, nil
 	}
-	if !ValidSubject(sub) {
+	if !ValidSubject(c.sub) {
 		return Claims{}, unauthenticated("subject must be 1 to %d bytes of printable UTF-8", MaxSubjectBytes)
 	}
-	uid, err := v.subjects.userID(iss, sub)
+	uid, err := v.subjects.userID(c.iss, c.sub)
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %v", ErrIdentityUnavailable, err)
 	}

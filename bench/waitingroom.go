@@ -51,7 +51,8 @@ const WaitingRoom = "waitingroom"
 // enough that a buyer orders the moment it is admitted at several thousand
 // admissions a second with orders answered in tens of milliseconds (256
 // capped the orders near 8,000/s and left tens of thousands of admitted
-// buyers waiting for a worker), within the target's 1,024 connections.
+// buyers waiting for a worker), each on its own connection (the arrivals
+// keep the target's).
 const roomOrderWorkers = 768
 
 // roomWatch is the period of the watcher's reads of the admitted-up-to counter.
@@ -537,10 +538,7 @@ func (rr *roomRun) sampleBacklog(ctx context.Context, selects *atomic.Int64) []r
 		}
 		selects.Add(2)
 		if st, err := lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid); err == nil {
-			s.admitted = st.Admitted
-		}
-		if n, err := rr.r.env.Redis.ZCard(ctx, lua.Room(rr.pid).Admitted()).Result(); err == nil {
-			s.live = n
+			s.admitted, s.live = st.Admitted, st.Live
 		}
 		out = append(out, s)
 	}
@@ -697,15 +695,11 @@ func (rr *roomRun) backlogAgainstTarget(s *ScenarioResult, samples []roomSample,
 	var local []float64
 	inLocal := 0
 	for k := start; k <= last; k++ {
-		j := k
-		for j > 0 && samples[k].at.Sub(samples[j].at) < 3*time.Second {
-			j--
-		}
-		dt := samples[k].at.Sub(samples[j].at).Seconds()
-		if dt <= 0 || samples[k].settled <= samples[j].settled {
+		d := drainBefore(samples, k, 3*time.Second)
+		if d <= 0 {
 			continue
 		}
-		sec := float64(samples[k].backlog) / (float64(samples[k].settled-samples[j].settled) / dt)
+		sec := float64(samples[k].backlog) / d
 		local = append(local, sec)
 		if sec >= 0.75*target && sec <= 1.25*target {
 			inLocal++
@@ -739,14 +733,7 @@ func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt
 		if sm.at.Before(t0) {
 			continue
 		}
-		j := i
-		for j > 0 && sm.at.Sub(samples[j-1].at) <= time.Second {
-			j--
-		}
-		drain := 0.0
-		if dt := sm.at.Sub(samples[j].at).Seconds(); dt > 0 {
-			drain = float64(sm.settled-samples[j].settled) / dt
-		}
+		drain := drainBefore(samples, i, time.Second)
 		secs := "—"
 		if drain > 0 {
 			secs = strconv.FormatFloat(float64(sm.backlog)/drain, 'f', 2, 64) + " s"
@@ -763,4 +750,18 @@ func (rr *roomRun) backlogSeries(s *ScenarioResult, samples []roomSample, soldAt
 		}
 	}
 	s.Tables = append(s.Tables, tbl)
+}
+
+// drainBefore is the orders settled per second from the earliest sample
+// within span before samples[k] to it (0 when there is none).
+func drainBefore(samples []roomSample, k int, span time.Duration) float64 {
+	j := k
+	for j > 0 && samples[k].at.Sub(samples[j-1].at) <= span {
+		j--
+	}
+	dt := samples[k].at.Sub(samples[j].at).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	return float64(samples[k].settled-samples[j].settled) / dt
 }

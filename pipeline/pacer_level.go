@@ -126,18 +126,15 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 	lc.measures[len(lc.measures)-1] = levelSample{at: now, backlog: backlog, live: live, accepted: accepted}
 	var old levelSample
 	var liveSum, liveN float64
-	for _, m := range lc.measures {
-		if m.at.IsZero() || now.Sub(m.at) > drainSpan {
-			continue
-		}
-		liveSum += float64(m.live)
-		liveN++
-	}
-	for _, m := range lc.measures[:len(lc.measures)-1] {
+	for i, m := range lc.measures {
 		if m.at.IsZero() {
 			continue
 		}
-		if old.at.IsZero() || now.Sub(m.at) >= drainSpan {
+		if now.Sub(m.at) <= drainSpan {
+			liveSum += float64(m.live)
+			liveN++ // the measurement just stored counts: never 0
+		}
+		if i < len(lc.measures)-1 && (old.at.IsZero() || now.Sub(m.at) >= drainSpan) {
 			old = m
 		}
 	}
@@ -160,9 +157,9 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 	if float64(backlog) < next/2 && lc.waiting {
 		// Application-limited: the pipeline finished what reached it, so
 		// its drain says nothing of what it could do and does not lower
-		// the level (BBR ignores such samples the same way); while the
-		// admissions in flight do not fill the window either, probe,
-		// doubling per second.
+		// the level (BBR ignores such samples the same way); the level
+		// grows, fast while the admissions in flight leave the window
+		// half empty, slowly while they fill it.
 		next = max(next, lc.target)
 		growth := probeGrowth
 		if pending >= lc.target/2 {
