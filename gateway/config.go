@@ -114,10 +114,11 @@ type Config struct {
 	// RoomWindow is how long a waiting-room admission lasts when the room
 	// is turned on without its own window (waitingroom.go). Default 2m.
 	RoomWindow time.Duration
-	// RoomPipeline, above 1, sends the ticket calls (POST
-	// /api/products/{id}/queue) of concurrent requests to Redis in pipelines
-	// of up to this many (waitingroom.go); 0 or 1: one round trip each
-	// (the default here; the binary's is STAMPEDE_ROOM_PIPELINE).
+	// RoomPipeline, above 1, answers the ticket calls (POST
+	// /api/products/{id}/queue) of up to this many concurrent requests
+	// with one room_take.lua call per product (waitingroom.go,
+	// lua.TakeMany); 0 or 1: one call and round trip each (the default
+	// here; the binary's is STAMPEDE_ROOM_PIPELINE).
 	RoomPipeline int
 	// PowSecret is the HMAC key of proof-of-work challenges (pow.go); every
 	// gateway of a deployment needs the same. Empty: one derived from

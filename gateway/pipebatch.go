@@ -16,6 +16,7 @@ import (
 // with one.
 type pipeBatcher[C any] struct {
 	max     int
+	workers int // pipelines in flight at once
 	jobs    chan *pipeJob[C]
 	stopped atomic.Pointer[chan struct{}] // closed while no worker runs
 	pool    sync.Pool
@@ -23,7 +24,8 @@ type pipeBatcher[C any] struct {
 	many    func(cs []*C) // runs calls as one pipeline, filling in each answer
 }
 
-// pipeWorkers is the number of pipelines in flight at once.
+// pipeWorkers is the number of pipelines in flight at once, unless a
+// batcher sets its own.
 const pipeWorkers = 4
 
 type pipeJob[C any] struct {
@@ -32,7 +34,7 @@ type pipeJob[C any] struct {
 }
 
 func newPipeBatcher[C any](max int, one func(*C), many func([]*C)) *pipeBatcher[C] {
-	b := &pipeBatcher[C]{max: max, jobs: make(chan *pipeJob[C], 4*max), one: one, many: many}
+	b := &pipeBatcher[C]{max: max, workers: pipeWorkers, jobs: make(chan *pipeJob[C], 4*max), one: one, many: many}
 	closed := make(chan struct{})
 	close(closed)
 	b.stopped.Store(&closed)
@@ -46,7 +48,7 @@ func (b *pipeBatcher[C]) start(ctx context.Context) <-chan struct{} {
 	stopped := make(chan struct{})
 	b.stopped.Store(&stopped)
 	var wg sync.WaitGroup
-	for range pipeWorkers {
+	for range b.workers {
 		wg.Go(func() { b.work(ctx) })
 	}
 	done := make(chan struct{})

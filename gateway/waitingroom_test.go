@@ -293,6 +293,54 @@ func TestWaitingRoomTwoGatewaysTwoPacers(t *testing.T) {
 	}
 }
 
+// Tickets through the take pipeline (Config.RoomPipeline: concurrent
+// requests share one room_take.lua run): 150 buyers, each asking three
+// times at once, get one ticket each, the same in all three answers, and
+// the places 1…150 once each.
+func TestWaitingRoomPipelinedTickets(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.RoomPipeline = 64 })
+	pid := e.roomProduct(1000)
+	const users = 150
+	var mu sync.Mutex
+	tickets := map[int64]map[string]bool{}
+	positions := map[int64]int64{}
+	var wg sync.WaitGroup
+	for u := int64(1); u <= users; u++ {
+		for range 3 {
+			wg.Go(func() {
+				r := e.queue(u, pid)
+				if r.status != 200 {
+					t.Errorf("queue of user %d: %s", u, r)
+					return
+				}
+				m := r.json(t)
+				pos, _ := m["position"].(json.Number).Int64()
+				mu.Lock()
+				defer mu.Unlock()
+				if tickets[u] == nil {
+					tickets[u] = map[string]bool{}
+				}
+				tickets[u][m["ticket"].(string)] = true
+				positions[u] = max(positions[u], pos)
+			})
+		}
+	}
+	wg.Wait()
+	seen := map[int64]int64{}
+	for u := int64(1); u <= users; u++ {
+		if len(tickets[u]) != 1 {
+			t.Fatalf("user %d was given %d tickets: %v", u, len(tickets[u]), tickets[u])
+		}
+		if p := positions[u]; p < 1 || p > users || seen[p] != 0 {
+			t.Fatalf("user %d at position %d (also user %d's)", u, p, seen[p])
+		}
+		seen[positions[u]] = u
+	}
+	if n, _ := e.rdb.HLen(context.Background(), lua.Room(pid).Tickets()).Result(); n != users {
+		t.Fatalf("%d tickets in Redis, want %d", n, users)
+	}
+}
+
 // The public record of a pre-queue: the commitment before any ticket, no
 // seed and no list before the opening, then the seed, the list and its
 // hash, from which every served position is recomputed; the admin view

@@ -1,6 +1,11 @@
--- room_take.lua: give a buyer a place in a product's waiting room (or a draw entry), or tell
--- the place the buyer already has. One call per request; idempotent per user while the ticket
--- lives (a draw entry lives for the whole sale: one per user).
+-- room_take.lua: give buyers a place in a product's waiting room (or a draw entry), or tell
+-- each the place it already has. One call takes a batch of requests for one product (the
+-- gateway's concurrent requests, lua.TakeMany): the room's shared fields and the clock are read
+-- once, the buyers' records in one HMGET, and the new records, places and pre-queue entries
+-- written in one command each, so a ticket costs Redis a few Lua operations rather than seven
+-- commands. The answers are those of the requests run one after another, in order, at one
+-- instant: a user twice in a batch is answered the ticket the first request gave. Idempotent per
+-- user while the ticket lives (a draw entry lives for the whole sale: one per user).
 --
 -- KEYS[1] stock    hash   stampede:{p:<pid>:0}:stock   fields room ("1": on, admission checked by
 --                         reserve.lua here; "2": on for a sharded product, admission claimed by
@@ -23,16 +28,18 @@
 -- KEYS[6] pre      hash   stampede:{p:<pid>:0}:room:pre     ticketId = userId of every pre-queued ticket
 -- KEYS[7] fresh    hash   stampede:{p:<pid>:0}:room:fresh   random mode: userId = ticketId, waiting
 --                         for the pacer to give it its key
--- KEYS[8] pow      string stampede:{p:<pid>:0}:room:pow:<challenge> marks a solved proof-of-work as
---                         used (any key when ARGV[3] is "")
+-- KEYS[8…]  string stampede:{p:<pid>:0}:room:pow:<challenge> marks a solved proof-of-work as
+--                         used, one key per request that brings one
 --
--- ARGV[1] userId (decimal)
--- ARGV[2] ticket id (16 hex digits) to give if the user gets a new ticket
--- ARGV[3] the challenge of a proof-of-work the gateway verified for this user and product, "" if none
--- ARGV[4] ms the used-mark of ARGV[3] lives (until the challenge expires)
+-- ARGV, four per request (request i at 4i+1 … 4i+4):
+--   userId (decimal)
+--   ticket id (16 hex digits) to give if the user gets a new ticket
+--   the index in KEYS of the used-mark of a proof-of-work the gateway verified for this user and
+--   product (8 or more), 0 if the request brings none
+--   ms the used-mark lives (until the challenge expires)
 --
--- Returns {code, ticketId, position, deadlineMs, rateMilli, issuedMs, mode, shufflePosition,
--- startMs, waiting}:
+-- Returns the answers of the requests, in order, ten values each, in one flat array: code,
+-- ticketId, position, deadlineMs, rateMilli, issuedMs, mode, shufflePosition, startMs, waiting:
 --   0 WAITING     position = place - upto (1 = next); random mode: position 0, waiting = tickets
 --                 in the pool
 --   1 ADMITTED    the user may order until deadlineMs (Redis clock)
@@ -47,9 +54,9 @@
 --   9 EXPIRED     draw: the win was not used within its window and passed on
 --  10 ORDERED     draw: the win was used by an order
 --  11 LOST        draw: the entry was not drawn (place past the winners and the reserve list)
---  12 POW_REQUIRED the room asks a proof-of-work for a new ticket and ARGV[3] is ""
+--  12 POW_REQUIRED the room asks a proof-of-work for a new ticket and the request brings none
 --  13 POW_REUSED  the proof-of-work was already used (for any ticket): no ticket
---  14 RETRY       ARGV[2] is already a pre-queued ticket's id: call again with another
+--  14 RETRY       the ticket id is already a pre-queued ticket's: call again with another
 --  15 NOT_ACTIVE  the sale has ended: no ticket
 -- shufflePosition is a pre-queued ticket's place in the published shuffle (place - base), the
 -- number a buyer recomputes from public data; 0 otherwise.
@@ -57,15 +64,28 @@
 -- room_claim.lua removes the user from KEYS[5]) or the admission expired; the user's next take
 -- then gives a new ticket at the end of the line (a draw gives none: EXPIRED or ORDERED).
 
-local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end')
-if not s[2] then
-  return {3, '', 0, 0, 0, 0, '', 0, 0, 0}
+local n = math.floor(#ARGV / 4)
+local out = {}
+if n == 0 then
+  return out
 end
-if s[1] ~= '1' and s[1] ~= '2' then
-  return {2, '', 0, 0, 0, 0, '', 0, 0, 0}
+local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end')
+local early
+if not s[2] then
+  early = 3
+elseif s[1] ~= '1' and s[1] ~= '2' then
+  early = 2
+end
+if early then
+  for i = 0, n - 1 do
+    out[10 * i + 1], out[10 * i + 2], out[10 * i + 3], out[10 * i + 4], out[10 * i + 5] = early, '', 0, 0, 0
+    out[10 * i + 6], out[10 * i + 7], out[10 * i + 8], out[10 * i + 9], out[10 * i + 10] = 0, '', 0, 0, 0
+  end
+  return out
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nowS = tostring(now)
 local start, stop = tonumber(s[3]) or 0, tonumber(s[4]) or 0
 local st = redis.call('HMGET', KEYS[2], 'upto', 'rate', 'mode', 'pqms', 'closed', 'pre', 'issued', 'shuffled',
   'cutoff', 'pow', 'left', 'base')
@@ -76,126 +96,173 @@ local closed = st[5] == '1'
 local shuffled = st[8] == '1'
 local cutoff = tonumber(st[9]) or 0
 local base = tonumber(st[12]) or 0
+local issued = tonumber(st[7]) or 0
+local pqms = tonumber(st[4]) or 0
+local powOn = (tonumber(st[10]) or 0) > 0
 local available = tonumber(s[2]) or 0
 if s[1] == '2' then
   available = tonumber(st[11]) or 1 -- not read by a pacer yet: not known to be sold out
 end
-local uid = ARGV[1]
 
-local function answer(code, tid, pos, dl, at, spos, waiting)
-  return {code, tid, pos, dl, rate, at, mode, spos, start, waiting}
+-- close: the opening has passed (Redis clock). Freezes the pre-queue: its tickets take the
+-- places base+1 … base+pre at the shuffle, later fifo tickets the places after them.
+if now >= start and not closed then
+  local pre = tonumber(st[6]) or 0
+  redis.call('HSET', KEYS[2], 'closed', '1', 'base', issued, 'issued', issued + pre)
+  closed, base, issued = true, issued, issued + pre
+end
+local issued0 = issued
+
+-- The batch's records: read in one HMGET; what a request writes is kept in `written` (read
+-- before the stored record by a later request of the same user) and stored at the end.
+local uids = {}
+for i = 1, n do
+  uids[i] = ARGV[4 * i - 3]
+end
+local stored = redis.call('HMGET', KEYS[4], unpack(uids))
+local written = {}
+local lineAdd = {} -- place, userId, … for one ZADD
+local preAdd = {} -- ticketId, userId, … for one HSET
+local preTid = {}
+
+local o = 0 -- answers appended to out
+local function answer(code, tid, pos, dl, at, spos, waiting, opens)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = code, tid, pos, dl, rate
+  out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = at, mode, spos, opens or start, waiting
+  o = o + 10
 end
 local function pool()
   return redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[7])
 end
--- close: the opening has passed (Redis clock). Freezes the pre-queue: its tickets take the
--- places base+1 … base+pre at the shuffle, later fifo tickets the places after them.
-local function close()
-  if closed then
-    return
-  end
-  local issued = tonumber(st[7]) or 0
-  local pre = tonumber(st[6]) or 0
-  redis.call('HSET', KEYS[2], 'closed', '1', 'base', issued, 'issued', issued + pre)
-  closed, base = true, issued
-end
-if now >= start then
-  close()
-end
 
-local rec = redis.call('HGET', KEYS[4], uid)
-if rec then
-  local place, at, tid, flags = string.match(rec, '^(%d+) (%d+) (%x+) ?(%a*)$')
-  place, at = tonumber(place), tonumber(at)
-  if place then
-    local spos = 0
-    if mode ~= 'random' and string.find(flags, 'p', 1, true) and shuffled and place > 0 then
-      spos = place - base
-    end
-    if place == 0 then
-      if not closed then
-        return answer(5, tid, 0, 0, at, 0, 0)
+-- take answers request i: the user's live ticket, or a new one.
+local function take(i)
+  local uid, ntid = uids[i], ARGV[4 * i - 2]
+  local rec = written[uid]
+  if rec == nil then
+    rec = stored[i]
+  end
+  if rec then
+    local place, at, tid, flags = string.match(rec, '^(%d+) (%d+) (%x+) ?(%a*)$')
+    place, at = tonumber(place), tonumber(at)
+    if place then
+      local spos = 0
+      if mode ~= 'random' and string.find(flags, 'p', 1, true) and shuffled and place > 0 then
+        spos = place - base
       end
-      if not shuffled then
-        return answer(6, tid, 0, 0, at, 0, 0)
+      if place == 0 then
+        if not closed then
+          return answer(5, tid, 0, 0, at, 0, 0)
+        end
+        if not shuffled then
+          return answer(6, tid, 0, 0, at, 0, 0)
+        end
+        -- random mode: waiting in the pool (keyed by the pacer)
+        if available <= 0 then
+          return answer(4, tid, 0, 0, at, 0, pool())
+        end
+        return answer(0, tid, 0, 0, at, 0, pool())
       end
-      -- random mode: waiting in the pool (keyed by the pacer)
-      if available <= 0 then
-        return answer(4, tid, 0, 0, at, 0, pool())
+      if mode == 'draw' and place > cutoff then
+        return answer(11, tid, 0, 0, at, spos, 0)
       end
-      return answer(0, tid, 0, 0, at, 0, pool())
-    end
-    if mode == 'draw' and place > cutoff then
-      return answer(11, tid, 0, 0, at, spos, 0)
-    end
-    if place > upto then
-      if available <= 0 then
-        return answer(4, tid, place - upto, 0, at, spos, 0)
+      if place > upto then
+        if available <= 0 then
+          return answer(4, tid, place - upto, 0, at, spos, 0)
+        end
+        return answer(0, tid, place - upto, 0, at, spos, 0)
       end
-      return answer(0, tid, place - upto, 0, at, spos, 0)
+      local dl = tonumber(redis.call('ZSCORE', KEYS[5], uid))
+      if dl and dl > now then
+        return answer(1, tid, 0, dl, at, spos, 0)
+      end
+      if dl then -- past its deadline, not yet expired by a pacer step: expire it here
+        redis.call('ZREM', KEYS[5], uid)
+        redis.call('HINCRBY', KEYS[2], 'expired', 1)
+        redis.call('HINCRBY', KEYS[2], 'owed', 1)
+        flags = flags .. 'x'
+        written[uid] = place .. ' ' .. at .. ' ' .. tid .. ' ' .. flags
+      end
+      if mode == 'draw' then
+        if string.find(flags, 'x', 1, true) then
+          return answer(9, tid, 0, 0, at, spos, 0)
+        end
+        return answer(10, tid, 0, 0, at, spos, 0)
+      end
     end
-    local dl = tonumber(redis.call('ZSCORE', KEYS[5], uid))
-    if dl and dl > now then
-      return answer(1, tid, 0, dl, at, spos, 0)
-    end
-    if dl then -- past its deadline, not yet expired by a pacer step: expire it here
-      redis.call('ZREM', KEYS[5], uid)
-      redis.call('HINCRBY', KEYS[2], 'expired', 1)
-      redis.call('HINCRBY', KEYS[2], 'owed', 1)
-      flags = flags .. 'x'
-      redis.call('HSET', KEYS[4], uid, place .. ' ' .. at .. ' ' .. tid .. ' ' .. flags)
-    end
+  end
+
+  -- A new ticket (or draw entry).
+  if now >= stop then
+    return answer(15, '', 0, 0, 0, 0, 0)
+  end
+  local pre = now < start and not closed
+  if not pre then
     if mode == 'draw' then
-      if string.find(flags, 'x', 1, true) then
-        return answer(9, tid, 0, 0, at, spos, 0)
-      end
-      return answer(10, tid, 0, 0, at, spos, 0)
+      return answer(8, '', 0, 0, 0, 0, 0)
+    end
+    if available <= 0 then
+      return answer(4, '', 0, 0, 0, 0, 0)
+    end
+  else
+    if pqms > 0 and now < start - pqms then
+      return answer(7, '', 0, 0, 0, 0, 0, start - pqms)
+    end
+    if preTid[ntid] or redis.call('HEXISTS', KEYS[6], ntid) == 1 then
+      return answer(14, '', 0, 0, 0, 0, 0)
     end
   end
+  if powOn then
+    local k = tonumber(ARGV[4 * i - 1]) or 0
+    if k < 8 or not KEYS[k] then
+      return answer(12, '', 0, 0, 0, 0, 0)
+    end
+    if not redis.call('SET', KEYS[k], uid, 'NX', 'PX', math.max(tonumber(ARGV[4 * i]) or 1, 1)) then
+      return answer(13, '', 0, 0, 0, 0, 0)
+    end
+  end
+  if pre then
+    preTid[ntid] = true
+    preAdd[#preAdd + 1] = ntid
+    preAdd[#preAdd + 1] = uid
+    written[uid] = '0 ' .. nowS .. ' ' .. ntid .. ' p'
+    return answer(5, ntid, 0, 0, now, 0, 0)
+  end
+  if mode == 'random' then
+    redis.call('HSET', KEYS[7], uid, ntid) -- at once: pool() counts it
+    written[uid] = '0 ' .. nowS .. ' ' .. ntid .. ' '
+    return answer(0, ntid, 0, 0, now, 0, pool())
+  end
+  issued = issued + 1
+  local ps = tostring(issued)
+  written[uid] = ps .. ' ' .. nowS .. ' ' .. ntid .. ' '
+  lineAdd[#lineAdd + 1] = ps
+  lineAdd[#lineAdd + 1] = uid
+  return answer(0, ntid, issued - upto, 0, now, 0, 0)
 end
 
--- A new ticket (or draw entry).
-if now >= stop then
-  return answer(15, '', 0, 0, 0, 0, 0)
+for i = 1, n do
+  take(i)
 end
-local pre = now < start and not closed
-if not pre then
-  if mode == 'draw' then
-    return answer(8, '', 0, 0, 0, 0, 0)
-  end
-  if available <= 0 then
-    return answer(4, '', 0, 0, 0, 0, 0)
-  end
-else
-  local pq = tonumber(st[4]) or 0
-  if pq > 0 and now < start - pq then
-    return {7, '', 0, 0, rate, 0, mode, 0, start - pq, 0}
-  end
-  if redis.call('HEXISTS', KEYS[6], ARGV[2]) == 1 then
-    return answer(14, '', 0, 0, 0, 0, 0)
+
+-- bulk runs cmd on key with the flat list args, in chunks (unpack's stack is bounded).
+local function bulk(cmd, key, args)
+  for j = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, j, math.min(j + 999, #args)))
   end
 end
-if (tonumber(st[10]) or 0) > 0 then
-  if ARGV[3] == '' then
-    return answer(12, '', 0, 0, 0, 0, 0)
-  end
-  if not redis.call('SET', KEYS[8], uid, 'NX', 'PX', math.max(tonumber(ARGV[4]) or 1, 1)) then
-    return answer(13, '', 0, 0, 0, 0, 0)
-  end
+local rec = {}
+for u, r in pairs(written) do
+  rec[#rec + 1] = u
+  rec[#rec + 1] = r
 end
-local tid = ARGV[2]
-if pre then
-  redis.call('HSET', KEYS[6], tid, uid)
-  redis.call('HINCRBY', KEYS[2], 'pre', 1)
-  redis.call('HSET', KEYS[4], uid, '0 ' .. now .. ' ' .. tid .. ' p')
-  return answer(5, tid, 0, 0, now, 0, 0)
+bulk('HSET', KEYS[4], rec)
+bulk('ZADD', KEYS[3], lineAdd)
+if #preAdd > 0 then
+  bulk('HSET', KEYS[6], preAdd)
+  redis.call('HINCRBY', KEYS[2], 'pre', #preAdd / 2)
 end
-if mode == 'random' then
-  redis.call('HSET', KEYS[7], uid, tid)
-  redis.call('HSET', KEYS[4], uid, '0 ' .. now .. ' ' .. tid .. ' ')
-  return answer(0, tid, 0, 0, now, 0, pool())
+if issued ~= issued0 then
+  redis.call('HSET', KEYS[2], 'issued', issued)
 end
-local place = redis.call('HINCRBY', KEYS[2], 'issued', 1)
-redis.call('HSET', KEYS[4], uid, place .. ' ' .. now .. ' ' .. tid .. ' ')
-redis.call('ZADD', KEYS[3], place, uid)
-return answer(0, tid, place - upto, 0, now, 0, 0)
+return out

@@ -142,19 +142,33 @@ type TakeArgs struct {
 	PowTTL       time.Duration
 }
 
-func takeKV(productID int64, a TakeArgs) ([]string, []any) {
-	keys := takeKeys.of(productID)
-	if a.PowChallenge != "" {
-		keys = append(keys[:len(keys)-1:len(keys)-1], Room(productID).Pow(a.PowChallenge))
+// takeKV is one room_take.lua call for calls, all of one product: the
+// room's seven keys, then the used-mark key of each call that brings a
+// proof-of-work; four ARGV a call.
+func takeKV(productID int64, calls []*TakeCall) ([]string, []any) {
+	base := takeKeys.of(productID)
+	keys := base
+	argv := make([]any, 0, 4*len(calls))
+	for _, c := range calls {
+		a := &c.Args
+		k := 0
+		if a.PowChallenge != "" {
+			if len(keys) == len(base) {
+				keys = append(base[:len(base):len(base)], Room(productID).Pow(a.PowChallenge))
+			} else {
+				keys = append(keys, Room(productID).Pow(a.PowChallenge))
+			}
+			k = len(keys) // Lua's 1-based index
+		}
+		argv = append(argv, a.UserID, a.TicketID, k, max(a.PowTTL.Milliseconds(), 1))
 	}
-	return keys, []any{a.UserID, a.TicketID, a.PowChallenge, max(a.PowTTL.Milliseconds(), 1)}
+	return keys, argv
 }
 
-// takeKeys caches room_take.lua's KEYS of a product (KEYS[8] the "-"
-// challenge's, replaced when a proof-of-work comes with the call): a ticket
-// is the hot path of a sale and building eight key strings a call was a
-// good part of its allocations. The slices are shared read only (go-redis
-// copies the keys into each command's arguments).
+// takeKeys caches room_take.lua's seven fixed KEYS of a product: a ticket
+// is the hot path of a sale and building the key strings a call was a good
+// part of its allocations. The slices are shared read only (takeKV appends
+// to a copy; go-redis copies the keys into each command's arguments).
 var takeKeys = keyCache{m: map[int64][]string{}}
 
 // keyCache is a bounded map productID → room_take.lua's keys.
@@ -174,7 +188,7 @@ func (kc *keyCache) of(productID int64) []string {
 		return keys
 	}
 	r := Room(productID)
-	keys = []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted(), r.Pre(), r.Fresh(), r.Pow("-")}
+	keys = []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted(), r.Pre(), r.Fresh()}
 	kc.mu.Lock()
 	if len(kc.m) < keyCacheMax {
 		kc.m[productID] = keys
@@ -189,9 +203,9 @@ func (kc *keyCache) of(productID int64) []string {
 // Place.OpensAt), ErrDrawClosed, ErrNotActive (the sale ended),
 // ErrPowRequired, ErrPowReused, ErrTicketIDTaken.
 func Take(ctx context.Context, rdb redis.Scripter, productID int64, a TakeArgs) (Place, error) {
-	keys, argv := takeKV(productID, a)
-	res, err := roomTakeScript.Run(ctx, rdb, keys, argv...).Slice()
-	return takeResult(productID, res, err)
+	c := TakeCall{ProductID: productID, Args: a}
+	takeRun(ctx, rdb, []*TakeCall{&c})
+	return c.Place, c.Err
 }
 
 // TakeCall is one Take of TakeMany, with its answer.
@@ -202,33 +216,89 @@ type TakeCall struct {
 	Err       error
 }
 
-// TakeMany runs the calls in one pipeline (each script call stays atomic),
-// like ReserveMany: calls refused before they ran (NOSCRIPT, cluster
-// redirections) are run again alone. A repeated take answers the ticket the
-// first gave.
+// takeBatchMax bounds the calls of one room_take.lua run: a script blocks
+// Redis while it runs (a few microseconds a call).
+const takeBatchMax = 256
+
+// TakeMany answers the calls with one room_take.lua run per product (and
+// per takeBatchMax calls), the runs sent in one pipeline. The calls of a
+// run are answered as if taken one after another in their order: a user
+// twice in calls is answered the ticket the first call gave. Runs refused
+// before they ran (NOSCRIPT, cluster redirections) are run again alone.
 func TakeMany(ctx context.Context, rdb redis.Cmdable, calls []TakeCall) {
-	cmds := make([]*redis.Cmd, len(calls))
+	groups := takeGroups(calls)
+	if len(groups) == 0 {
+		return
+	}
+	if len(groups) == 1 {
+		takeRun(ctx, rdb, groups[0])
+		return
+	}
+	cmds := make([]*redis.Cmd, len(groups))
 	pipe := rdb.Pipeline()
-	for i := range calls {
-		keys, argv := takeKV(calls[i].ProductID, calls[i].Args)
+	for i, g := range groups {
+		keys, argv := takeKV(g[0].ProductID, g)
 		cmds[i] = roomTakeScript.EvalSha(ctx, pipe, keys, argv...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	loaded := false
 	for i, cmd := range cmds {
-		res, err := cmd.Slice()
+		err := cmd.Err()
 		if notRun(err) || (err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")) {
 			if !loaded && redis.HasErrorPrefix(err, "NOSCRIPT") {
 				loaded = true
 				if lerr := roomTakeScript.Load(ctx, rdb).Err(); lerr != nil {
-					calls[i].Err = fmt.Errorf("lua: room take: load script: %w", lerr)
+					takeAnswers(groups[i], nil, fmt.Errorf("load script: %w", lerr))
 					continue
 				}
 			}
-			calls[i].Place, calls[i].Err = Take(ctx, rdb, calls[i].ProductID, calls[i].Args)
+			takeRun(ctx, rdb, groups[i])
 			continue
 		}
-		calls[i].Place, calls[i].Err = takeResult(calls[i].ProductID, res, err)
+		takeAnswers(groups[i], cmd.Val(), err)
+	}
+}
+
+// takeGroups splits calls into runs of one product, at most takeBatchMax
+// calls each, every run in the calls' order (a user's calls keep theirs).
+func takeGroups(calls []TakeCall) [][]*TakeCall {
+	var groups [][]*TakeCall
+	open := map[int64]int{} // product → its group being filled
+	for i := range calls {
+		c := &calls[i]
+		g, ok := open[c.ProductID]
+		if !ok || len(groups[g]) == takeBatchMax {
+			g = len(groups)
+			groups = append(groups, make([]*TakeCall, 0, min(len(calls)-i, takeBatchMax)))
+			open[c.ProductID] = g
+		}
+		groups[g] = append(groups[g], c)
+	}
+	return groups
+}
+
+// takeRun runs room_take.lua for calls (one product) in its own round trip.
+func takeRun(ctx context.Context, rdb redis.Scripter, calls []*TakeCall) {
+	keys, argv := takeKV(calls[0].ProductID, calls)
+	res, err := roomTakeScript.Run(ctx, rdb, keys, argv...).Result()
+	takeAnswers(calls, res, err)
+}
+
+// takeAnswers maps one room_take.lua run's reply (ten values per call, in
+// order) into calls; err, the run's, is every call's.
+func takeAnswers(calls []*TakeCall, res any, err error) {
+	if err == nil {
+		all, ok := res.([]any)
+		if ok && len(all) == 10*len(calls) {
+			for i, c := range calls {
+				c.Place, c.Err = takeResult(c.ProductID, all[10*i:10*i+10], nil)
+			}
+			return
+		}
+		err = fmt.Errorf("want %d answers of 10 values, got %v", len(calls), res)
+	}
+	for _, c := range calls {
+		c.Place, c.Err = takeResult(c.ProductID, nil, err)
 	}
 }
 
