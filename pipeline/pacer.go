@@ -443,7 +443,7 @@ func (p *Pacer) measure(ctx context.Context, productID, live int64) {
 		return
 	}
 	rc.level.measured(now, backlog, live, accepted, p.cfg)
-	p.m.control(productID, float64(backlog), rc.level.drain, rc.level.target)
+	p.m.control(productID, float64(backlog), rc.level.pending, rc.level.drain, rc.level.target)
 }
 
 // backlog reads productID's orders not yet past PROCESSING and the count of
@@ -488,14 +488,17 @@ func (p *Pacer) backlog(ctx context.Context, productID int64) (backlog, accepted
 //	room_backlog_orders{product}        auto mode: the last measured backlog
 //	room_drain_rate{product}            auto mode: the smoothed drain, orders per second
 //	room_target_backlog_orders{product} auto mode: the backlog aimed at, TargetBacklog × drain
+//	room_pending_orders{product}        auto mode: what the controller counts against the target
+//	                                    at the last measurement (the backlog plus the live
+//	                                    admissions above their mean of the last 3 s)
 //	room_wait_seconds                   histogram: time in line of each admitted buyer
 //	room_admissions_total               buyers admitted by this process's pacer steps
 //
 // The gauges read from Redis are the same on every pacer (aggregate with max).
 type RoomMetrics struct {
-	issued, admitted, expired, waiting, live, rate, backlog, drain, target *prometheus.GaugeVec
-	wait                                                                   prometheus.Histogram
-	admissions                                                             prometheus.Counter
+	issued, admitted, expired, waiting, live, rate, backlog, drain, target, pending *prometheus.GaugeVec
+	wait                                                                            prometheus.Histogram
+	admissions                                                                      prometheus.Counter
 }
 
 // NewRoomMetrics creates the room series and registers them with reg (nil: unregistered).
@@ -513,6 +516,7 @@ func NewRoomMetrics(reg prometheus.Registerer) *RoomMetrics {
 		backlog:  g("backlog_orders", "Auto pacer: the product's orders accepted and not yet past PROCESSING, at the last measurement."),
 		drain:    g("drain_rate", "Auto pacer: smoothed drain of the product's pipeline, orders per second."),
 		target:   g("target_backlog_orders", "Auto pacer: the backlog aimed at, TargetBacklog seconds of the smoothed drain."),
+		pending:  g("pending_orders", "Auto pacer: what it counts against the target at the last measurement, the backlog plus the live admissions above their mean of the last 3 s."),
 		wait: metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "stampede_room_wait_seconds", Help: "Time in line of each admitted buyer, ticket to admission.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
@@ -543,9 +547,10 @@ func (m *RoomMetrics) status(productID int64, st lua.RoomStatus) {
 	m.live.WithLabelValues(l).Set(float64(st.Live))
 }
 
-func (m *RoomMetrics) control(productID int64, backlog, drain, target float64) {
+func (m *RoomMetrics) control(productID int64, backlog, pending, drain, target float64) {
 	l := strconv.FormatInt(productID, 10)
 	m.backlog.WithLabelValues(l).Set(backlog)
+	m.pending.WithLabelValues(l).Set(pending)
 	m.drain.WithLabelValues(l).Set(drain)
 	m.target.WithLabelValues(l).Set(target)
 }

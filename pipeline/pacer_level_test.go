@@ -3,6 +3,7 @@ package pipeline
 import (
 	"cmp"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -138,9 +139,18 @@ func TestLevelControlHoldsTheBacklog(t *testing.T) {
 				}
 			}
 			share := float64(in) / float64(len(samples))
-			t.Logf("drain %.0f/s, %d samples, %.0f %% within ±25 %% of 2 s, max %.2f s", drain, len(samples), 100*share, worst)
+			sorted := slices.Clone(samples)
+			slices.Sort(sorted)
+			median := sorted[len(sorted)/2]
+			t.Logf("drain %.0f/s, %d samples, %.0f %% within ±25 %% of 2 s, median %.2f s, max %.2f s", drain, len(samples), 100*share, median, worst)
 			if (share < 0.8 && orders > capacity) || worst > 2.75 {
 				t.Fatalf("backlog not held: %.0f %% of samples within ±25 %% of 2 s, max %.2f s", 100*share, worst)
+			}
+			// Centred on the target, not a measurement interval of drain under
+			// it (the controller before levelControl.drained: medians 1.57 to
+			// 1.74 s in these cases).
+			if orders > capacity && math.Abs(median-2) > 0.2 {
+				t.Fatalf("backlog median %.2f s, more than 10 %% off its 2 s target", median)
 			}
 		})
 	}

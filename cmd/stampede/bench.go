@@ -47,6 +47,7 @@ type benchFlags struct {
 	ceiling                 bool
 	reserveScript           string
 	rabbitMetrics           string
+	pipelineMetrics         string // --pipeline-metrics-addr
 	// overrides of bench.Params; zero = the default (or quick) value
 	users          int
 	shards         int
@@ -73,8 +74,12 @@ type benchFlags struct {
 // benchPipeline runs the pipeline roles (writer, relay, consumer, sweeper)
 // of an in-process benchmark as an app of their own (bench.Pipeline).
 type benchPipeline struct {
-	cfg  Config
-	stop func()
+	cfg Config
+	// metricsAddr serves the pipeline roles' GET /metrics ("" none): the
+	// pacer's gauges (stampede_room_*) and the writers', which the
+	// gateway's port does not show.
+	metricsAddr string
+	stop        func()
 }
 
 // Start starts the pipeline roles with design ("" = the configured one) and
@@ -83,7 +88,7 @@ func (b *benchPipeline) Start(ctx context.Context, design string, payTimeout tim
 	b.Stop()
 	c := b.cfg
 	c.Roles = "writer,relay,consumer,sweeper"
-	c.MetricsAddr, c.PprofAddr = "", ""
+	c.MetricsAddr, c.PprofAddr = b.metricsAddr, ""
 	if design != "" {
 		c.ConsumerLock = design
 	}
@@ -196,6 +201,7 @@ func (f *benchFlags) registerBenchFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.reserveScript, "reserve-script", "lua/reserve.lua", "path of reserve.lua, for the redis-benchmark ceiling")
 	fs.IntVar(&f.shards, "shards", 0, "Redis stock shards of every product created (default 1)")
 	fs.StringVar(&f.rabbitMetrics, "rabbitmq-metrics-url", "http://127.0.0.1:15692/metrics", "RabbitMQ's Prometheus endpoint (plugin rabbitmq_prometheus), read for the drain's messages per order (empty: not read)")
+	fs.StringVar(&f.pipelineMetrics, "pipeline-metrics-addr", "", "without --url: serve the in-process pipeline roles' GET /metrics here (the pacer's stampede_room_* gauges, the writers' and the consumers' series; the gateway's port shows only the gateway's and push's)")
 	fs.StringVar(&f.baselineRates, "baseline-rates", "", "sustained: rates to step through against the sync baseline (default 250,500,1k,2k,3k,4k,6k,8k)")
 	fs.Float64Var(&f.duplicateRate, "duplicate-rate", 0, "duplicate: rate, requests/s (default 20000)")
 	f.registerScenarioFlags(fs)
@@ -278,7 +284,7 @@ func (r *benchRun) startSUT(ctx context.Context) (sut bench.Target, pipe bench.P
 		return sut, nil, fmt.Errorf("bench: start the app: %w", err)
 	}
 	r.onStop(stop)
-	pc := &benchPipeline{cfg: *cfg}
+	pc := &benchPipeline{cfg: *cfg, metricsAddr: r.f.pipelineMetrics}
 	if err := pc.Start(ctx, "", 0); err != nil {
 		return sut, nil, fmt.Errorf("bench: start the pipeline roles: %w", err)
 	}
