@@ -132,3 +132,33 @@ func TestReplayAnswersLastKnownStatus(t *testing.T) {
 		t.Fatal("SetStatus created a record")
 	}
 }
+
+// A waiting room whose counters are corrupt answers every request of a
+// batch with ErrStockCorrupt naming the field, and writes nothing: no
+// ticket, no place, no used proof-of-work.
+func TestRoomTakeCorruptCounterIsStockCorrupt(t *testing.T) {
+	rdb := luatest.New(t, luatest.DBLua)
+	ctx := context.Background()
+	for i, field := range []string{"issued", "pre", "expired", "owed"} {
+		t.Run(field, func(t *testing.T) {
+			pid := int64(710 + i)
+			roomWith(t, rdb, pid, open(10), lua.RoomSettings{On: true, Window: time.Minute, PowCost: 1000})
+			rdb.HSet(ctx, lua.Room(pid).State(), field, "abc")
+			calls := []lua.TakeCall{
+				{ProductID: pid, Args: lua.TakeArgs{UserID: 1, TicketID: "0000000000000001", PowChallenge: "c1", PowTTL: time.Minute}},
+				{ProductID: pid, Args: lua.TakeArgs{UserID: 2, TicketID: "0000000000000002", PowChallenge: "c2", PowTTL: time.Minute}},
+			}
+			lua.TakeMany(ctx, rdb, calls)
+			for _, c := range calls {
+				var ce *lua.CorruptError
+				if !errors.Is(c.Err, lua.ErrStockCorrupt) || !errors.As(c.Err, &ce) || !strings.Contains(ce.Detail, field) {
+					t.Fatalf("take of user %d with %s=abc: %+v %v, want ErrStockCorrupt naming %s", c.Args.UserID, field, c.Place, c.Err, field)
+				}
+			}
+			r := lua.Room(pid)
+			if n, _ := rdb.Exists(ctx, r.Tickets(), r.Line(), r.Pow("c1"), r.Pow("c2")).Result(); n != 0 {
+				t.Fatalf("%d of the tickets, the line and the proof-of-work marks written by a refused take", n)
+			}
+		})
+	}
+}

@@ -88,7 +88,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowS = tostring(now)
 local start, stop = tonumber(s[3]) or 0, tonumber(s[4]) or 0
 local st = redis.call('HMGET', KEYS[2], 'upto', 'rate', 'mode', 'pqms', 'closed', 'pre', 'issued', 'shuffled',
-  'cutoff', 'pow', 'left', 'base')
+  'cutoff', 'pow', 'left', 'base', 'expired', 'owed')
+-- The counters this call adds to must be integers: a corrupt one fails the whole batch before
+-- anything is written (one at a time, HINCRBY failed the requests that reached it).
+for i, name in pairs({[6] = 'pre', [7] = 'issued', [13] = 'expired', [14] = 'owed'}) do
+  if st[i] and not string.match(st[i], '^%-?%d+$') then
+    return redis.error_reply('ERR room_take.lua script: field ' .. name .. ' of ' .. KEYS[2] .. ' is not an integer')
+  end
+end
 local upto = tonumber(st[1]) or 0
 local rate = tonumber(st[2]) or 0
 local mode = st[3] or 'fifo'
@@ -131,7 +138,19 @@ local function answer(code, tid, pos, dl, at, spos, waiting, opens)
   out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = at, mode, spos, opens or start, waiting
   o = o + 10
 end
+-- bulk runs cmd on key with the flat list args, in chunks (unpack's stack is bounded).
+local function bulk(cmd, key, args)
+  for j = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, j, math.min(j + 999, #args)))
+  end
+end
+-- pool counts the tickets waiting in a random room: the line and the fresh tickets (places this
+-- batch gave are written first, so the count is the one a request alone would see).
 local function pool()
+  if #lineAdd > 0 then
+    bulk('ZADD', KEYS[3], lineAdd)
+    lineAdd = {}
+  end
   return redis.call('ZCARD', KEYS[3]) + redis.call('HLEN', KEYS[7])
 end
 
@@ -245,12 +264,6 @@ for i = 1, n do
   take(i)
 end
 
--- bulk runs cmd on key with the flat list args, in chunks (unpack's stack is bounded).
-local function bulk(cmd, key, args)
-  for j = 1, #args, 1000 do
-    redis.call(cmd, key, unpack(args, j, math.min(j + 999, #args)))
-  end
-end
 local rec = {}
 for u, r in pairs(written) do
   rec[#rec + 1] = u
