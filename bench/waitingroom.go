@@ -126,7 +126,9 @@ func runWaitingRoom(ctx context.Context, r *run, t *target) *ScenarioResult {
 	if err != nil {
 		s.fail(err)
 	}
-	if !rr.awaitSellOut(ctx) {
+	if sold, stuck := rr.awaitSellOut(ctx); stuck != "" {
+		s.fail(errors.New(stuck))
+	} else if !sold {
 		s.fail(errors.New("the product did not sell out in time"))
 	}
 	stop()
@@ -243,15 +245,32 @@ func (rr *roomRun) observeTicket(o loadgen.Outcome, resp *fasthttp.Response) {
 // awaitSellOut waits for the sell-out, every order sent to be answered and
 // the sample sockets to hear of it (3 s after the sell-out); false if the
 // product did not sell out within RoomArrival + 5 min.
-func (rr *roomRun) awaitSellOut(ctx context.Context) bool {
+//
+// It gives up early, with stuck, once the sale cannot sell out: every
+// arrival is over and for 5 s no ticket waited, no admission was live and no
+// order was in flight, with units left (the load generator abandoned more
+// arrivals than there were units to spare: fewer tickets than units).
+func (rr *roomRun) awaitSellOut(ctx context.Context) (sold bool, stuck string) {
 	deadline := time.Now().Add(rr.r.p.RoomArrival + 5*time.Minute)
+	var idleSince time.Time
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if rr.soldAt.Load() != 0 && rr.inFlight() == 0 && time.Since(time.Unix(0, rr.soldAt.Load())) > 3*time.Second {
 			break
 		}
+		st, err := lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid)
+		switch idle := rr.soldAt.Load() == 0 && err == nil && st.Waiting() == 0 && st.Live == 0 && rr.inFlight() == 0 && st.Available > 0; {
+		case !idle:
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = time.Now()
+		case time.Since(idleSince) > 5*time.Second:
+			return false, fmt.Sprintf("the product cannot sell out: %d tickets were given for %d units and every ticket was used, %d units are left "+
+				"(fewer buyers than units, or arrivals the load generator abandoned: see the arrive phase's abandoned column)",
+				rr.tickets.Load(), rr.r.p.RoomStock, st.Available)
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return rr.soldAt.Load() != 0
+	return rr.soldAt.Load() != 0, ""
 }
 
 // tally counts the orders answered 202, and those of them sent after the
