@@ -257,8 +257,14 @@ func (rr *roomRun) awaitSellOut(ctx context.Context) (sold bool, stuck string) {
 		if rr.soldAt.Load() != 0 && rr.inFlight() == 0 && time.Since(time.Unix(0, rr.soldAt.Load())) > 3*time.Second {
 			break
 		}
-		st, err := lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid)
-		switch idle := rr.soldAt.Load() == 0 && err == nil && st.Waiting() == 0 && st.Live == 0 && rr.inFlight() == 0 && st.Available > 0; {
+		var st lua.RoomStatus
+		idle := rr.soldAt.Load() == 0 && rr.inFlight() == 0 // the room is read only then
+		if idle {
+			var err error
+			st, err = lua.ReadRoom(ctx, rr.r.env.Redis, rr.pid)
+			idle = err == nil && st.Waiting() == 0 && st.Live == 0 && st.Available > 0
+		}
+		switch {
 		case !idle:
 			idleSince = time.Time{}
 		case idleSince.IsZero():

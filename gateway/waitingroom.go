@@ -229,8 +229,9 @@ func (s *Server) take(productID int64, args lua.TakeArgs) (lua.Place, error) {
 // takeWorkers is the take batcher's pipelines in flight: each is one
 // room_take.lua run per product (lua.TakeMany), and Redis runs them one
 // after another anyway, so fewer workers make larger runs, whose shared
-// reads and writes are paid once (bench "tickets": 4 workers, about 10
-// tickets a run; 2, about 20 and 0.42–0.44× bare /healthz against 0.40–0.41×).
+// reads and writes are paid once (bench "tickets": about 10 tickets a run
+// with 4 workers, 15 with 2, 26 with 1 at the same rate as 2;
+// docs/waiting-room-performance.md "Tickets in batches").
 const takeWorkers = 2
 
 // takeBatcher collects the take calls of concurrent requests (pipeBatcher,

@@ -69,24 +69,26 @@ local out = {}
 if n == 0 then
   return out
 end
-local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end')
-local early
-if not s[2] then
-  early = 3
-elseif s[1] ~= '1' and s[1] ~= '2' then
-  early = 2
+-- answer appends one request's answer to out; rate, mode and start are the room's once read.
+local rate, mode, start = 0, '', 0
+local o = 0
+local function answer(code, tid, pos, dl, at, spos, waiting, opens)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = code, tid, pos, dl, rate
+  out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = at, mode, spos, opens or start, waiting
+  o = o + 10
 end
-if early then
-  for i = 0, n - 1 do
-    out[10 * i + 1], out[10 * i + 2], out[10 * i + 3], out[10 * i + 4], out[10 * i + 5] = early, '', 0, 0, 0
-    out[10 * i + 6], out[10 * i + 7], out[10 * i + 8], out[10 * i + 9], out[10 * i + 10] = 0, '', 0, 0, 0
+local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end')
+if not s[2] or (s[1] ~= '1' and s[1] ~= '2') then
+  for _ = 1, n do
+    answer(s[2] and 2 or 3, '', 0, 0, 0, 0, 0)
   end
   return out
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nowS = tostring(now)
-local start, stop = tonumber(s[3]) or 0, tonumber(s[4]) or 0
+local stop
+start, stop = tonumber(s[3]) or 0, tonumber(s[4]) or 0
 local st = redis.call('HMGET', KEYS[2], 'upto', 'rate', 'mode', 'pqms', 'closed', 'pre', 'issued', 'shuffled',
   'cutoff', 'pow', 'left', 'base', 'expired', 'owed')
 -- The counters this call adds to must be integers: a corrupt one fails the whole batch before
@@ -97,8 +99,7 @@ for i, name in pairs({[6] = 'pre', [7] = 'issued', [13] = 'expired', [14] = 'owe
   end
 end
 local upto = tonumber(st[1]) or 0
-local rate = tonumber(st[2]) or 0
-local mode = st[3] or 'fifo'
+rate, mode = tonumber(st[2]) or 0, st[3] or 'fifo'
 local closed = st[5] == '1'
 local shuffled = st[8] == '1'
 local cutoff = tonumber(st[9]) or 0
@@ -132,12 +133,6 @@ local lineAdd = {} -- place, userId, … for one ZADD
 local preAdd = {} -- ticketId, userId, … for one HSET
 local preTid = {}
 
-local o = 0 -- answers appended to out
-local function answer(code, tid, pos, dl, at, spos, waiting, opens)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = code, tid, pos, dl, rate
-  out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = at, mode, spos, opens or start, waiting
-  o = o + 10
-end
 -- bulk runs cmd on key with the flat list args, in chunks (unpack's stack is bounded).
 local function bulk(cmd, key, args)
   for j = 1, #args, 1000 do

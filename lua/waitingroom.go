@@ -147,17 +147,13 @@ type TakeArgs struct {
 // proof-of-work; four ARGV a call.
 func takeKV(productID int64, calls []*TakeCall) ([]string, []any) {
 	base := takeKeys.of(productID)
-	keys := base
+	keys := base[:len(base):len(base)] // the first append copies: the cached slice stays as it is
 	argv := make([]any, 0, 4*len(calls))
 	for _, c := range calls {
 		a := &c.Args
 		k := 0
 		if a.PowChallenge != "" {
-			if len(keys) == len(base) {
-				keys = append(base[:len(base):len(base)], Room(productID).Pow(a.PowChallenge))
-			} else {
-				keys = append(keys, Room(productID).Pow(a.PowChallenge))
-			}
+			keys = append(keys, Room(productID).Pow(a.PowChallenge))
 			k = len(keys) // Lua's 1-based index
 		}
 		argv = append(argv, a.UserID, a.TicketID, k, max(a.PowTTL.Milliseconds(), 1))

@@ -73,8 +73,6 @@ type levelControl struct {
 	target  float64 // T, orders
 	drain   float64 // d, orders per second (0 before two measurements)
 	pending float64 // P̂ at the last measurement plus the admissions since, orders
-	// measuredAt is the last measurement (drained credits the drain since).
-	measuredAt time.Time
 	// measures are the last measurements, oldest first (at zero: none).
 	measures [drainSamples]levelSample
 	waiting  bool // the last step left buyers waiting
@@ -123,10 +121,11 @@ func (lc *levelControl) ask(now time.Time, cfg PacerConfig) (rate float64, most 
 // drained is the orders expected to have left the backlog since the last
 // measurement: the drain d over the time since, for at most MeasureEvery.
 func (lc *levelControl) drained(now time.Time, cfg PacerConfig) float64 {
-	if lc.measuredAt.IsZero() {
+	last := lc.measures[len(lc.measures)-1].at
+	if last.IsZero() {
 		return 0
 	}
-	return lc.drain * min(max(now.Sub(lc.measuredAt), 0), cfg.MeasureEvery).Seconds()
+	return lc.drain * min(max(now.Sub(last), 0), cfg.MeasureEvery).Seconds()
 }
 
 // admitted adds a step's n admissions to P̂; waiting tells whether buyers
@@ -164,7 +163,6 @@ func (lc *levelControl) measured(now time.Time, backlog, live, accepted int64, c
 	// the backlog's target starves the pipeline as soon as buyers take
 	// longer than TargetBacklog to order.
 	pending := float64(backlog) + float64(live) - liveSum/liveN
-	lc.measuredAt = now
 	span := now.Sub(old.at).Seconds()
 	if old.at.IsZero() || span <= 0 {
 		lc.pending = pending // the first measurement: no drain yet, the level stays
