@@ -15,7 +15,7 @@ import (
 	"github.com/stampede-sh/stampede/lua/luatest"
 )
 
-func loadShard(t *testing.T, rdb *redis.Client, pid int64, s lua.ShardStock) lua.Keys {
+func loadShard(t testing.TB, rdb *redis.Client, pid int64, s lua.ShardStock) lua.Keys {
 	t.Helper()
 	k := lua.ShardKeys(pid, 0)
 	created, avail, err := lua.Load(context.Background(), rdb, k, s)

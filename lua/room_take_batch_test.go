@@ -185,3 +185,78 @@ func expiredState(m lua.RoomMode) lua.PlaceState {
 	}
 	return lua.PlaceWaiting
 }
+
+// loadBetween is a go-redis hook that sends SCRIPT LOAD of script after the
+// first command of every pipeline: the first run of the pipeline is refused
+// (NOSCRIPT), the later ones run — another client's SCRIPT LOAD arriving
+// mid-pipeline, made certain.
+type loadBetween struct{ script string }
+
+func (loadBetween) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (loadBetween) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h loadBetween) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 1 {
+			load := redis.NewStringCmd(ctx, "script", "load", h.script)
+			cmds = append([]redis.Cmder{cmds[0], load}, cmds[1:]...)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A product with more calls than one run takes (takeBatchMax, 256) is run
+// in pipelines one after another: when its first run is refused for a
+// missing script and the script is loaded before its second run, the
+// first run is still answered first — the line follows the calls' order
+// and a user's repeated call is answered the ticket of the first. (When
+// both runs went in one pipeline, the refused first run ran again after
+// the second: the second run's buyers were put ahead.)
+func TestRoomTakeRunsOfOneProductKeepTheirOrder(t *testing.T) {
+	rdb := luatest.Private(t)
+	ctx := context.Background()
+	p, q := int64(1), int64(2)
+	for _, pid := range []int64{p, q} {
+		roomWith(t, rdb, pid, open(1000), lua.RoomSettings{On: true, Window: time.Minute})
+		openRoom(t, rdb, pid, lua.ModeFIFO)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.AddHook(loadBetween{script: lua.RoomTakeSource()})
+	var calls []lua.TakeCall
+	for u := int64(1); u <= 300; u++ {
+		calls = append(calls, lua.TakeCall{ProductID: p, Args: lua.TakeArgs{UserID: u, TicketID: fmt.Sprintf("%016x", u)}})
+		if u%100 == 0 {
+			calls = append(calls, lua.TakeCall{ProductID: q, Args: lua.TakeArgs{UserID: u, TicketID: fmt.Sprintf("%016x", 1000+u)}})
+		}
+	}
+	again := lua.TakeCall{ProductID: p, Args: lua.TakeArgs{UserID: 7, TicketID: fmt.Sprintf("%016x", 7000)}}
+	calls = append(calls, again) // past the first run of p: in its second
+	lua.TakeMany(ctx, rdb, calls)
+	var last int64
+	byUser := map[int64]string{}
+	for i, c := range calls {
+		if c.Err != nil || c.Place.State != lua.PlaceWaiting {
+			t.Fatalf("call %d (product %d, user %d): %+v %v", i, c.ProductID, c.Args.UserID, c.Place, c.Err)
+		}
+		if c.ProductID != p {
+			continue
+		}
+		if tid, ok := byUser[c.Args.UserID]; ok {
+			if c.Place.Ticket != tid || c.Place.Position != 7 {
+				t.Errorf("user 7 again: ticket %s at %d, want the first call's %s at 7", c.Place.Ticket, c.Place.Position, tid)
+			}
+			continue
+		}
+		byUser[c.Args.UserID] = c.Place.Ticket
+		if c.Place.Position != last+1 {
+			t.Fatalf("call %d (user %d) is at position %d after %d: the line is not in the calls' order", i, c.Args.UserID, c.Place.Position, last)
+		}
+		last = c.Place.Position
+	}
+	if last != 300 {
+		t.Errorf("last position %d, want 300", last)
+	}
+}

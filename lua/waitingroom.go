@@ -221,11 +221,38 @@ const takeBatchMax = 256
 // run are answered as if taken one after another in their order: a user
 // twice in calls is answered the ticket the first call gave. Runs refused
 // before they ran (NOSCRIPT, cluster redirections) are run again alone.
+// A product's runs past its first (more than takeBatchMax calls) go in
+// later pipelines, one run of the product in each: a run refused and run
+// again is then never answered after a later run of its product had run
+// (which would put a user's later call before its first, and later
+// buyers before earlier ones in the line).
 func TakeMany(ctx context.Context, rdb redis.Cmdable, calls []TakeCall) {
 	groups := takeGroups(calls)
-	if len(groups) == 0 {
+	if len(calls) <= takeBatchMax { // a product has one run at most
+		if len(groups) > 0 {
+			takeRound(ctx, rdb, groups)
+		}
 		return
 	}
+	for len(groups) > 0 {
+		var round, later [][]*TakeCall
+		in := map[int64]bool{}
+		for _, g := range groups {
+			if p := g[0].ProductID; in[p] {
+				later = append(later, g)
+			} else {
+				in[p] = true
+				round = append(round, g)
+			}
+		}
+		takeRound(ctx, rdb, round)
+		groups = later
+	}
+}
+
+// takeRound runs groups, at most one of a product, in one pipeline (one
+// round trip for a single group).
+func takeRound(ctx context.Context, rdb redis.Cmdable, groups [][]*TakeCall) {
 	if len(groups) == 1 {
 		takeRun(ctx, rdb, groups[0])
 		return

@@ -23,7 +23,7 @@ func roomOn(t *testing.T, rdb *redis.Client, pid int64, avail int64, window time
 }
 
 // roomWith loads a one-shard product and turns its room on with rs.
-func roomWith(t *testing.T, rdb *redis.Client, pid int64, s lua.ShardStock, rs lua.RoomSettings) lua.Keys {
+func roomWith(t testing.TB, rdb *redis.Client, pid int64, s lua.ShardStock, rs lua.RoomSettings) lua.Keys {
 	t.Helper()
 	k := loadShard(t, rdb, pid, s)
 	rs.Commitment = testSeed.Commitment()
@@ -36,7 +36,7 @@ func roomWith(t *testing.T, rdb *redis.Client, pid int64, s lua.ShardStock, rs l
 // openRoom runs what a pacer does at the opening: the first step, which
 // asks for the shuffle, and the shuffle (of an empty pre-queue for a room
 // turned on during the sale).
-func openRoom(t *testing.T, rdb *redis.Client, pid int64, mode lua.RoomMode) {
+func openRoom(t testing.TB, rdb *redis.Client, pid int64, mode lua.RoomMode) {
 	t.Helper()
 	ctx := context.Background()
 	res, err := lua.Admit(ctx, rdb, pid, lua.AdmitArgs{Rate: 0, Max: 1, MaxElapsed: time.Second, Window: time.Minute, Left: -1})

@@ -486,7 +486,7 @@ func (p *Pacer) backlog(ctx context.Context, productID int64) (backlog, accepted
 //	room_admitted_live{product}         admissions neither used by an order nor expired
 //	room_admission_rate{product}        rate applied by the last step, buyers per second
 //	room_backlog_orders{product}        auto mode: the last measured backlog
-//	room_drain_rate{product}            auto mode: the smoothed drain, orders per second
+//	room_drain_rate{product}            auto mode: the drain, orders that left PROCESSING per second over the last 3 s
 //	room_target_backlog_orders{product} auto mode: the backlog aimed at, TargetBacklog × drain
 //	room_pending_orders{product}        auto mode: what the controller counts against the target
 //	                                    at the last measurement (the backlog plus the live
@@ -514,8 +514,8 @@ func NewRoomMetrics(reg prometheus.Registerer) *RoomMetrics {
 		live:     g("admitted_live", "Waiting-room admissions neither used by an order nor expired yet."),
 		rate:     g("admission_rate", "Admission rate applied by the pacer's last step, buyers per second."),
 		backlog:  g("backlog_orders", "Auto pacer: the product's orders accepted and not yet past PROCESSING, at the last measurement."),
-		drain:    g("drain_rate", "Auto pacer: smoothed drain of the product's pipeline, orders per second."),
-		target:   g("target_backlog_orders", "Auto pacer: the backlog aimed at, TargetBacklog seconds of the smoothed drain."),
+		drain:    g("drain_rate", "Auto pacer: drain of the product's pipeline, orders that left PROCESSING per second over the last 3 s."),
+		target:   g("target_backlog_orders", "Auto pacer: the backlog aimed at, TargetBacklog seconds of the drain."),
 		pending:  g("pending_orders", "Auto pacer: what it counts against the target at the last measurement, the backlog plus the live admissions above their mean of the last 3 s."),
 		wait: metric.Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "stampede_room_wait_seconds", Help: "Time in line of each admitted buyer, ticket to admission.",
