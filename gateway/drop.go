@@ -197,11 +197,7 @@ func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error 
 			return invalidArg("a draw sells one unit per winner: the product needs maxPerOrder 1 (it has %d)", p.MaxPerOrder)
 		}
 	}
-	var st lua.RoomStatus
-	err := s.redisCall(func(rctx context.Context) (err error) {
-		st, err = lua.ReadRoom(rctx, s.rdb, productID)
-		return err
-	})
+	st, err := s.readRoom(productID)
 	if err != nil {
 		return err
 	}

@@ -325,14 +325,7 @@ func (s *Server) reserveSharded(productID int64, shards, home int, args lua.Rese
 // roomPowCost is the proof-of-work cost of productID's room (one HMGET);
 // lua.ErrRoomOff when the room is off.
 func (s *Server) roomPowCost(productID int64) (int64, error) {
-	if _, err := s.shardCount(productID); err != nil {
-		return 0, err
-	}
-	var st lua.RoomStatus
-	err := s.redisCall(func(rctx context.Context) (err error) {
-		st, err = lua.ReadRoom(rctx, s.rdb, productID)
-		return err
-	})
+	st, err := s.readRoom(productID)
 	if err != nil {
 		return 0, err
 	}

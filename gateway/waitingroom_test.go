@@ -214,6 +214,39 @@ func TestWaitingRoomInputsAndToggle(t *testing.T) {
 	}
 }
 
+// A draw sells one unit per winner: while a product's room is on as a
+// draw, a PATCH of maxPerOrder to anything but 1 is 400 and changes
+// nothing (a winner could otherwise order every unit); with the room off
+// it may change, and turning the draw back on is then refused.
+func TestDrawKeepsMaxPerOrderOne(t *testing.T) {
+	e := newEnv(t)
+	p := openSale(3)
+	now := time.Now().UTC()
+	p.SaleStart, p.SaleEnd = now.Add(time.Hour).Format(time.RFC3339), now.Add(2*time.Hour).Format(time.RFC3339)
+	p.MaxPerOrder = 1
+	pid := e.product(p)
+	admin := token(t, adminID)
+	room := fmt.Sprintf("/api/admin/products/%d/waiting-room", pid)
+	patch := fmt.Sprintf("/api/admin/products/%d", pid)
+	if r := e.do("POST", room, admin, map[string]any{"on": true, "mode": "draw"}); r.status != 200 {
+		t.Fatalf("draw on: %s", r)
+	}
+	e.do("PATCH", patch, admin, map[string]any{"maxPerOrder": 3, "perUserLimit": 3}).wantError(t, 400, CodeInvalidArgument)
+	if r := e.do("GET", "/api/products/"+strconv.FormatInt(pid, 10), "", nil); r.json(t)["maxPerOrder"].(json.Number).String() != "1" {
+		t.Fatalf("product after the refused PATCH: %s", r)
+	}
+	if r := e.do("PATCH", patch, admin, map[string]any{"maxPerOrder": 1, "name": "Draw widget"}); r.status != 200 {
+		t.Fatalf("PATCH keeping maxPerOrder 1: %s", r)
+	}
+	if r := e.do("POST", room, admin, map[string]any{"on": false}); r.status != 200 {
+		t.Fatalf("room off: %s", r)
+	}
+	if r := e.do("PATCH", patch, admin, map[string]any{"maxPerOrder": 3}); r.status != 200 {
+		t.Fatalf("PATCH with the room off: %s", r)
+	}
+	e.do("POST", room, admin, map[string]any{"on": true, "mode": "draw"}).wantError(t, 400, CodeInvalidArgument)
+}
+
 // Two gateways take tickets and two pacers admit at once: every accepted
 // order belongs to an admitted buyer, admissions follow ticket order and
 // never exceed rate × time.

@@ -9,7 +9,8 @@
 --
 -- KEYS[1] stock    hash   stampede:{p:<pid>:0}:stock   fields room ("1": on, admission checked by
 --                         reserve.lua here; "2": on for a sharded product, admission claimed by
---                         room_claim.lua), available, start, end (unix ms)
+--                         room_claim.lua), available, start, end (unix ms), paused ("1": rateMilli
+--                         is answered 0, nobody being admitted)
 -- KEYS[2] state    hash   stampede:{p:<pid>:0}:room    issued (last place given), upto (places up to
 --                         it were admitted or finished), rate, mode (fifo | random | draw), pqms
 --                         (pre-queue length, ms; 0 = from whenever the room is on), pre (tickets
@@ -57,7 +58,7 @@
 --  12 POW_REQUIRED the room asks a proof-of-work for a new ticket and the request brings none
 --  13 POW_REUSED  the proof-of-work was already used (for any ticket): no ticket
 --  14 RETRY       the ticket id is already a pre-queued ticket's: call again with another
---  15 NOT_ACTIVE  the sale has ended: no ticket
+--  15 NOT_ACTIVE  the sale has ended: no ticket, and a ticket's place or live admission is over
 -- shufflePosition is a pre-queued ticket's place in the published shuffle (place - base), the
 -- number a buyer recomputes from public data; 0 otherwise.
 -- A fifo or random room's ticket is finished once an order used its admission (reserve.lua or
@@ -77,7 +78,7 @@ local function answer(code, tid, pos, dl, at, spos, waiting, opens)
   out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = at, mode, spos, opens or start, waiting
   o = o + 10
 end
-local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end')
+local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end', 'paused')
 if not s[2] or (s[1] ~= '1' and s[1] ~= '2') then
   for _ = 1, n do
     answer(s[2] and 2 or 3, '', 0, 0, 0, 0, 0)
@@ -100,6 +101,9 @@ for i, name in pairs({[6] = 'pre', [7] = 'issued', [13] = 'expired', [14] = 'owe
 end
 local upto = tonumber(st[1]) or 0
 rate, mode = tonumber(st[2]) or 0, st[3] or 'fifo'
+if s[5] == '1' then
+  rate = 0 -- paused: nobody is admitted, so no wait can be estimated
+end
 local closed = st[5] == '1'
 local shuffled = st[8] == '1'
 local cutoff = tonumber(st[9]) or 0
@@ -255,8 +259,15 @@ local function take(i)
   return answer(0, ntid, issued - upto, 0, now, 0, 0)
 end
 
+-- Once the sale ended nobody waits or orders: a place in line or a live admission is answered
+-- NOT_ACTIVE, as a new ticket is (a draw's result and SOLD_OUT stay: they are final).
+local ended = now >= stop
 for i = 1, n do
   take(i)
+  if ended and (out[o - 9] == 0 or out[o - 9] == 1) then
+    o = o - 10
+    answer(15, '', 0, 0, 0, 0, 0)
+  end
 end
 
 local rec = {}

@@ -18,7 +18,9 @@ import (
 
 // testdata/room_take_single.lua is room_take.lua as it was before it took
 // batches (one request a call, git 45ce930): the oracle of
-// TestRoomTakeBatchAgreesWithSingleScript.
+// TestRoomTakeBatchAgreesWithSingleScript. Changes of what a request is
+// answered go into both scripts (since: a paused sale answers rate 0; an
+// ended sale answers a place or a live admission NOT_ACTIVE).
 //
 //go:embed testdata/room_take_single.lua
 var singleTakeSrc string
@@ -184,6 +186,9 @@ func oracleRoom(rng *rand.Rand, now int64) (oracleState, []TakeArgs) {
 		st["available"] = pick("0", "5", "5", "5")
 	}
 	st["room"] = pick("1", "1", "2", "0")
+	if rng.IntN(4) == 0 {
+		st["paused"] = "1"
+	}
 	st["start"], st["end"] = fmt.Sprint(now-1000), fmt.Sprint(now+7_200_000)
 	switch rng.IntN(6) {
 	case 0: // before the opening

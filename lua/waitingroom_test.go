@@ -339,7 +339,14 @@ func TestRoomPausedAdmitsNobody(t *testing.T) {
 			t.Fatalf("step while paused: %+v %v", res, err)
 		}
 	}
+	// A waiting buyer is told rate 0 while paused (no wait can be estimated).
+	if p := mustTake(t, rdb, 26, 5); p.State != lua.PlaceWaiting || p.Rate != 0 {
+		t.Fatalf("waiting ticket while paused: %+v, want WAITING at rate 0", p)
+	}
 	rdb.HSet(ctx, lua.Room(26).Stock(), "paused", "0")
+	if p := mustTake(t, rdb, 26, 5); p.Rate == 0 {
+		t.Fatalf("waiting ticket after the resume: %+v, want the last step's rate", p)
+	}
 	res, err := step(rdb, 26, 10000, 1)
 	if err != nil || res.Code != lua.AdmitStepped || res.Expired != 0 {
 		t.Fatalf("first step after the pause: %+v %v (user 1's window would have passed without the shift)", res, err)
@@ -347,6 +354,54 @@ func TestRoomPausedAdmitsNobody(t *testing.T) {
 	after, _ := rdb.ZScore(ctx, lua.Room(26).Admitted(), "1").Result()
 	if after-before < 350 {
 		t.Fatalf("deadline moved by %v ms across a pause of about 400 ms", after-before)
+	}
+}
+
+// Once the sale ended a ticket's place in line and a live admission are
+// over: both are answered NOT_ACTIVE, as a new ticket is; a draw's result
+// stays (LOST), being final.
+func TestRoomTakeAfterTheEnd(t *testing.T) {
+	rdb := luatest.New(t, luatest.DBLua)
+	ctx := context.Background()
+	roomOn(t, rdb, 31, 100, time.Minute)
+	for u := int64(1); u <= 3; u++ {
+		mustTake(t, rdb, 31, u)
+	}
+	openRoom(t, rdb, 31, lua.ModeFIFO)
+	time.Sleep(5 * time.Millisecond)
+	if res, _ := step(rdb, 31, 10000, 1); len(res.Admitted) != 1 {
+		t.Fatalf("admit user 1: %+v", res)
+	}
+	if p := mustTake(t, rdb, 31, 1); p.State != lua.PlaceAdmitted {
+		t.Fatalf("user 1 before the end: %+v", p)
+	}
+	rdb.HSet(ctx, lua.Room(31).Stock(), "end", time.Now().Add(-time.Second).UnixMilli())
+	for _, u := range []int64{1, 2, 4} { // admitted, waiting, new
+		if p, err := take(rdb, 31, u); !errors.Is(err, lua.ErrNotActive) {
+			t.Errorf("user %d after the end: %+v %v, want ErrNotActive", u, p, err)
+		}
+	}
+
+	// A draw: user 2's entry lost; after the end it is still LOST.
+	s := open(1)
+	s.SaleStart = time.Now().Add(time.Hour)
+	roomWith(t, rdb, 32, s, lua.RoomSettings{On: true, Window: time.Minute, Mode: lua.ModeDraw})
+	mustTake(t, rdb, 32, 1)
+	mustTake(t, rdb, 32, 2)
+	setStart(t, rdb, 32, time.Now().Add(-time.Minute))
+	openRoom(t, rdb, 32, lua.ModeDraw)
+	rdb.HSet(ctx, lua.Room(32).Stock(), "end", time.Now().Add(-time.Second).UnixMilli())
+	lost := 0
+	for _, u := range []int64{1, 2} {
+		p, err := take(rdb, 32, u)
+		if err == nil && p.State == lua.PlaceLost {
+			lost++
+		} else if !errors.Is(err, lua.ErrNotActive) {
+			t.Errorf("draw entry of user %d after the end: %+v %v", u, p, err)
+		}
+	}
+	if lost != 1 {
+		t.Errorf("%d entries answered LOST after the end, want 1 (one unit, two entries)", lost)
 	}
 }
 

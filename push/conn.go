@@ -345,8 +345,13 @@ func (c *conn) readLoop() {
 			return
 		}
 		var m clientMessage
-		if typ != websocket.MessageText || json.Unmarshal(data, &m) != nil {
+		if typ != websocket.MessageText || !json.Valid(data) {
 			c.deliver(outgoing{data: encodeError(codeBadMessage, "", "expected a JSON text message")})
+			continue
+		}
+		if json.Unmarshal(data, &m) != nil {
+			c.deliver(outgoing{data: encodeError(codeBadMessage, "",
+				`expected {"type":"subscribe","orderNo":string}, {"type":"queue","productId":integer} or {"type":"ping"}`)})
 			continue
 		}
 		switch m.Type {

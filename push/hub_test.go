@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -171,6 +172,21 @@ func TestSnapshotThenEventsOnSubscribe(t *testing.T) {
 	c.send(clientMessage{Type: "subscribe", OrderNo: "42"})
 	if m := c.next(wait); m.Type != "error" || m.Code != codeBadMessage {
 		t.Fatalf("subscribe to a malformed orderNo: %+v", m)
+	}
+	// Not JSON, and JSON of the wrong shape: BAD_MESSAGE, each saying which.
+	c.send(json.RawMessage(`"x"`)) // valid JSON, not an object
+	if m := c.next(wait); m.Code != codeBadMessage || !strings.Contains(m.Message, `"productId":integer`) {
+		t.Fatalf("a JSON string: %+v", m)
+	}
+	c.send(json.RawMessage(`{"type":"queue","productId":"x"}`))
+	if m := c.next(wait); m.Code != codeBadMessage || !strings.Contains(m.Message, `"productId":integer`) {
+		t.Fatalf("a productId that is not a number: %+v", m)
+	}
+	if err := c.ws.Write(context.Background(), websocket.MessageText, []byte("{nope")); err != nil {
+		t.Fatal(err)
+	}
+	if m := c.next(wait); m.Code != codeBadMessage || m.Message != "expected a JSON text message" {
+		t.Fatalf("not JSON: %+v", m)
 	}
 	c.send(clientMessage{Type: "ping"})
 	if m := c.next(wait); m.Type != "pong" {

@@ -329,6 +329,7 @@ type msg struct {
 	Available   int64      `json:"available"`
 	SoldOut     bool       `json:"soldOut"`
 	Code        string     `json:"code"`
+	Message     string     `json:"message"`
 	// {"type":"queue"} (line.go)
 	Ticket      string `json:"ticket"`
 	Mode        string `json:"mode"`

@@ -57,7 +57,7 @@
 -- room_claim.lua removes the user from KEYS[5]) or the admission expired; the user's next take
 -- then gives a new ticket at the end of the line (a draw gives none: EXPIRED or ORDERED).
 
-local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end')
+local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end', 'paused')
 if not s[2] then
   return {3, '', 0, 0, 0, 0, '', 0, 0, 0}
 end
@@ -71,6 +71,9 @@ local st = redis.call('HMGET', KEYS[2], 'upto', 'rate', 'mode', 'pqms', 'closed'
   'cutoff', 'pow', 'left', 'base')
 local upto = tonumber(st[1]) or 0
 local rate = tonumber(st[2]) or 0
+if s[5] == '1' then
+  rate = 0
+end
 local mode = st[3] or 'fifo'
 local closed = st[5] == '1'
 local shuffled = st[8] == '1'
@@ -83,6 +86,9 @@ end
 local uid = ARGV[1]
 
 local function answer(code, tid, pos, dl, at, spos, waiting)
+  if (code == 0 or code == 1) and now >= stop then -- ended: no place, no admission
+    return {15, '', 0, 0, rate, 0, mode, 0, start, 0}
+  end
   return {code, tid, pos, dl, rate, at, mode, spos, start, waiting}
 end
 local function pool()
