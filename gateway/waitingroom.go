@@ -151,8 +151,9 @@ func (s *Server) roomProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
 //	    draw EXPIRED (the win passed on), ORDERED, LOST
 //	400 a body that is not {"altcha": string}; 403 POW_REQUIRED, POW_INVALID; 404 PRODUCT_NOT_FOUND;
 //	409 WAITING_ROOM_OFF (order directly), SOLD_OUT (no ticket given), PRE_QUEUE_NOT_OPEN,
-//	DRAW_CLOSED, POW_REUSED, SALE_NOT_ACTIVE (the sale ended); 429 RATE_LIMITED (the order path's
-//	per-user bucket)
+//	DRAW_CLOSED, POW_REUSED, SALE_NOT_ACTIVE (the sale ended: no ticket, and a place or a live
+//	admission is over), PURCHASE_LIMIT_EXCEEDED (the buyer holds the per-user limit already;
+//	one-shard products, lua.TakeArgs.CheckLimit); 429 RATE_LIMITED (the order path's per-user bucket)
 func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.limiter != nil {
 		if ok, wait := s.limiter.allow(c.UserID, time.Now()); !ok {
@@ -181,11 +182,13 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 			args.PowChallenge, args.PowTTL = ch, ttl
 		}
 	}
-	if _, err := s.shardCount(productID); err != nil { // cached: 404 for an unknown product without a script
+	shards, err := s.shardCount(productID) // cached: 404 for an unknown product without a script
+	if err != nil {
 		s.fail(ctx, err)
 		return
 	}
 	args.UserID = c.UserID
+	args.CheckLimit = shards == 1 // a sharded product counts a user's units on the home shard
 	p, err := s.take(productID, args)
 	if errors.Is(err, lua.ErrTicketIDTaken) { // 64 random bits met a pre-queued ticket's: practically never
 		p, err = s.take(productID, args)
@@ -201,6 +204,9 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case errors.Is(err, lua.ErrRoomOff):
 		s.rooms.set(productID, false)
 		s.fail(ctx, err)
+	case errors.Is(err, lua.ErrLimitExceeded):
+		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodePurchaseLimitExceeded,
+			message: "you already hold this product's per-user limit: there is nothing left for you to order, so no ticket"})
 	default:
 		s.fail(ctx, err)
 	}

@@ -214,6 +214,36 @@ func TestWaitingRoomInputsAndToggle(t *testing.T) {
 	}
 }
 
+// A buyer who holds the per-user limit gets no new ticket (409
+// PURCHASE_LIMIT_EXCEEDED): an admission could only be wasted, holding a
+// place others could use. Below the limit (a buyer holding nothing, or
+// once the units were given back) a ticket is given.
+func TestWaitingRoomTicketRespectsTheLimit(t *testing.T) {
+	e := newEnv(t)
+	spec := roomSale(10)
+	spec["perUserLimit"], spec["maxPerOrder"] = 1, 1
+	pid := e.roomProductWith(spec)
+	e.place(1, pid)
+	e.place(2, pid)
+	e.openRoom(pid)
+	e.admit(pid, 1)
+	e.accepted(1, pid, 1, "a") // the admission is used: user 1's ticket is finished
+	e.queue(1, pid).wantError(t, 409, CodePurchaseLimitExceeded)
+	if _, _, st := e.place(2, pid); st != "WAITING" {
+		t.Fatalf("user 2, holding nothing: %s", st)
+	}
+	if n, _ := e.rdb.HLen(context.Background(), lua.Room(pid).Tickets()).Result(); n != 2 {
+		t.Fatalf("%d ticket records, want 2 (none for the refused request)", n)
+	}
+	// The units given back (release.lua does this for a cancelled order).
+	if err := e.rdb.DecrBy(context.Background(), lua.ShardKeys(pid, 0).User(1), 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st := e.place(1, pid); st != "WAITING" {
+		t.Fatalf("user 1 after the units came back: %s", st)
+	}
+}
+
 // A draw sells one unit per winner: while a product's room is on as a
 // draw, a PATCH of maxPerOrder to anything but 1 is 400 and changes
 // nothing (a winner could otherwise order every unit); with the room off

@@ -31,13 +31,16 @@
 --                         for the pacer to give it its key
 -- KEYS[8…]  string stampede:{p:<pid>:0}:room:pow:<challenge> marks a solved proof-of-work as
 --                         used, one key per request that brings one
+--           string stampede:{p:<pid>:0}:user:<uid> the units the user holds (reserve.lua), one
+--                         key per request that checks the per-user limit (one-shard products)
 --
--- ARGV, four per request (request i at 4i+1 … 4i+4):
+-- ARGV, five per request (request i at 5i-4 … 5i):
 --   userId (decimal)
 --   ticket id (16 hex digits) to give if the user gets a new ticket
 --   the index in KEYS of the used-mark of a proof-of-work the gateway verified for this user and
 --   product (8 or more), 0 if the request brings none
 --   ms the used-mark lives (until the challenge expires)
+--   the index in KEYS of the user's units-held key (8 or more), 0 not to check the limit
 --
 -- Returns the answers of the requests, in order, ten values each, in one flat array: code,
 -- ticketId, position, deadlineMs, rateMilli, issuedMs, mode, shufflePosition, startMs, waiting:
@@ -59,13 +62,15 @@
 --  13 POW_REUSED  the proof-of-work was already used (for any ticket): no ticket
 --  14 RETRY       the ticket id is already a pre-queued ticket's: call again with another
 --  15 NOT_ACTIVE  the sale has ended: no ticket, and a ticket's place or live admission is over
+--  16 LIMIT       the user already holds the per-user limit (stock field limit > 0) in units: no
+--                 new ticket (an admission could only be wasted)
 -- shufflePosition is a pre-queued ticket's place in the published shuffle (place - base), the
 -- number a buyer recomputes from public data; 0 otherwise.
 -- A fifo or random room's ticket is finished once an order used its admission (reserve.lua or
 -- room_claim.lua removes the user from KEYS[5]) or the admission expired; the user's next take
 -- then gives a new ticket at the end of the line (a draw gives none: EXPIRED or ORDERED).
 
-local n = math.floor(#ARGV / 4)
+local n = math.floor(#ARGV / 5)
 local out = {}
 if n == 0 then
   return out
@@ -78,7 +83,7 @@ local function answer(code, tid, pos, dl, at, spos, waiting, opens)
   out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = at, mode, spos, opens or start, waiting
   o = o + 10
 end
-local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end', 'paused')
+local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end', 'paused', 'limit')
 if not s[2] or (s[1] ~= '1' and s[1] ~= '2') then
   for _ = 1, n do
     answer(s[2] and 2 or 3, '', 0, 0, 0, 0, 0)
@@ -112,6 +117,7 @@ local issued = tonumber(st[7]) or 0
 local pqms = tonumber(st[4]) or 0
 local powOn = (tonumber(st[10]) or 0) > 0
 local available = tonumber(s[2]) or 0
+local limit = tonumber(s[6]) or 0
 if s[1] == '2' then
   available = tonumber(st[11]) or 1 -- not read by a pacer yet: not known to be sold out
 end
@@ -129,7 +135,7 @@ local issued0 = issued
 -- before the stored record by a later request of the same user) and stored at the end.
 local uids = {}
 for i = 1, n do
-  uids[i] = ARGV[4 * i - 3]
+  uids[i] = ARGV[5 * i - 4]
 end
 local stored = redis.call('HMGET', KEYS[4], unpack(uids))
 local written = {}
@@ -155,7 +161,7 @@ end
 
 -- take answers request i: the user's live ticket, or a new one.
 local function take(i)
-  local uid, ntid = uids[i], ARGV[4 * i - 2]
+  local uid, ntid = uids[i], ARGV[5 * i - 3]
   local rec = written[uid]
   if rec == nil then
     rec = stored[i]
@@ -230,12 +236,18 @@ local function take(i)
       return answer(14, '', 0, 0, 0, 0, 0)
     end
   end
+  if limit > 0 then
+    local h = tonumber(ARGV[5 * i]) or 0
+    if h >= 8 and KEYS[h] and (tonumber(redis.call('GET', KEYS[h])) or 0) >= limit then
+      return answer(16, '', 0, 0, 0, 0, 0)
+    end
+  end
   if powOn then
-    local k = tonumber(ARGV[4 * i - 1]) or 0
+    local k = tonumber(ARGV[5 * i - 2]) or 0
     if k < 8 or not KEYS[k] then
       return answer(12, '', 0, 0, 0, 0, 0)
     end
-    if not redis.call('SET', KEYS[k], uid, 'NX', 'PX', math.max(tonumber(ARGV[4 * i]) or 1, 1)) then
+    if not redis.call('SET', KEYS[k], uid, 'NX', 'PX', math.max(tonumber(ARGV[5 * i - 1]) or 1, 1)) then
       return answer(13, '', 0, 0, 0, 0, 0)
     end
   end

@@ -20,7 +20,8 @@ import (
 // batches (one request a call, git 45ce930): the oracle of
 // TestRoomTakeBatchAgreesWithSingleScript. Changes of what a request is
 // answered go into both scripts (since: a paused sale answers rate 0; an
-// ended sale answers a place or a live admission NOT_ACTIVE).
+// ended sale answers a place or a live admission NOT_ACTIVE; a user who
+// holds the per-user limit gets no new ticket, LIMIT).
 //
 //go:embed testdata/room_take_single.lua
 var singleTakeSrc string
@@ -90,8 +91,13 @@ func singleRun(ctx context.Context, rdb *redis.Client, pid int64, a TakeArgs) (P
 	if k == "" {
 		k = "-"
 	}
-	keys := []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted(), r.Pre(), r.Fresh(), r.Pow(k)}
-	res, err := singleTake.Run(ctx, rdb, keys, a.UserID, a.TicketID, a.PowChallenge, max(a.PowTTL.Milliseconds(), 1)).Slice()
+	keys := []string{r.Stock(), r.State(), r.Line(), r.Tickets(), r.Admitted(), r.Pre(), r.Fresh(), r.Pow(k),
+		ShardKeys(pid, 0).User(a.UserID)}
+	check := "0"
+	if a.CheckLimit {
+		check = "1"
+	}
+	res, err := singleTake.Run(ctx, rdb, keys, a.UserID, a.TicketID, a.PowChallenge, max(a.PowTTL.Milliseconds(), 1), check).Slice()
 	return takeResult(pid, res, err)
 }
 
@@ -264,9 +270,15 @@ func oracleRoom(rng *rand.Rand, now int64) (oracleState, []TakeArgs) {
 	if rng.IntN(3) == 0 {
 		s.strs["room:pow:c1"] = "9" // a challenge used before
 	}
+	st["limit"] = pick("0", "0", "1", "2")
+	for u := 1; u <= 7; u++ { // units held (reserve.lua's per-user count)
+		if rng.IntN(3) == 0 {
+			s.strs[fmt.Sprintf("user:%d", u)] = fmt.Sprint(rng.IntN(3))
+		}
+	}
 	calls := make([]TakeArgs, 1+rng.IntN(14))
 	for i := range calls {
-		calls[i] = TakeArgs{UserID: int64(1 + rng.IntN(7)), TicketID: tids[rng.IntN(len(tids))]}
+		calls[i] = TakeArgs{UserID: int64(1 + rng.IntN(7)), TicketID: tids[rng.IntN(len(tids))], CheckLimit: rng.IntN(3) > 0}
 		if rng.IntN(3) == 0 {
 			calls[i].TicketID = fmt.Sprintf("%016x", 0xb000+rng.IntN(1000))
 		}

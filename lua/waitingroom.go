@@ -140,23 +140,34 @@ type TakeArgs struct {
 	// when it buys a new ticket.
 	PowChallenge string
 	PowTTL       time.Duration
+	// CheckLimit refuses a new ticket (ErrLimitExceeded) to a user who
+	// already holds the product's per-user limit in units, who could only
+	// waste an admission: one-shard products only (the user's units are
+	// counted in shard 0's slot, the room's; a sharded product counts them
+	// on the user's home shard, which one script cannot read with the room).
+	CheckLimit bool
 }
 
 // takeKV is one room_take.lua call for calls, all of one product: the
 // room's seven keys, then the used-mark key of each call that brings a
-// proof-of-work; four ARGV a call.
+// proof-of-work and the units-held key of each call that checks the
+// per-user limit; five ARGV a call.
 func takeKV(productID int64, calls []*TakeCall) ([]string, []any) {
 	base := takeKeys.of(productID)
 	keys := base[:len(base):len(base)] // the first append copies: the cached slice stays as it is
-	argv := make([]any, 0, 4*len(calls))
+	argv := make([]any, 0, 5*len(calls))
 	for _, c := range calls {
 		a := &c.Args
-		k := 0
+		k, h := 0, 0
 		if a.PowChallenge != "" {
 			keys = append(keys, Room(productID).Pow(a.PowChallenge))
 			k = len(keys) // Lua's 1-based index
 		}
-		argv = append(argv, a.UserID, a.TicketID, k, max(a.PowTTL.Milliseconds(), 1))
+		if a.CheckLimit {
+			keys = append(keys, ShardKeys(productID, 0).User(a.UserID))
+			h = len(keys)
+		}
+		argv = append(argv, a.UserID, a.TicketID, k, max(a.PowTTL.Milliseconds(), 1), h)
 	}
 	return keys, argv
 }
@@ -387,6 +398,8 @@ func takeResult(productID int64, res []any, err error) (Place, error) {
 		return p, ErrTicketIDTaken
 	case 15:
 		return p, ErrNotActive
+	case 16:
+		return p, ErrLimitExceeded
 	default:
 		return Place{}, fmt.Errorf("%w %d from room take", errUnknownCode, n[0])
 	}

@@ -405,6 +405,43 @@ func TestRoomTakeAfterTheEnd(t *testing.T) {
 	}
 }
 
+// A user who holds the per-user limit (5 here) gets no new ticket when the
+// caller asks for the check (ErrLimitExceeded, nothing written); below it,
+// without the check, and for a ticket the user already has, the answers
+// are as before.
+func TestRoomTakeChecksTheLimit(t *testing.T) {
+	rdb := luatest.New(t, luatest.DBLua)
+	ctx := context.Background()
+	roomOn(t, rdb, 33, 100, time.Minute)
+	openRoom(t, rdb, 33, lua.ModeFIFO)
+	held := func(u, n int64) {
+		if err := rdb.Set(ctx, lua.ShardKeys(33, 0).User(u), n, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	takeChecked := func(u int64) (lua.Place, error) {
+		return lua.Take(ctx, rdb, 33, lua.TakeArgs{UserID: u, TicketID: fmt.Sprintf("%016x", 0xcd00+u), CheckLimit: true})
+	}
+	mustTake(t, rdb, 33, 3) // a ticket before reaching the limit
+	held(1, 5)
+	held(2, 4)
+	held(3, 5)
+	if p, err := takeChecked(1); !errors.Is(err, lua.ErrLimitExceeded) {
+		t.Fatalf("user 1 at the limit: %+v %v, want ErrLimitExceeded", p, err)
+	}
+	if n, _ := rdb.HExists(ctx, lua.Room(33).Tickets(), "1").Result(); n {
+		t.Fatal("a ticket record was written for a refused request")
+	}
+	for _, u := range []int64{2, 3} { // below the limit; a ticket taken before
+		if p, err := takeChecked(u); err != nil || p.State != lua.PlaceWaiting {
+			t.Fatalf("user %d: %+v %v", u, p, err)
+		}
+	}
+	if p := mustTake(t, rdb, 33, 1); p.State != lua.PlaceWaiting { // without the check
+		t.Fatalf("user 1 without the check: %+v", p)
+	}
+}
+
 // The pre-queue: tickets taken before the opening carry no position; at the
 // opening they are shuffled, and the published seed and list recompute
 // every served position; later tickets queue behind in arrival order, and

@@ -57,7 +57,7 @@
 -- room_claim.lua removes the user from KEYS[5]) or the admission expired; the user's next take
 -- then gives a new ticket at the end of the line (a draw gives none: EXPIRED or ORDERED).
 
-local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end', 'paused')
+local s = redis.call('HMGET', KEYS[1], 'room', 'available', 'start', 'end', 'paused', 'limit')
 if not s[2] then
   return {3, '', 0, 0, 0, 0, '', 0, 0, 0}
 end
@@ -180,6 +180,10 @@ else
   if redis.call('HEXISTS', KEYS[6], ARGV[2]) == 1 then
     return answer(14, '', 0, 0, 0, 0, 0)
   end
+end
+local limit = tonumber(s[6]) or 0
+if limit > 0 and ARGV[5] == '1' and (tonumber(redis.call('GET', KEYS[9])) or 0) >= limit then
+  return answer(16, '', 0, 0, 0, 0, 0)
 end
 if (tonumber(st[10]) or 0) > 0 then
   if ARGV[3] == '' then
