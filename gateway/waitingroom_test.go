@@ -242,6 +242,17 @@ func TestWaitingRoomTicketRespectsTheLimit(t *testing.T) {
 	if _, _, st := e.place(1, pid); st != "WAITING" {
 		t.Fatalf("user 1 after the units came back: %s", st)
 	}
+
+	// A sharded product counts a buyer's units on the home shard, which the
+	// room's script cannot read: no check (the order is refused there).
+	spec["shards"] = 2
+	sharded := e.roomProductWith(spec)
+	if err := e.rdb.Set(context.Background(), lua.ShardKeys(sharded, 0).User(1), 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, st := e.place(1, sharded); st != "WAITING" {
+		t.Fatalf("user 1 on a sharded product: %s, want a ticket (no check)", st)
+	}
 }
 
 // A draw sells one unit per winner: while a product's room is on as a

@@ -61,7 +61,8 @@
 --  12 POW_REQUIRED the room asks a proof-of-work for a new ticket and the request brings none
 --  13 POW_REUSED  the proof-of-work was already used (for any ticket): no ticket
 --  14 RETRY       the ticket id is already a pre-queued ticket's: call again with another
---  15 NOT_ACTIVE  the sale has ended: no ticket, and a ticket's place or live admission is over
+--  15 NOT_ACTIVE  the sale has ended: no ticket, and a ticket's place (in line or pre-queued) or
+--                 live admission is over
 --  16 LIMIT       the user already holds the per-user limit (stock field limit > 0) in units: no
 --                 new ticket (an admission could only be wasted)
 -- shufflePosition is a pre-queued ticket's place in the published shuffle (place - base), the
@@ -271,12 +272,14 @@ local function take(i)
   return answer(0, ntid, issued - upto, 0, now, 0, 0)
 end
 
--- Once the sale ended nobody waits or orders: a place in line or a live admission is answered
--- NOT_ACTIVE, as a new ticket is (a draw's result and SOLD_OUT stay: they are final).
+-- Once the sale ended nobody waits or orders: a place in line, a pre-queued ticket (whose
+-- shuffle no pacer will publish now) or a live admission is answered NOT_ACTIVE, as a new ticket
+-- is (a draw's result and SOLD_OUT stay: they are final).
 local ended = now >= stop
 for i = 1, n do
   take(i)
-  if ended and (out[o - 9] == 0 or out[o - 9] == 1) then
+  local code = out[o - 9]
+  if ended and (code == 0 or code == 1 or code == 5 or code == 6) then
     o = o - 10
     answer(15, '', 0, 0, 0, 0, 0)
   end

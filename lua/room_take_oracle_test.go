@@ -205,8 +205,11 @@ func oracleRoom(rng *rand.Rand, now int64) (oracleState, []TakeArgs) {
 	case 1: // the opening passed, not closed yet: this call closes it
 	case 2, 3, 4:
 		rm["closed"] = "1"
-	case 5: // ended
+	case 5: // ended (before the opening: an admin ended it during the pre-queue)
 		st["start"], st["end"] = fmt.Sprint(now-10_000), fmt.Sprint(now-1000)
+		if rng.IntN(3) == 0 {
+			st["start"] = fmt.Sprint(now + 3_600_000)
+		}
 		if rng.IntN(2) == 0 {
 			rm["closed"] = "1"
 		}

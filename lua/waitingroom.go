@@ -207,8 +207,9 @@ func (kc *keyCache) of(productID int64) []string {
 // Take runs room_take.lua: the user's live ticket, or a new one. Errors:
 // ErrRoomOff, ErrNotFound (no stock hash), ErrSoldOut (no ticket given:
 // nothing is left, and the user had no place), ErrPreQueueNotOpen (with
-// Place.OpensAt), ErrDrawClosed, ErrNotActive (the sale ended),
-// ErrPowRequired, ErrPowReused, ErrTicketIDTaken.
+// Place.OpensAt), ErrDrawClosed, ErrNotActive (the sale ended: no ticket,
+// and a place or a live admission is over), ErrPowRequired, ErrPowReused,
+// ErrTicketIDTaken, ErrLimitExceeded (TakeArgs.CheckLimit).
 func Take(ctx context.Context, rdb redis.Scripter, productID int64, a TakeArgs) (Place, error) {
 	c := TakeCall{ProductID: productID, Args: a}
 	takeRun(ctx, rdb, []*TakeCall{&c})

@@ -405,6 +405,38 @@ func TestRoomTakeAfterTheEnd(t *testing.T) {
 	}
 }
 
+// A pre-queued ticket is over once the sale ended too, however it ended:
+// before the opening (an admin ended it during the pre-queue), after the
+// opening with the shuffle not published (no pacer publishes it now), or
+// at the opening itself — NOT_ACTIVE, never PRE_QUEUE or SHUFFLING (an
+// outside review's cases).
+func TestRoomPreQueuedTicketAfterTheEnd(t *testing.T) {
+	rdb := luatest.New(t, luatest.DBLua)
+	ctx := context.Background()
+	for _, c := range []struct {
+		pid        int64
+		name       string
+		start, end time.Duration
+	}{
+		{41, "ended before the opening", time.Hour, -time.Second},
+		{42, "ended after the opening, shuffle not published", -2 * time.Second, -time.Second},
+		{43, "ended at the opening", -time.Second, -time.Second},
+	} {
+		s := open(10)
+		s.SaleStart, s.SaleEnd = time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
+		roomWith(t, rdb, c.pid, s, lua.RoomSettings{On: true, Window: time.Minute})
+		if p := mustTake(t, rdb, c.pid, 1); p.State != lua.PlacePreQueue {
+			t.Fatalf("%s: pre-queue ticket: %+v", c.name, p)
+		}
+		rdb.HSet(ctx, lua.Room(c.pid).Stock(), "start", time.Now().Add(c.start).UnixMilli(), "end", time.Now().Add(c.end).UnixMilli())
+		for _, u := range []int64{2, 1} { // new, pre-queued
+			if p, err := take(rdb, c.pid, u); !errors.Is(err, lua.ErrNotActive) {
+				t.Errorf("%s: user %d: %s %v, want ErrNotActive", c.name, u, p.State, err)
+			}
+		}
+	}
+}
+
 // A user who holds the per-user limit (5 here) gets no new ticket when the
 // caller asks for the check (ErrLimitExceeded, nothing written); below it,
 // without the check, and for a ticket the user already has, the answers

@@ -86,7 +86,7 @@ end
 local uid = ARGV[1]
 
 local function answer(code, tid, pos, dl, at, spos, waiting)
-  if (code == 0 or code == 1) and now >= stop then -- ended: no place, no admission
+  if (code == 0 or code == 1 or code == 5 or code == 6) and now >= stop then -- ended: no place, no admission
     return {15, '', 0, 0, rate, 0, mode, 0, start, 0}
   end
   return {code, tid, pos, dl, rate, at, mode, spos, start, waiting}
