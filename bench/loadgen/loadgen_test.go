@@ -227,8 +227,16 @@ func TestSeveralServersShareTheLoad(t *testing.T) {
 	// instant answers one or two connections carried everything and one
 	// server could get almost nothing on a loaded machine (9 of 400 once).
 	var hits [2]atomic.Int64
-	a := serve(t, func(ctx *fasthttp.RequestCtx) { hits[0].Add(1); time.Sleep(5 * time.Millisecond); ctx.SetStatusCode(202) })
-	b := serve(t, func(ctx *fasthttp.RequestCtx) { hits[1].Add(1); time.Sleep(5 * time.Millisecond); ctx.SetStatusCode(202) })
+	a := serve(t, func(ctx *fasthttp.RequestCtx) {
+		hits[0].Add(1)
+		time.Sleep(5 * time.Millisecond)
+		ctx.SetStatusCode(202)
+	})
+	b := serve(t, func(ctx *fasthttp.RequestCtx) {
+		hits[1].Add(1)
+		time.Sleep(5 * time.Millisecond)
+		ctx.SetStatusCode(202)
+	})
 	res, err := Run(context.Background(), Config{Addr: a + "," + b, Rate: 2000, Requests: 400, Workers: 32, Build: indexed})
 	if err != nil {
 		t.Fatal(err)
