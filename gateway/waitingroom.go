@@ -235,10 +235,13 @@ func (s *Server) take(productID int64, args lua.TakeArgs) (lua.Place, error) {
 // takeWorkers is the take batcher's pipelines in flight: each is one
 // room_take.lua run per product (lua.TakeMany), and Redis runs them one
 // after another anyway, so fewer workers make larger runs, whose shared
-// reads and writes are paid once (bench "tickets": about 10 tickets a run
-// with 4 workers, 15 with 2, 26 with 1 at the same rate as 2;
-// docs/waiting-room-performance.md "Tickets in batches").
-const takeWorkers = 2
+// reads and writes are paid once. One: while its call is out, the
+// requests that arrive gather into the next (bench "tickets", 2-core AMD
+// host: 20–22 tickets a run against 13–14 with two, Redis's CPU per ticket
+// about a tenth less on average, the rate the same within the noise); the
+// longest extra wait is one round trip to Redis
+// (docs/waiting-room-performance.md "One take pipeline in flight").
+const takeWorkers = 1
 
 // takeBatcher collects the take calls of concurrent requests (pipeBatcher,
 // like the reserve calls of reserve_batch.go) into one room_take.lua call
