@@ -31,6 +31,12 @@ func (r *run) closedLoop(ctx context.Context, t *target, requests int64, build f
 }
 
 func (r *run) closedLoopCfg(ctx context.Context, t *target, requests int64, build func(int64, *fasthttp.Request), observe func(loadgen.Outcome, *fasthttp.Response), mod func(*loadgen.Config)) (*loadgen.Result, error) {
+	return r.closedLoopFor(ctx, t, r.p.ClosedDuration, requests, build, observe, mod)
+}
+
+// closedLoopFor is closedLoopCfg with the run's length d in place of
+// ClosedDuration (used when requests is 0).
+func (r *run) closedLoopFor(ctx context.Context, t *target, d time.Duration, requests int64, build func(int64, *fasthttp.Request), observe func(loadgen.Outcome, *fasthttp.Response), mod func(*loadgen.Config)) (*loadgen.Result, error) {
 	cfg := r.loadConfig(t)
 	if mod != nil {
 		mod(&cfg)
@@ -45,15 +51,20 @@ func (r *run) closedLoopCfg(ctx context.Context, t *target, requests int64, buil
 	} else {
 		// More than any gateway answers in ClosedDuration; those not started
 		// when the grace ends are abandoned, which ends the run.
-		cfg.Requests = int64(2e6 * r.p.ClosedDuration.Seconds())
-		cfg.Grace = r.p.ClosedDuration
+		cfg.Requests = int64(2e6 * d.Seconds())
+		cfg.Grace = d
 	}
 	return loadgen.Run(ctx, cfg)
 }
 
 // healthz measures GET /healthz closed-loop: the bare answer.
 func (r *run) healthz(ctx context.Context, t *target) (*loadgen.Result, error) {
-	return r.closedLoopCfg(ctx, t, 0, func(_ int64, req *fasthttp.Request) { req.SetRequestURI("/healthz") }, nil,
+	return r.healthzFor(ctx, t, r.p.ClosedDuration)
+}
+
+// healthzFor is healthz for d.
+func (r *run) healthzFor(ctx context.Context, t *target, d time.Duration) (*loadgen.Result, error) {
+	return r.closedLoopFor(ctx, t, d, 0, func(_ int64, req *fasthttp.Request) { req.SetRequestURI("/healthz") }, nil,
 		func(c *loadgen.Config) { c.Classify = nil }) // "200", not an order's "200 replay"
 }
 
