@@ -168,9 +168,9 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	s.writeJSON(ctx, fasthttp.StatusOK, toRoomTermsJSON(t))
 }
 
-// checkRoomTerms validates t for productID: bounds, a draw's maxPerOrder,
-// and (ROOM_STARTED) no change of mode, pre-queue or reserve once a ticket
-// exists.
+// checkRoomTerms validates t for productID: bounds and (ROOM_STARTED) no
+// change of mode, pre-queue or reserve once a ticket exists. A draw's
+// maxPerOrder is checked by the store (persistence.ErrDrawOnePerOrder).
 func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error {
 	window := int64(t.Window / time.Second)
 	pq := int64(t.PreQueue / time.Second)
@@ -187,15 +187,6 @@ func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error 
 		return invalidArg("reserve must be from 0 to %d", maxRoomReserve)
 	case t.PowCost < 0 || t.PowCost > maxRoomPowCost:
 		return invalidArg("powCost must be from 0 (none) to %d", maxRoomPowCost)
-	}
-	if t.Mode == string(lua.ModeDraw) {
-		p, err := s.productRow(productID)
-		if err != nil {
-			return err
-		}
-		if p.MaxPerOrder != 1 {
-			return invalidArg("a draw sells one unit per winner: the product needs maxPerOrder 1 (it has %d)", p.MaxPerOrder)
-		}
 	}
 	st, err := s.readRoom(productID)
 	if err != nil {

@@ -148,6 +148,7 @@ var errorTable = []struct {
 		"(another database's, or one created after the backup this MySQL database was restored from); nothing was created " +
 		"and that stock was left as it is: see docs/production.md, \"Deployment identity\""},
 	{lua.ErrStockCorrupt, 500, CodeStockCorrupt, "this product's stock data is corrupt and it cannot take orders until an operator repairs it; other products are not affected"},
+	{persistence.ErrDrawOnePerOrder, 400, CodeInvalidArgument, "a draw sells one unit per winner: the product's maxPerOrder must be 1 while its waiting room is a draw"},
 	{persistence.ErrNotFound, 404, CodeNotFound, "order not found"},
 	{persistence.ErrInvalidState, 409, CodeInvalidState, "the order is not in a state that allows this"},
 	{persistence.ErrAmount, 409, CodeAmountMismatch, "amount differs from the order's amount"},

@@ -196,32 +196,12 @@ func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, aerr)
 		return
 	}
-	if p.hasMax && p.maxPer != 1 {
-		if err := s.drawKeepsOnePerOrder(pid); err != nil {
-			s.fail(ctx, err)
-			return
-		}
-	}
 	s.changeSale(ctx, c, persistence.ActionPatch, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
+		// A new maxPerOrder on a draw's product is refused by the store, under
+		// the row's lock and after apply: a sale that opened answers 409
+		// SALE_STARTED first (persistence.ErrDrawOnePerOrder).
 		return p.apply(cur, time.Now().UTC().Truncate(time.Millisecond))
 	})
-}
-
-// drawKeepsOnePerOrder refuses (400 INVALID_ARGUMENT) a maxPerOrder other
-// than 1 for a product whose waiting room is on as a draw: a draw sells one
-// unit per winner, and a winner ordering more would take the units of the
-// winners after it (the room's terms refuse a draw on such a product the
-// same way, checkRoomTerms). A room turned off is checked again when it is
-// turned back on.
-func (s *Server) drawKeepsOnePerOrder(productID int64) error {
-	st, err := s.readRoom(productID)
-	if err != nil {
-		return err
-	}
-	if st.On && st.Mode == lua.ModeDraw {
-		return invalidArg("a draw sells one unit per winner: maxPerOrder stays 1 while the product's waiting room is a draw")
-	}
-	return nil
 }
 
 // productPatch is a decoded PATCH /api/admin/products/{id} body: which

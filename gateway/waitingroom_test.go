@@ -286,6 +286,65 @@ func TestDrawKeepsMaxPerOrderOne(t *testing.T) {
 		t.Fatalf("PATCH with the room off: %s", r)
 	}
 	e.do("POST", room, admin, map[string]any{"on": true, "mode": "draw"}).wantError(t, 400, CodeInvalidArgument)
+
+	// Once the sale opened, maxPerOrder no longer changes at all: 409
+	// SALE_STARTED, the same answer as without a draw (it was 400 here).
+	q := openSale(3)
+	q.MaxPerOrder = 1
+	opened := e.product(q)
+	if r := e.do("POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", opened), admin, map[string]any{"on": true, "mode": "draw"}); r.status != 200 {
+		t.Fatalf("draw on an opened sale: %s", r)
+	}
+	e.do("PATCH", fmt.Sprintf("/api/admin/products/%d", opened), admin, map[string]any{"maxPerOrder": 3}).wantError(t, 409, CodeSaleStarted)
+}
+
+// A draw's maxPerOrder is checked by the store under the product row's
+// lock, not against a gateway's product cache: a PATCH through one gateway
+// and a draw turned on through another whose cache still holds the old row
+// cannot both pass (before, the second gateway's cache said maxPerOrder 1
+// and the draw went on with 3), and of the two sent at once exactly one
+// wins.
+func TestDrawPerOrderCheckedUnderTheRowLock(t *testing.T) {
+	e := newEnv(t)
+	cfg := baseConfig()
+	cfg.ProductCacheTTL = time.Hour // e2's product rows stay as first read
+	srv, err := New(cfg, e.rdb, e.store, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2 := &env{t: t, rdb: e.rdb, store: e.store, srv: srv}
+	e2.hc, e2.ln = serveInMemory(t, srv)
+	admin := token(t, adminID)
+	upcoming := func() int64 {
+		p := openSale(3)
+		now := time.Now().UTC()
+		p.SaleStart, p.SaleEnd = now.Add(time.Hour).Format(time.RFC3339), now.Add(2*time.Hour).Format(time.RFC3339)
+		p.MaxPerOrder = 1
+		return e.product(p)
+	}
+	room := func(pid int64) string { return fmt.Sprintf("/api/admin/products/%d/waiting-room", pid) }
+	patch := func(pid int64) string { return fmt.Sprintf("/api/admin/products/%d", pid) }
+
+	pid := upcoming()
+	if r := e2.do("GET", "/api/products/"+strconv.FormatInt(pid, 10), "", nil); r.status != 200 {
+		t.Fatalf("product through e2: %s", r)
+	}
+	if r := e.do("PATCH", patch(pid), admin, map[string]any{"maxPerOrder": 3}); r.status != 200 {
+		t.Fatalf("PATCH maxPerOrder 3: %s", r)
+	}
+	e2.do("POST", room(pid), admin, map[string]any{"on": true, "mode": "draw"}).wantError(t, 400, CodeInvalidArgument)
+
+	for i := range 20 {
+		pid := upcoming()
+		var wg sync.WaitGroup
+		var patched, drawn int
+		wg.Go(func() { patched = e.do("PATCH", patch(pid), admin, map[string]any{"maxPerOrder": 3}).status })
+		wg.Go(func() { drawn = e2.do("POST", room(pid), admin, map[string]any{"on": true, "mode": "draw"}).status })
+		wg.Wait()
+		if (patched == 200) == (drawn == 200) {
+			t.Fatalf("round %d: PATCH maxPerOrder 3 answered %d and the draw %d: exactly one must win", i, patched, drawn)
+		}
+	}
 }
 
 // Two gateways take tickets and two pacers admit at once: every accepted

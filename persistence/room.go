@@ -39,13 +39,27 @@ type RoomTerms struct {
 	Commitment string        // hex SHA-256 of Seed
 }
 
-// SaveRoom stores productID's room terms. The seed and commitment of t are
-// used only when the product has none yet: a stored seed never changes, and
-// the stored one is what the returned terms carry. With adminID > 0 the same
+// SaveRoom stores productID's room terms; a draw an admin turns on needs a
+// product with maxPerOrder 1 (ErrDrawOnePerOrder; ErrNotFound without the
+// product). The seed and commitment of t are used only when the product has
+// none yet: a stored seed never changes, and the stored one is what the
+// returned terms carry. With adminID > 0 the same
 // transaction writes the admin_audit entry ActionRoom: the room's terms
 // after the change, with the commitment (never the seed).
 func (s *Store) SaveRoom(ctx context.Context, adminID int64, t RoomTerms) (RoomTerms, error) {
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
+		if adminID > 0 && t.On && t.Mode == "draw" { // under the product row's lock: see ErrDrawOnePerOrder
+			var maxPer int64
+			err := tx.QueryRowContext(ctx, `SELECT max_per_order FROM product WHERE id = ? FOR UPDATE`, t.ProductID).Scan(&maxPer)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return ErrNotFound
+			case err != nil:
+				return fmt.Errorf("read product: %w", err)
+			case maxPer != 1:
+				return fmt.Errorf("%w (it has %d)", ErrDrawOnePerOrder, maxPer)
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO product_drop
 			(product_id, seed, commitment, room_on, mode, pre_queue_ms, reserve_n, pow_cost, ceiling, window_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)

@@ -84,6 +84,25 @@ func (p Product) terms() map[string]any {
 	return m
 }
 
+// refuseDrawPerOrder returns ErrDrawOnePerOrder when productID's waiting
+// room is on as a draw. Called under the product row's lock; the room's row
+// is read with a locking read, which sees the latest committed terms (a
+// plain read could see the transaction's older snapshot).
+func refuseDrawPerOrder(ctx context.Context, tx *sql.Tx, productID int64) error {
+	var on bool
+	var mode string
+	err := tx.QueryRowContext(ctx, `SELECT room_on, mode FROM product_drop WHERE product_id = ? LOCK IN SHARE MODE`, productID).Scan(&on, &mode)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read room terms: %w", err)
+	case on && mode == "draw":
+		return ErrDrawOnePerOrder
+	}
+	return nil
+}
+
 // ChangeFunc computes an admin change of cur, the product's row read under
 // its lock: the product to store and the audit change (nil or empty: nothing
 // changes, nothing is written). An error aborts the change.
@@ -115,6 +134,11 @@ func (s *Store) ChangeProduct(ctx context.Context, adminID int64, action string,
 		if len(change) == 0 {
 			out = cur
 			return nil
+		}
+		if next.MaxPerOrder != 1 && next.MaxPerOrder != cur.MaxPerOrder {
+			if err := refuseDrawPerOrder(ctx, tx, productID); err != nil {
+				return err
+			}
 		}
 		next.SaleVersion = cur.SaleVersion + 1
 		if _, err := tx.ExecContext(ctx, `UPDATE product SET name = ?, image_url = ?, description = ?, price = ?,

@@ -19,6 +19,14 @@ var (
 	// ErrPaymentReused: a payment callback's paymentNo is already recorded
 	// for another order; nothing changed.
 	ErrPaymentReused = errors.New("persistence: paymentNo already used for another order")
+	// ErrDrawOnePerOrder: a draw sells one unit per winner, so a product
+	// whose waiting room is on as a draw keeps maxPerOrder 1 (a winner
+	// ordering more would take the units of the winners after it). Both
+	// changes that could break it — a room set to draw (SaveRoom) and a new
+	// maxPerOrder (ChangeProduct) — check the other under the product row's
+	// lock, so two admins (or two gateways with stale caches) cannot each
+	// pass their check and together break it. Nothing changed.
+	ErrDrawOnePerOrder = errors.New("persistence: a draw sells one unit per winner: maxPerOrder must be 1")
 )
 
 // Store is the MySQL store. Safe for concurrent use.
