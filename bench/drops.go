@@ -106,12 +106,7 @@ func runTickets(ctx context.Context, r *run, t *target) *ScenarioResult {
 	n := int64(len(r.users.ids))
 	before := r.commandStats(ctx)
 	var given atomic.Int64
-	res, err := r.closedLoopCfg(ctx, t, n, r.queueBuilder(pid, func(i int64) int { return int(i) }),
-		func(o loadgen.Outcome, resp *fasthttp.Response) {
-			if o.Status == 200 && bytes.Contains(resp.Body(), []byte(`"state":"WAITING"`)) {
-				given.Add(1)
-			}
-		}, func(c *loadgen.Config) { c.Classify = ticketClass })
+	res, err := r.takeTickets(ctx, t, pid, 0, n, &given)
 	if err != nil || res == nil {
 		return s.fail(fmt.Errorf("closed-loop tickets: %w", err))
 	}
@@ -152,14 +147,29 @@ func runTickets(ctx context.Context, r *run, t *target) *ScenarioResult {
 	issued, _ := r.env.Redis.HLen(ctx, lua.Room(pid).Tickets()).Result()
 	s.Audit = r.audit(ctx, pid, func(_ pipeline.Report, _ pipeline.ProductAudit) []pipeline.Check {
 		return []pipeline.Check{
-			check("a ticket per buyer", issued == given.Load() && given.Load() == res.Count(classTicket),
-				"%d tickets in Redis, %d answers WAITING, %d answered 200", issued, given.Load(), res.Count(classTicket)),
-			check("a ticket per buyer (interleaved rounds, product "+strconv.FormatInt(il.pid, 10)+")",
-				il.issued == il.given && il.given == il.answered,
-				"%d tickets in Redis, %d answers WAITING, %d answered 200", il.issued, il.given, il.answered),
+			ticketsCheck("a ticket per buyer", issued, given.Load(), res.Count(classTicket)),
+			ticketsCheck("a ticket per buyer (interleaved rounds, product "+strconv.FormatInt(il.pid, 10)+")", il.issued, il.given, il.answered),
 		}
 	})
 	return s
+}
+
+// takeTickets has buyers off … off+n-1 each take a ticket for pid, closed
+// loop, counting in given the answers that gave a place in line (WAITING).
+func (r *run) takeTickets(ctx context.Context, t *target, pid, off, n int64, given *atomic.Int64) (*loadgen.Result, error) {
+	return r.closedLoopCfg(ctx, t, n, r.queueBuilder(pid, func(i int64) int { return int(off + i) }),
+		func(o loadgen.Outcome, resp *fasthttp.Response) {
+			if o.Status == 200 && bytes.Contains(resp.Body(), []byte(`"state":"WAITING"`)) {
+				given.Add(1)
+			}
+		}, func(c *loadgen.Config) { c.Classify = ticketClass })
+}
+
+// ticketsCheck is the audit's check that every 200 gave one ticket: the
+// tickets in Redis, the answers WAITING and the 200s all equal.
+func ticketsCheck(name string, issued, given, answered int64) pipeline.Check {
+	return check(name, issued == given && given == answered,
+		"%d tickets in Redis, %d answers WAITING, %d answered 200", issued, given, answered)
 }
 
 // ticketRounds is the number of interleaved rounds of the tickets scenario.
@@ -213,13 +223,7 @@ func interleavedTickets(ctx context.Context, r *run, t *target, s *ScenarioResul
 		if err != nil || hz == nil {
 			return out, fmt.Errorf("interleaved round %d, healthz: %w", k+1, err)
 		}
-		off := k * per
-		res, err := r.closedLoopCfg(ctx, t, per, r.queueBuilder(pid, func(i int64) int { return int(off + i) }),
-			func(o loadgen.Outcome, resp *fasthttp.Response) {
-				if o.Status == 200 && bytes.Contains(resp.Body(), []byte(`"state":"WAITING"`)) {
-					given.Add(1)
-				}
-			}, func(c *loadgen.Config) { c.Classify = ticketClass })
+		res, err := r.takeTickets(ctx, t, pid, k*per, per, &given)
 		if err != nil || res == nil {
 			return out, fmt.Errorf("interleaved round %d, tickets: %w", k+1, err)
 		}

@@ -61,6 +61,23 @@ func mustTake(t *testing.T, rdb *redis.Client, pid, user int64) lua.Place {
 	return p
 }
 
+// lineAdmittingFirst turns pid's fifo room on (avail units, admissions
+// lasting window), gives users 1…users a ticket each in that order, opens
+// the room and admits user 1; it returns the stock's keys.
+func lineAdmittingFirst(t *testing.T, rdb *redis.Client, pid, avail int64, window time.Duration, users int64) lua.Keys {
+	t.Helper()
+	k := roomOn(t, rdb, pid, avail, window)
+	for u := int64(1); u <= users; u++ {
+		mustTake(t, rdb, pid, u)
+	}
+	openRoom(t, rdb, pid, lua.ModeFIFO)
+	time.Sleep(5 * time.Millisecond)
+	if res, err := step(rdb, pid, 10000, 1); err != nil || len(res.Admitted) != 1 {
+		t.Fatalf("admit user 1: %+v %v", res, err)
+	}
+	return k
+}
+
 func step(rdb *redis.Client, pid int64, rate float64, maxN int) (lua.AdmitResult, error) {
 	return lua.Admit(context.Background(), rdb, pid, lua.AdmitArgs{Rate: rate, Max: maxN, MaxElapsed: time.Second, Window: time.Minute, Left: -1})
 }
@@ -246,14 +263,7 @@ func TestRoomConcurrentPacersNeverOverAdmit(t *testing.T) {
 func TestRoomSoldOut(t *testing.T) {
 	rdb := luatest.New(t, luatest.DBLua)
 	ctx := context.Background()
-	k := roomOn(t, rdb, 24, 1, time.Minute)
-	mustTake(t, rdb, 24, 1)
-	mustTake(t, rdb, 24, 2)
-	openRoom(t, rdb, 24, lua.ModeFIFO)
-	time.Sleep(5 * time.Millisecond)
-	if res, _ := step(rdb, 24, 1000, 1); len(res.Admitted) != 1 {
-		t.Fatalf("admit: %+v", res)
-	}
+	k := lineAdmittingFirst(t, rdb, 24, 1, time.Minute, 2)
 	if _, err := admitted(rdb, k, "o1", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -318,15 +328,7 @@ func TestRoomAdmissionsBoundedByUnitsLeft(t *testing.T) {
 func TestRoomPausedAdmitsNobody(t *testing.T) {
 	rdb := luatest.New(t, luatest.DBLua)
 	ctx := context.Background()
-	roomOn(t, rdb, 26, 100, 300*time.Millisecond)
-	for u := int64(1); u <= 10; u++ {
-		mustTake(t, rdb, 26, u)
-	}
-	openRoom(t, rdb, 26, lua.ModeFIFO)
-	time.Sleep(5 * time.Millisecond)
-	if res, _ := step(rdb, 26, 10000, 1); len(res.Admitted) != 1 {
-		t.Fatalf("admit before the pause: %+v", res)
-	}
+	lineAdmittingFirst(t, rdb, 26, 100, 300*time.Millisecond, 10)
 	before, _ := rdb.ZScore(ctx, lua.Room(26).Admitted(), "1").Result()
 	rdb.HSet(ctx, lua.Room(26).Stock(), "paused", "1")
 	if res, _ := step(rdb, 26, 10000, 100); res.Code != lua.AdmitPaused {
@@ -363,15 +365,7 @@ func TestRoomPausedAdmitsNobody(t *testing.T) {
 func TestRoomTakeAfterTheEnd(t *testing.T) {
 	rdb := luatest.New(t, luatest.DBLua)
 	ctx := context.Background()
-	roomOn(t, rdb, 31, 100, time.Minute)
-	for u := int64(1); u <= 3; u++ {
-		mustTake(t, rdb, 31, u)
-	}
-	openRoom(t, rdb, 31, lua.ModeFIFO)
-	time.Sleep(5 * time.Millisecond)
-	if res, _ := step(rdb, 31, 10000, 1); len(res.Admitted) != 1 {
-		t.Fatalf("admit user 1: %+v", res)
-	}
+	lineAdmittingFirst(t, rdb, 31, 100, time.Minute, 3)
 	if p := mustTake(t, rdb, 31, 1); p.State != lua.PlaceAdmitted {
 		t.Fatalf("user 1 before the end: %+v", p)
 	}

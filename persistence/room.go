@@ -43,9 +43,9 @@ type RoomTerms struct {
 // product with maxPerOrder 1 (ErrDrawOnePerOrder; ErrNotFound without the
 // product). The seed and commitment of t are used only when the product has
 // none yet: a stored seed never changes, and the stored one is what the
-// returned terms carry. With adminID > 0 the same
-// transaction writes the admin_audit entry ActionRoom: the room's terms
-// after the change, with the commitment (never the seed).
+// returned terms carry. With adminID > 0 the same transaction writes the
+// admin_audit entry ActionRoom: the room's terms after the change, with the
+// commitment (never the seed).
 func (s *Store) SaveRoom(ctx context.Context, adminID int64, t RoomTerms) (RoomTerms, error) {
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		if adminID > 0 && t.On && t.Mode == "draw" { // under the product row's lock: see ErrDrawOnePerOrder
