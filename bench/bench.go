@@ -169,6 +169,10 @@ type Params struct {
 	ClosedConns    int           `json:"closedConns"`
 	ClosedDuration time.Duration `json:"closedDuration"`
 	ReplayKeys     int           `json:"replayKeys"`
+	// TicketConns are the connection counts at which tickets repeats its
+	// interleaved rounds of bare GET /healthz and new tickets (drops.go
+	// ticketSweep); none: ClosedConns alone.
+	TicketConns []int `json:"ticketConns,omitempty"`
 
 	E2ERate     float64       `json:"e2eRate"`
 	E2EDuration time.Duration `json:"e2eDuration"`
@@ -236,7 +240,7 @@ func DefaultParams() Params {
 		SustainedWarmup: time.Second, SustainedStep: 5 * time.Second, SustainedP99: 50 * time.Millisecond, SustainedIntakeAlone: true,
 		SoldOutStock: 100, SoldOutRate: 60_000, SoldOutWarmup: time.Second, SoldOutDuration: 5 * time.Second,
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
-		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000,
+		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000, TicketConns: []int{128, 256, 512, 1024},
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
 		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignBatch, DesignWriter}, DrainPayTimeout: time.Minute,
 		RoomBuyers: 100_000, RoomStock: 5_000, RoomArrival: 10 * time.Second, RoomSockets: 200, RoomTarget: 2 * time.Second,
@@ -259,7 +263,7 @@ func QuickParams() Params {
 	p.SoldOutStock, p.SoldOutRate, p.SoldOutWarmup, p.SoldOutDuration = 20, 3_000, 500*time.Millisecond, 1500*time.Millisecond
 	p.DuplicateKeys, p.DuplicateReplays, p.DuplicateBurst, p.DuplicateRate = 200, 10, 5, 2_000
 	p.E2ERate, p.E2EDuration = 1_000, 2*time.Second
-	p.ClosedDuration, p.ReplayKeys = time.Second, 2_000
+	p.ClosedDuration, p.ReplayKeys, p.TicketConns = time.Second, 2_000, []int{128, 256}
 	p.DrainOrders, p.DrainRate, p.DrainPayTimeout = 2_000, 2_000, 10*time.Second
 	p.RoomBuyers, p.RoomStock, p.RoomArrival, p.RoomSockets = 2_000, 200, 2*time.Second, 20
 	p.DrawEntries, p.DrawUnits, p.DrawReserve, p.DrawSockets = 2_000, 100, 50, 20
@@ -296,6 +300,11 @@ func (p Params) Validate() error {
 	}
 	if p.ClosedConns < 1 || p.ClosedDuration <= 0 || p.ReplayKeys < 1 {
 		errs = append(errs, errors.New("closed-loop connections, duration and replay keys must be positive"))
+	}
+	for _, c := range p.TicketConns {
+		if c < 1 {
+			errs = append(errs, fmt.Errorf("tickets connection count %d is not positive", c))
+		}
 	}
 	if p.E2ERate <= 0 || p.E2EDuration <= 0 || p.E2EPoll <= 0 {
 		errs = append(errs, errors.New("e2e rate, duration and poll must be positive"))

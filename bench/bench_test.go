@@ -345,6 +345,11 @@ func TestParseScenariosAndParams(t *testing.T) {
 	if err := p.Validate(); err == nil || !strings.HasPrefix(err.Error(), "invalid config:") {
 		t.Fatal(err)
 	}
+	p = DefaultParams()
+	p.TicketConns = []int{128, 0}
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "tickets connection count 0") {
+		t.Fatal(err)
+	}
 }
 
 func TestHostPort(t *testing.T) {

@@ -35,13 +35,14 @@ func (r *run) closedLoopCfg(ctx context.Context, t *target, requests int64, buil
 }
 
 // closedLoopFor is closedLoopCfg with the run's length d in place of
-// ClosedDuration (used when requests is 0).
+// ClosedDuration (used when requests is 0); mod may change the load's
+// config, its Workers (the connections) included.
 func (r *run) closedLoopFor(ctx context.Context, t *target, d time.Duration, requests int64, build func(int64, *fasthttp.Request), observe func(loadgen.Outcome, *fasthttp.Response), mod func(*loadgen.Config)) (*loadgen.Result, error) {
 	cfg := r.loadConfig(t)
-	if mod != nil {
-		mod(&cfg)
-	}
 	cfg.Workers = r.p.ClosedConns
+	if mod != nil {
+		mod(&cfg) // may set another number of connections
+	}
 	cfg.Rate = 1e9 // one request per ns: every request is due at once
 	cfg.LateAfter = time.Duration(math.MaxInt64)
 	cfg.Build, cfg.Observe = build, observe
@@ -59,13 +60,16 @@ func (r *run) closedLoopFor(ctx context.Context, t *target, d time.Duration, req
 
 // healthz measures GET /healthz closed-loop: the bare answer.
 func (r *run) healthz(ctx context.Context, t *target) (*loadgen.Result, error) {
-	return r.healthzFor(ctx, t, r.p.ClosedDuration)
+	return r.healthzFor(ctx, t, r.p.ClosedDuration, r.p.ClosedConns)
 }
 
-// healthzFor is healthz for d.
-func (r *run) healthzFor(ctx context.Context, t *target, d time.Duration) (*loadgen.Result, error) {
+// healthzFor is healthz for d over conns connections.
+func (r *run) healthzFor(ctx context.Context, t *target, d time.Duration, conns int) (*loadgen.Result, error) {
 	return r.closedLoopFor(ctx, t, d, 0, func(_ int64, req *fasthttp.Request) { req.SetRequestURI("/healthz") }, nil,
-		func(c *loadgen.Config) { c.Classify = nil }) // "200", not an order's "200 replay"
+		func(c *loadgen.Config) {
+			c.Classify = nil // "200", not an order's "200 replay"
+			c.Workers = conns
+		})
 }
 
 // closedLine is one log line of a closed-loop run.

@@ -67,6 +67,7 @@ type benchFlags struct {
 	drainDesigns   string
 	drainPay       time.Duration
 	closedConns    int
+	ticketConns    string
 	closedDuration time.Duration
 	replayKeys     int
 }
@@ -421,6 +422,7 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&f.intakeAlone, "sustained-intake-alone", true, "sustained: first step the rates with the pipeline roles stopped (gateway + Redis alone) and report the full system's highest clean step as a ratio to that one (needs every role in the bench process)")
 	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (writer, batch or message; default batch,writer: the previous design, then the writer design)")
 	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
+	fs.StringVar(&f.ticketConns, "ticket-conns", "", "tickets: comma-separated connection counts at which the interleaved rounds of bare /healthz and tickets are repeated (default 128,256,512,1024; 128,256 with --quick)")
 	fs.DurationVar(&f.closedDuration, "closed-duration", 0, "soldout, replay: length of each closed-loop run (default 5s, 1s with --quick)")
 	fs.IntVar(&f.replayKeys, "replay-keys", 0, "replay: intents accepted, then re-sent (default 10000, 2000 with --quick)")
 	fs.IntVar(&f.roomBuyers, "room-buyers", 0, "waitingroom: buyers taking a ticket (default 100000, 2000 with --quick)")
@@ -505,6 +507,19 @@ func (f *benchFlags) params() (bench.Params, error) {
 		}
 	}
 	p.SustainedIntakeAlone = f.intakeAlone
+	if f.ticketConns != "" {
+		p.TicketConns = nil
+		for _, part := range strings.Split(f.ticketConns, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			c, err := strconv.Atoi(part)
+			if err != nil || c < 1 {
+				return p, fmt.Errorf("bad connection count %q in --ticket-conns", part)
+			}
+			p.TicketConns = append(p.TicketConns, c)
+		}
+	}
 	if f.sustainedRates != "" {
 		rates, err := parseRates(f.sustainedRates)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +160,18 @@ func TestBenchFlagsOverrideParams(t *testing.T) {
 	}
 	if p.Users != 7 || p.SpikeStock != 8 || p.SpikeRate != 9.5 || p.SustainedStep != 3*time.Second || p.DrainOrders != 11 || p.RoomStock != 12 || p.DrawUnits != 13 || p.DrawReserve != 0 {
 		t.Fatalf("flags not applied: %+v", p)
+	}
+	if !slices.Equal(p.TicketConns, def.TicketConns) {
+		t.Fatalf("ticket connection counts %v without the flag, want the default %v", p.TicketConns, def.TicketConns)
+	}
+	f = benchFlags{drawReserve: -1, ticketConns: " 64, 2048,"}
+	if p, err = f.params(); err != nil || !slices.Equal(p.TicketConns, []int{64, 2048}) {
+		t.Fatalf("--ticket-conns ' 64, 2048,': %v, %v", p.TicketConns, err)
+	}
+	for _, bad := range []string{"0", "64,x", "-1"} {
+		f = benchFlags{drawReserve: -1, ticketConns: bad}
+		if _, err = f.params(); err == nil || !strings.Contains(err.Error(), "--ticket-conns") {
+			t.Fatalf("--ticket-conns %q: %v, want an error naming the flag", bad, err)
+		}
 	}
 }

@@ -28,6 +28,11 @@ func TestMain(m *testing.M) {
 		// worker-pool cleaner that notices the stop only after its 10 s sleep.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// The bench's HostClients (TestBenchQuick): a client's idle-connection
+		// cleaner sleeps up to MaxIdleConnDuration (1 s) before it sees its
+		// connections closed, longer than goleak's retries wait (as in
+		// bench/main_test.go).
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		// The demo's HTTP client keeps idle keep-alive connections.
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
