@@ -72,16 +72,6 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // env is one fault test's world: its own MySQL database (shared name,
 // tests run one after the other), its own redis-server, its own vhost, and
 // the processes it started.

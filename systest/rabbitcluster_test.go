@@ -3,7 +3,6 @@ package systest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,21 +64,6 @@ func sharedRabbitCluster(t *testing.T) *rabbitCluster {
 	return rabbitShared
 }
 
-// freePorts returns n distinct loopback ports that nothing listened on: all
-// n are held open together, so the kernel never hands out one twice.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 func rabbitServerBin() string {
 	if _, err := os.Stat("/usr/lib/rabbitmq/bin/rabbitmq-server"); err == nil {
 		return "/usr/lib/rabbitmq/bin/rabbitmq-server" // not the wrapper, which switches user
@@ -114,9 +98,9 @@ func startRabbitNodes(prefix string, count int) (*rabbitCluster, error) {
 	if err := os.WriteFile(filepath.Join(home, ".erlang.cookie"), cookie, 0o400); err != nil {
 		return nil, err
 	}
-	// Both ports of every node are free ports the kernel hands out (not
-	// AMQP port + 10000: ephemeral ports reach 60999, and a distribution
-	// port past 65535 makes the node exit before it logs anything).
+	// Both ports of every node are free ports of their own (not AMQP port
+	// + 10000: a distribution port past 65535 makes the node exit before it
+	// logs anything).
 	ports, err := freePorts(2 * count)
 	if err != nil {
 		return nil, err
