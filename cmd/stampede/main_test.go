@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 func TestMain(m *testing.M) {
@@ -39,14 +39,12 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// freeAddr is a loopback address for a server a test starts, in a child
+// process or after its setup (ports.Addr: below the ephemeral range, so no
+// outgoing connection takes it first).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return ports.Addr(t)
 }
 
 // serviceArgs points the binary at this package's own MySQL database, Redis
