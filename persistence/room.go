@@ -39,6 +39,10 @@ type RoomTerms struct {
 	Commitment string        // hex SHA-256 of Seed
 }
 
+// modeDraw is RoomTerms.Mode of a draw (lua.ModeDraw's value; persistence
+// does not import lua).
+const modeDraw = "draw"
+
 // SaveRoom stores productID's room terms; a draw an admin turns on needs a
 // product with maxPerOrder 1 (ErrDrawOnePerOrder; ErrNotFound without the
 // product). The seed and commitment of t are used only when the product has
@@ -48,7 +52,7 @@ type RoomTerms struct {
 // commitment (never the seed).
 func (s *Store) SaveRoom(ctx context.Context, adminID int64, t RoomTerms) (RoomTerms, error) {
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
-		if adminID > 0 && t.On && t.Mode == "draw" { // under the product row's lock: see ErrDrawOnePerOrder
+		if adminID > 0 && t.On && t.Mode == modeDraw { // under the product row's lock: see ErrDrawOnePerOrder
 			var maxPer int64
 			err := tx.QueryRowContext(ctx, `SELECT max_per_order FROM product WHERE id = ? FOR UPDATE`, t.ProductID).Scan(&maxPer)
 			switch {

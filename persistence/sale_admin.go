@@ -97,7 +97,7 @@ func refuseDrawPerOrder(ctx context.Context, tx *sql.Tx, productID int64) error 
 		return nil
 	case err != nil:
 		return fmt.Errorf("read room terms: %w", err)
-	case on && mode == "draw":
+	case on && mode == modeDraw:
 		return ErrDrawOnePerOrder
 	}
 	return nil

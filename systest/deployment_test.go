@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // TestClusterDeploymentIdentity: on a 3-master Redis Cluster every master
@@ -50,7 +51,7 @@ func TestClusterDeploymentIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(e.bin, "serve", "--mode", "development", "--roles", "writer", "--mysql-dsn", e.mysqlDSN,
-		"--redis-addr", e.redisAddr, "--amqp-url", e.amqpURL, "--http-addr", freeAddr(t), "--push-addr", freeAddr(t))
+		"--redis-addr", e.redisAddr, "--amqp-url", e.amqpURL, "--http-addr", ports.Addr(t), "--push-addr", ports.Addr(t))
 	out, err := runFor(cmd, 60*time.Second)
 	if err == nil || !strings.Contains(out, theirs) || !strings.Contains(out, ours) || !strings.Contains(out, "redis-takeover") {
 		t.Fatalf("start against a master of another deployment: %v\n%s", err, tail(out, 3000))

@@ -30,6 +30,7 @@ import (
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 const jwtSecret = "faults-test-jwt-secret"
@@ -144,7 +145,7 @@ func baseEnv(t *testing.T, name string) *env {
 	e.directAMQ = pipelinetest.Vhost(t, name)
 	e.amqpURL = e.directAMQ
 	e.mysqlDSN = dsnFor(name, "")
-	e.httpAddr = freeAddr(t)
+	e.httpAddr = ports.Addr(t)
 	e.base = "http://" + e.httpAddr
 	e.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(e.client.CloseIdleConnections)
@@ -216,7 +217,7 @@ type redisServer struct {
 
 func startRedisServer(t *testing.T) *redisServer {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(freeAddr(t))
+	_, port, _ := net.SplitHostPort(ports.Addr(t))
 	r := &redisServer{t: t, port: port, dir: t.TempDir()}
 	r.start()
 	t.Cleanup(func() { r.stop(syscall.SIGKILL) })
@@ -308,7 +309,7 @@ type proc struct {
 // Every process gets a metrics listener; the gateway listens on e.httpAddr.
 func (e *env) serve(name, roles string, extra ...string) *proc {
 	e.t.Helper()
-	httpAddr := freeAddr(e.t)
+	httpAddr := ports.Addr(e.t)
 	if strings.Contains(roles, "gateway") {
 		httpAddr = e.httpAddr
 	}
@@ -326,7 +327,7 @@ func (e *env) serveGateways(n int, name, roles string, extra ...string) []*proc 
 	for i := range n {
 		addr := e.httpAddr
 		if i > 0 {
-			addr = freeAddr(e.t)
+			addr = ports.Addr(e.t)
 		}
 		out = append(out, e.serveAt(fmt.Sprintf("%s%d", name, i), roles, addr, extra...))
 		e.bases = append(e.bases, "http://"+addr)
@@ -350,10 +351,10 @@ func (e *env) baseFor(user int64) string {
 // key) unless extra says --mode production.
 func (e *env) serveAt(name, roles, httpAddr string, extra ...string) *proc {
 	e.t.Helper()
-	p := &proc{name: name, stderr: &lockedBuffer{}, exited: make(chan struct{}), metricsAddr: freeAddr(e.t)}
+	p := &proc{name: name, stderr: &lockedBuffer{}, exited: make(chan struct{}), metricsAddr: ports.Addr(e.t)}
 	args := append([]string{"serve", "--mode", "development", "--roles", roles,
 		"--mysql-dsn", e.mysqlDSN, "--redis-addr", e.redisAddr, "--amqp-url", e.amqpURL,
-		"--http-addr", httpAddr, "--push-addr", freeAddr(e.t), "--metrics-addr", p.metricsAddr,
+		"--http-addr", httpAddr, "--push-addr", ports.Addr(e.t), "--metrics-addr", p.metricsAddr,
 		"--jwt-secret", jwtSecret, "--log-level", "warn", "--node-id", fmt.Sprint(e.nodeID.Add(1)),
 		"--shutdown-timeout", "5s",
 	}, extra...)

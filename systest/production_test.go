@@ -27,6 +27,7 @@ import (
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/gateway"
 	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // Secrets of the production-mode tests: long enough, not the built-in keys.
@@ -83,7 +84,7 @@ func TestProductionRefusesUnsafeStart(t *testing.T) {
 			"--jwt-issuer", "https://id.shop.example/", "--jwt-audience", "stampede"}, "production mode needs https"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(bin, append([]string{"serve", "--http-addr", freeAddr(t)}, c.args...)...)
+			cmd := exec.Command(bin, append([]string{"serve", "--http-addr", ports.Addr(t)}, c.args...)...)
 			cmd.Env = cleanEnv()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -110,7 +111,7 @@ func TestProductionRefusesUnsafeStart(t *testing.T) {
 	t.Run("development warns once", func(t *testing.T) {
 		// A MySQL that refuses at once: the process logs its warning, then
 		// fails to connect.
-		cmd := exec.Command(bin, "serve", "--mode", "development", "--mysql-dsn", "root@tcp("+freeAddr(t)+")/x?timeout=1s")
+		cmd := exec.Command(bin, "serve", "--mode", "development", "--mysql-dsn", "root@tcp("+ports.Addr(t)+")/x?timeout=1s")
 		cmd.Env = cleanEnv()
 		out, _ := cmd.CombinedOutput()
 		if n := strings.Count(string(out), "DEVELOPMENT MODE"); n != 1 || !strings.Contains(string(out), "demo checkout") {
@@ -207,7 +208,7 @@ func startProduction(t *testing.T) *prodRun {
 	r.staff.publish(t, map[string]any{"staff-1": &r.staffKey.PublicKey})
 	e := r.e
 	e.procEnv = r.idp.env
-	r.pushAddr = freeAddr(t)
+	r.pushAddr = ports.Addr(t)
 	r.p = e.serve("prod", "gateway,writer,relay,consumer,sweeper,push",
 		"--mode", "production", "--jwt-secret", prodJWTSecret, "--payment-secret", prodPaySecret,
 		"--push-addr", r.pushAddr, "--push-max-sockets", "2", "--static-dir", "../client/dist", "--log-level", "info")
@@ -219,7 +220,7 @@ func startProduction(t *testing.T) *prodRun {
 		t.Fatalf("the binary fetched the key sets %d times over %d CONNECT tunnels", r.idp.fetches.Load(), r.idp.connects.Load())
 	}
 	// A second gateway: replays land there.
-	gw2 := freeAddr(t)
+	gw2 := ports.Addr(t)
 	e.serveAt("prod-gw2", "gateway", gw2, "--mode", "production", "--payment-secret", prodPaySecret, "--log-level", "info")
 	r.base2 = "http://" + gw2
 	e.waitReadyAt(r.base2, 30*time.Second)
@@ -324,7 +325,7 @@ func hsToken(c jwt.MapClaims) string {
 // request leaves no 12-byte piece of itself in the log.
 func (r *prodRun) hs256Gateway(t *testing.T) {
 	e := r.e
-	hsAddr := freeAddr(t)
+	hsAddr := ports.Addr(t)
 	hs := e.serveAt("prod-hs256", "gateway", hsAddr, "--mode", "production", "--jwt-secret", prodJWTSecret,
 		"--payment-secret", prodPaySecret, "--jwt-hs256", "--log-level", "debug")
 	hsBase := "http://" + hsAddr

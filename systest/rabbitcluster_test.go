@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // A private 3-node RabbitMQ cluster on loopback (issue 13), started once per
@@ -101,7 +103,7 @@ func startRabbitNodes(prefix string, count int) (*rabbitCluster, error) {
 	// Both ports of every node are free ports of their own (not AMQP port
 	// + 10000: a distribution port past 65535 makes the node exit before it
 	// logs anything).
-	ports, err := freePorts(2 * count)
+	ports, err := ports.Free(2 * count)
 	if err != nil {
 		return nil, err
 	}

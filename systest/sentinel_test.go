@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // A Redis primary, one replica and three Sentinels on loopback, private to
@@ -44,7 +46,7 @@ func startSentinelGroup(t *testing.T) *sentinelGroup {
 	// server (what made TestFailoverSentinelNone flaky).
 	waitReplicas(t, g.primary.addr(), 1, 30*time.Second)
 	for range 3 {
-		_, port, _ := net.SplitHostPort(freeAddr(t))
+		_, port, _ := net.SplitHostPort(ports.Addr(t))
 		s := &redisServer{t: t, port: port, dir: t.TempDir()}
 		conf := filepath.Join(s.dir, "sentinel.conf")
 		_, pport, _ := net.SplitHostPort(g.primary.addr())
@@ -89,7 +91,7 @@ func startSentinelGroup(t *testing.T) *sentinelGroup {
 // primary if not empty.
 func startPlainRedis(t *testing.T, primary string) *redisServer {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(freeAddr(t))
+	_, port, _ := net.SplitHostPort(ports.Addr(t))
 	r := &redisServer{t: t, port: port, dir: t.TempDir()}
 	r.args = []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir,
 		"--daemonize", "no", "--logfile", filepath.Join(r.dir, "redis.log"), "--maxmemory-policy", "noeviction"}

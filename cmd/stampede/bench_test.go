@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stampede-sh/stampede/bench"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 func TestBenchParseRates(t *testing.T) {
@@ -73,7 +74,7 @@ func TestBenchQuick(t *testing.T) {
 	defer func() { stopApp(); a.wait() }()
 
 	// The synchronous-intake baseline: a second, gateway-only app.
-	syncAddr := freeAddr(t)
+	syncAddr := ports.Addr(t)
 	bcfg, err := parse("serve", append(append([]string{"--roles", "gateway"}, svc...), "--intake", "sync", "--http-addr", syncAddr, "--node-id", "11"), nil)
 	if err != nil {
 		t.Fatal(err)

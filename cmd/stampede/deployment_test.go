@@ -19,6 +19,7 @@ import (
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // otherDeployment is serviceArgs with the MySQL database of another
@@ -33,7 +34,7 @@ func otherDeployment(t *testing.T, ours []string) []string {
 		case "--mysql-dsn":
 			out[i+1] = persistencetest.DSN("stampede_test_cmd_other") + "?parseTime=true"
 		case "--http-addr", "--push-addr":
-			out[i+1] = freeAddr(t)
+			out[i+1] = ports.Addr(t)
 		}
 	}
 	return out

@@ -39,14 +39,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// freeAddr is a loopback address for a server a test starts, in a child
-// process or after its setup (ports.Addr: below the ephemeral range, so no
-// outgoing connection takes it first).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return ports.Addr(t)
-}
-
 // serviceArgs points the binary at this package's own MySQL database, Redis
 // database and RabbitMQ vhost.
 func serviceArgs(t *testing.T) []string {
@@ -57,8 +49,8 @@ func serviceArgs(t *testing.T) []string {
 		"--mysql-dsn", persistencetest.DSN("stampede_test_cmd") + "?parseTime=true",
 		"--redis-addr", luatest.Addr(), "--redis-db", "5",
 		"--amqp-url", pipelinetest.Vhost(t, "cmd"),
-		"--http-addr", freeAddr(t),
-		"--push-addr", freeAddr(t),
+		"--http-addr", ports.Addr(t),
+		"--push-addr", ports.Addr(t),
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // Redis databases of this package's tests besides luatest.DBCmd.
@@ -115,11 +116,11 @@ func TestMetricsDuringSale(t *testing.T) {
 	store := persistencetest.New(t, "metrics")
 	rdb := luatest.New(t, redisDBMetrics)
 	amqpURL := pipelinetest.Vhost(t, "metrics")
-	httpAddr, pprofAddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	httpAddr, pprofAddr, metricsAddr := ports.Addr(t), ports.Addr(t), ports.Addr(t)
 	cfg, err := parse("serve", []string{"--migrate", "--pprof-addr", pprofAddr, "--metrics-addr", metricsAddr,
 		"--mysql-dsn", persistencetest.DSN("stampede_test_metrics") + "?parseTime=true",
 		"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(redisDBMetrics),
-		"--amqp-url", amqpURL, "--http-addr", httpAddr, "--push-addr", freeAddr(t),
+		"--amqp-url", amqpURL, "--http-addr", httpAddr, "--push-addr", ports.Addr(t),
 		"--reconcile-interval", "300ms", "--sweep-interval", "200ms",
 	}, nil)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // buildBinary builds this command into a temporary directory, without
@@ -144,13 +145,13 @@ func TestSigtermDrainsAndRestartLosesNothing(t *testing.T) {
 		secret          = "sigterm-test-jwt-secret"
 		shutdownTimeout = 10 * time.Second
 	)
-	httpAddr := freeAddr(t)
+	httpAddr := ports.Addr(t)
 	base := "http://" + httpAddr
 	args := func(node int) []string {
 		return []string{"--migrate",
 			"--mysql-dsn", persistencetest.DSN("stampede_test_sigterm") + "?parseTime=true",
 			"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(redisDBSigterm),
-			"--amqp-url", amqpURL, "--http-addr", httpAddr, "--push-addr", freeAddr(t),
+			"--amqp-url", amqpURL, "--http-addr", httpAddr, "--push-addr", ports.Addr(t),
 			"--jwt-secret", secret, "--shutdown-timeout", shutdownTimeout.String(),
 			"--node-id", fmt.Sprint(node), "--log-level", "warn",
 			// Batches that wait to fill: SIGTERM finds a writer holding one.
