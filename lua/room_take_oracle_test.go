@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -98,7 +99,28 @@ func singleRun(ctx context.Context, rdb *redis.Client, pid int64, a TakeArgs) (P
 		check = "1"
 	}
 	res, err := singleTake.Run(ctx, rdb, keys, a.UserID, a.TicketID, a.PowChallenge, max(a.PowTTL.Milliseconds(), 1), check).Slice()
-	return takeResult(pid, res, err)
+	if err != nil {
+		return Place{}, fmt.Errorf("lua: room take: %w", scriptFault(err, r.base))
+	}
+	return singleReply(res)
+}
+
+// singleReply maps the pre-batch script's answer, ten values: code,
+// ticketId, position, deadlineMs, rateMilli, issuedMs, mode,
+// shufflePosition, startMs, waiting.
+func singleReply(res []any) (Place, error) {
+	var n [10]int64
+	for _, i := range []int{0, 2, 3, 4, 5, 7, 8, 9} {
+		v, ok := res[i].(int64)
+		if !ok || len(res) != 10 {
+			return Place{}, fmt.Errorf("lua: room take: unexpected result %v", res)
+		}
+		n[i] = v
+	}
+	tid, _ := res[1].(string)
+	mode, _ := res[6].(string)
+	return takeReply{code: n[0], tid: tid, pos: n[2], dl: n[3], rateMilli: n[4], at: n[5], mode: mode,
+		spos: n[7], opens: n[8], waiting: n[9]}.place()
 }
 
 // oracleState is a room's keys by suffix of the room's base key.
@@ -290,4 +312,54 @@ func oracleRoom(rng *rand.Rand, now int64) (oracleState, []TakeArgs) {
 		}
 	}
 	return s, calls
+}
+
+// TestTakeDecode: the short answers of new tickets decode as the full
+// form would, and a reply not of room_take.lua's shape fails every call
+// of the run rather than answering some.
+func TestTakeDecode(t *testing.T) {
+	header := []any{int64(2500), "fifo", int64(1_700_000_000_000), int64(1_700_000_000_123)}
+	calls := func() []*TakeCall {
+		return []*TakeCall{
+			{ProductID: 7, Args: TakeArgs{UserID: 1, TicketID: "00000000000000a1"}},
+			{ProductID: 7, Args: TakeArgs{UserID: 2, TicketID: "00000000000000a2"}},
+			{ProductID: 7, Args: TakeArgs{UserID: 3, TicketID: "00000000000000a3"}},
+			{ProductID: 7, Args: TakeArgs{UserID: 4, TicketID: "00000000000000a4"}},
+		}
+	}
+	show := func(p Place, err error) string { return fmt.Sprintf("%+v %v", p, err) }
+	cs := calls()
+	full := []any{int64(1), "00000000000000ff", int64(0), int64(1_700_000_009_000), int64(1_699_999_999_000),
+		int64(3), int64(0), int64(1_700_000_000_000)}
+	takeAnswers(cs, append(header, int64(42), int64(0), int64(-1), full), nil)
+	opens := time.UnixMilli(1_700_000_000_000).UTC()
+	now := time.UnixMilli(1_700_000_000_123).UTC()
+	want := []string{
+		show(Place{Ticket: "00000000000000a1", State: PlaceWaiting, Mode: ModeFIFO, Position: 42, Rate: 2.5, IssuedAt: now, OpensAt: opens}, nil),
+		show(Place{Ticket: "00000000000000a2", State: PlacePreQueue, Mode: ModeFIFO, Rate: 2.5, IssuedAt: now, OpensAt: opens}, nil),
+		show(Place{Mode: ModeFIFO, Rate: 2.5, OpensAt: opens}, ErrSoldOut),
+		show(Place{Ticket: "00000000000000ff", State: PlaceAdmitted, Mode: ModeFIFO, Rate: 2.5, ShufflePosition: 3,
+			Deadline: time.UnixMilli(1_700_000_009_000).UTC(), IssuedAt: time.UnixMilli(1_699_999_999_000).UTC(), OpensAt: opens}, nil),
+	}
+	for i, c := range cs {
+		if got := show(c.Place, c.Err); got != want[i] {
+			t.Errorf("answer %d:\n got  %s\n want %s", i, got, want[i])
+		}
+	}
+	for name, reply := range map[string]any{
+		"an answer short":      append(header[:4:4], int64(1), int64(2), int64(3)),
+		"an unknown integer":   append(header[:4:4], int64(1), int64(2), int64(-2), int64(4)),
+		"a full answer short":  append(header[:4:4], int64(1), int64(2), int64(3), full[:7]),
+		"a non-integer in one": append(header[:4:4], int64(1), int64(2), int64(3), append([]any{"1"}, full[1:]...)),
+		"no header":            []any{int64(1), int64(2), int64(3), int64(4)},
+		"not an array":         "OK",
+	} {
+		cs := calls()
+		takeAnswers(cs, reply, nil)
+		for i, c := range cs {
+			if c.Err == nil || errors.Is(c.Err, ErrSoldOut) || !strings.HasPrefix(c.Err.Error(), "lua: room take: ") {
+				t.Errorf("%s: call %d answered %+v, %v; want the run's error", name, i, c.Place, c.Err)
+			}
+		}
+	}
 }

@@ -319,55 +319,109 @@ func takeRun(ctx context.Context, rdb redis.Scripter, calls []*TakeCall) {
 	takeAnswers(calls, res, err)
 }
 
-// takeAnswers maps one room_take.lua run's reply (ten values per call, in
-// order) into calls; err, the run's, is every call's.
+// takeAnswers maps one room_take.lua run's reply into calls; err, the
+// run's, is every call's. The reply is the run's header (rateMilli, mode,
+// startMs, nowMs) and then one answer per call, in order: an integer for
+// a new ticket (n ≥ 1: WAITING at position n; 0: PRE_QUEUE; -1: SOLD_OUT,
+// no ticket), the common answers of a sale, which cost Redis and the client
+// one value where the full form costs eight; or the full form, an array of
+// code, ticketId, position, deadlineMs, issuedMs, shufflePosition, waiting,
+// opensMs.
 func takeAnswers(calls []*TakeCall, res any, err error) {
 	if err == nil {
-		all, ok := res.([]any)
-		if ok && len(all) == 10*len(calls) {
-			for i, c := range calls {
-				c.Place, c.Err = takeResult(c.ProductID, all[10*i:10*i+10], nil)
-			}
-			return
-		}
-		err = fmt.Errorf("want %d answers of 10 values, got %v", len(calls), res)
+		err = takeDecode(calls, res)
 	}
-	for _, c := range calls {
-		c.Place, c.Err = takeResult(c.ProductID, nil, err)
+	if err != nil {
+		err = fmt.Errorf("lua: room take: %w", scriptFault(err, Room(calls[0].ProductID).base))
+		for _, c := range calls {
+			c.Place, c.Err = Place{}, err
+		}
 	}
 }
 
-// takeResult maps room_take.lua's answer.
-func takeResult(productID int64, res []any, err error) (Place, error) {
-	if err != nil {
-		return Place{}, fmt.Errorf("lua: room take: %w", scriptFault(err, Room(productID).base))
+// takeDecode is takeAnswers without an error of the run; it fails if the
+// reply has not the shape room_take.lua gives (nothing is answered then).
+func takeDecode(calls []*TakeCall, res any) error {
+	all, ok := res.([]any)
+	if !ok || len(all) != 4+len(calls) {
+		return fmt.Errorf("want a header and %d answers, got %v", len(calls), res)
 	}
-	if len(res) != 10 {
-		return Place{}, fmt.Errorf("lua: room take: want 10 results, got %d", len(res))
+	rate, ok1 := all[0].(int64)
+	mode, ok2 := all[1].(string)
+	start, ok3 := all[2].(int64)
+	now, ok4 := all[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return fmt.Errorf("unexpected header %v", all[:4])
 	}
-	var n [10]int64
-	for _, i := range []int{0, 2, 3, 4, 5, 7, 8, 9} {
-		v, ok := res[i].(int64)
-		if !ok {
-			return Place{}, fmt.Errorf("lua: room take: unexpected result %v", res)
+	rs := make([]takeReply, len(calls))
+	for i, c := range calls {
+		r := &rs[i]
+		r.rateMilli, r.mode, r.opens = rate, mode, start
+		switch v := all[4+i].(type) {
+		case int64:
+			switch {
+			case v >= 1:
+				r.code, r.tid, r.pos, r.at = 0, c.Args.TicketID, v, now
+			case v == 0:
+				r.code, r.tid, r.at = 5, c.Args.TicketID, now
+			case v == -1:
+				r.code = 4
+			default:
+				return fmt.Errorf("unexpected answer %d", v)
+			}
+		case []any:
+			if len(v) != 8 {
+				return fmt.Errorf("unexpected answer %v", v)
+			}
+			var n [8]int64
+			for j, x := range v {
+				if j == 1 {
+					r.tid, ok = x.(string)
+				} else {
+					n[j], ok = x.(int64)
+				}
+				if !ok {
+					return fmt.Errorf("unexpected answer %v", v)
+				}
+			}
+			r.code, r.pos, r.dl, r.at, r.spos, r.waiting, r.opens = n[0], n[2], n[3], n[4], n[5], n[6], n[7]
+		default:
+			return fmt.Errorf("unexpected answer %v", v)
 		}
-		n[i] = v
 	}
-	tid, _ := res[1].(string)
-	mode, _ := res[6].(string)
-	p := Place{Ticket: tid, Mode: RoomMode(mode), Position: n[2], Rate: float64(n[4]) / 1000,
-		ShufflePosition: n[7], Waiting: n[9]}
-	if n[5] > 0 {
-		p.IssuedAt = time.UnixMilli(n[5]).UTC()
+	for i, c := range calls {
+		c.Place, c.Err = rs[i].place()
 	}
-	if n[8] > 0 {
-		p.OpensAt = time.UnixMilli(n[8]).UTC()
+	return nil
+}
+
+// takeReply is one request's answer from room_take.lua.
+type takeReply struct {
+	code           int64
+	tid            string
+	pos, dl        int64 // position; deadline (unix ms)
+	rateMilli      int64 // admissions per 1000 s
+	at             int64 // issued (unix ms)
+	mode           string
+	spos           int64 // shuffle position
+	opens, waiting int64 // unix ms; tickets in a random room's pool
+}
+
+// place maps r into a Place and its error.
+func (r takeReply) place() (Place, error) {
+	p := Place{Ticket: r.tid, Mode: RoomMode(r.mode), Position: r.pos, Rate: float64(r.rateMilli) / 1000,
+		ShufflePosition: r.spos, Waiting: r.waiting}
+	if r.at > 0 {
+		p.IssuedAt = time.UnixMilli(r.at).UTC()
 	}
-	switch n[0] {
+	if r.opens > 0 {
+		p.OpensAt = time.UnixMilli(r.opens).UTC()
+	}
+	switch r.code {
 	case 0:
 		p.State = PlaceWaiting
 	case 1:
-		p.State, p.Deadline = PlaceAdmitted, time.UnixMilli(n[3]).UTC()
+		p.State, p.Deadline = PlaceAdmitted, time.UnixMilli(r.dl).UTC()
 	case 2:
 		return Place{}, ErrRoomOff
 	case 3:
@@ -402,7 +456,7 @@ func takeResult(productID int64, res []any, err error) (Place, error) {
 	case 16:
 		return p, ErrLimitExceeded
 	default:
-		return Place{}, fmt.Errorf("%w %d from room take", errUnknownCode, n[0])
+		return Place{}, fmt.Errorf("%w %d from room take", errUnknownCode, r.code)
 	}
 	return p, nil
 }
