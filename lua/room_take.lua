@@ -44,9 +44,10 @@
 --
 -- Returns a header of four values, rateMilli (the pacer's last rate, admissions per 1000 s; 0
 -- while paused), mode, startMs (the opening) and nowMs (Redis clock), then one answer per request,
--- in order. A new ticket's answer, what a sale mostly gives, is one integer (n >= 1: WAITING at
--- position n; 0: PRE_QUEUE; -1: SOLD_OUT, no ticket; the ticket is the request's ticket id, issued
--- at nowMs): with ten values for every request Redis spent 25–40 % more on a take
+-- in order (no request: an empty array). The answers a sale mostly gives are one integer: n >= 1,
+-- a new fifo ticket WAITING at position n; 0, a new pre-queued ticket (PRE_QUEUE) — both the
+-- request's ticket id, issued at nowMs; -1, SOLD_OUT to a buyer without a ticket (none given):
+-- with ten values for every request Redis spent 25–40 % more on a take
 -- (lua.BenchmarkRoomTake, 64 a run: 4.5–5.1 µs a ticket, 3.5–3.7 with the integer), and the
 -- client parsed ten values. Any other answer is an array of eight values: code,
 -- ticketId, position, deadlineMs, issuedMs, shufflePosition, waiting, opensMs (startMs, or for
@@ -60,7 +61,7 @@
 --                 without one gets none (ticketId "")
 --   5 PRE_QUEUE   before the opening (startMs): the ticket has no position yet
 --   6 SHUFFLING   the opening passed and the pre-queue's shuffle is not published yet
---   7 NOT_OPEN    the pre-queue opens only at startMs - pqms (returned as startMs): no ticket
+--   7 NOT_OPEN    the pre-queue opens only at startMs - pqms (returned as opensMs): no ticket
 --   8 DRAW_CLOSED a draw takes no entry once it closed (at startMs)
 --   9 EXPIRED     draw: the win was not used within its window and passed on
 --  10 ORDERED     draw: the win was used by an order
@@ -285,8 +286,9 @@ local function take(i)
   written[uid] = ps .. ' ' .. nowS .. ' ' .. ntid .. ' '
   lineAdd[#lineAdd + 1] = ps
   lineAdd[#lineAdd + 1] = uid
-  if issued > upto then
-    return fresh(0, issued - upto)
+  local pos = issued - upto
+  if pos >= 1 and pos < 2 ^ 53 and pos == math.floor(pos) then -- not for a corrupt upto: the full form
+    return fresh(0, pos)
   end
   return answer(0, ntid, issued - upto, 0, now, 0, 0)
 end

@@ -37,7 +37,8 @@ var singleTake = redis.NewScript(singleTakeSrc)
 // sharded stock, sold out; shuffled or not; a draw's cutoff; live and
 // expired admissions; proof-of-work on with new, repeated and used
 // challenges; ticket ids colliding with pre-queued ones; malformed
-// records; 1 to 14 requests with repeated users. The issue times (the
+// records; fractional and infinite upto and rate; 1 to 14 requests with
+// repeated users. The issue times (the
 // Redis clock) are the only thing masked.
 func TestRoomTakeBatchAgreesWithSingleScript(t *testing.T) {
 	rdb := luatest.New(t, luatest.DBLua)
@@ -242,6 +243,9 @@ func oracleRoom(rng *rand.Rand, now int64) (oracleState, []TakeArgs) {
 	}
 	rm["issued"], rm["pre"], rm["upto"], rm["cutoff"] = fmt.Sprint(rng.IntN(10)), fmt.Sprint(rng.IntN(4)), fmt.Sprint(rng.IntN(8)), fmt.Sprint(rng.IntN(10))
 	rm["rate"] = "1500"
+	if rng.IntN(10) == 0 { // not written so by room_admit.lua, but read as numbers: answered as before
+		rm["upto"], rm["rate"] = pick("2.5", "-inf", "1e300"), pick("1500.5", "-0.5")
+	}
 	if rng.IntN(2) == 0 {
 		rm["base"] = fmt.Sprint(rng.IntN(3))
 	}

@@ -322,12 +322,16 @@ func takeRun(ctx context.Context, rdb redis.Scripter, calls []*TakeCall) {
 // takeAnswers maps one room_take.lua run's reply into calls; err, the
 // run's, is every call's. The reply is the run's header (rateMilli, mode,
 // startMs, nowMs) and then one answer per call, in order: an integer for
-// a new ticket (n ≥ 1: WAITING at position n; 0: PRE_QUEUE; -1: SOLD_OUT,
-// no ticket), the common answers of a sale, which cost Redis and the client
-// one value where the full form costs eight; or the full form, an array of
+// the common answers of a sale (n ≥ 1: a new fifo ticket WAITING at
+// position n; 0: a new pre-queued ticket; both the call's TicketID, issued
+// at nowMs; -1: SOLD_OUT, no ticket), which cost Redis and the client one
+// value where the full form costs eight; or the full form, an array of
 // code, ticketId, position, deadlineMs, issuedMs, shufflePosition, waiting,
 // opensMs.
 func takeAnswers(calls []*TakeCall, res any, err error) {
+	if len(calls) == 0 {
+		return
+	}
 	if err == nil {
 		err = takeDecode(calls, res)
 	}
