@@ -447,3 +447,56 @@ func TestDropDrawPassesOnAndSellsOnce(t *testing.T) {
 		t.Fatalf("stock %+v: want every unit sold", s)
 	}
 }
+
+// A draw's winners are admitted at once in auto mode: the pacer's window
+// (here 6 orders, grown only by measurements ten seconds apart) paces a
+// fifo line but not a draw, whose units are all offered at the close.
+// Before, 5,000 winners took 13 s to be admitted (bench "draw"); here the
+// window alone would take about 50 s for 2,500.
+func TestDropDrawAdmitsItsWinnersAtOnce(t *testing.T) {
+	e := newEnv(t)
+	g := startGateway(e)
+	const units = 2500 // more than one step's most (2,000)
+	pid := g.dropProduct(units, time.Now().Add(time.Hour), 1, map[string]any{"mode": "draw", "reserve": 0, "windowSeconds": 60})
+	ctx := context.Background()
+	for first := int64(1); first <= units; first += 250 {
+		calls := make([]lua.TakeCall, 250)
+		for i := range calls {
+			u := first + int64(i)
+			calls[i] = lua.TakeCall{ProductID: pid, Args: lua.TakeArgs{UserID: u, TicketID: fmt.Sprintf("%016x", u)}}
+		}
+		lua.TakeMany(ctx, e.rdb, calls)
+		for _, c := range calls {
+			if c.Err != nil || c.Place.State != lua.PlacePreQueue {
+				t.Fatalf("entry of %d: %+v %v", c.Args.UserID, c.Place, c.Err)
+			}
+		}
+	}
+	pc, err := pipeline.NewPacer(e.store, e.rdb, pipeline.PacerConfig{Interval: 20 * time.Millisecond, ListEvery: 100 * time.Millisecond,
+		StartRate: 20, TargetBacklog: 300 * time.Millisecond, MeasureEvery: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "pacer", pc.Run)
+	g.open(pid)
+	var shuffled time.Time
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := lua.ReadRoom(ctx, e.rdb, pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Shuffled && shuffled.IsZero() {
+			shuffled = time.Now()
+		}
+		if st.Shuffled && st.Winners == units && st.Admitted >= units {
+			t.Logf("%d winners admitted %v after the shuffle was seen", st.Admitted, time.Since(shuffled).Round(time.Millisecond))
+			if d := time.Since(shuffled); d > 3*time.Second {
+				t.Fatalf("%d winners admitted %v after the shuffle; want them at once", units, d)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("room %+v 30 s after the opening", st)
+		}
+	}
+}

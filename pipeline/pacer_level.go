@@ -115,7 +115,7 @@ func (lc *levelControl) ask(now time.Time, cfg PacerConfig) (rate float64, most 
 		return cfg.MinRate, 1 // at or over the level: the floor only
 	}
 	rate = math.Min(math.Max(gap/cfg.Interval.Seconds(), cfg.MinRate), cfg.Ceiling)
-	return rate, int(min(math.Ceil(gap), 2000))
+	return rate, int(min(math.Ceil(gap), maxStep))
 }
 
 // drained is the orders expected to have left the backlog since the last

@@ -276,11 +276,14 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "push: origin not allowed", http.StatusForbidden)
 		return
 	}
-	if ok, wait := h.addrLimit.allow(clientAddr(r), time.Now()); !ok {
-		h.stats.rateLimited.Add(1)
-		w.Header().Set("Retry-After", retryAfter(wait))
-		http.Error(w, "push: too many handshakes from this address", http.StatusTooManyRequests)
-		return
+	// A loopback peer ("" from clientAddr) is not limited (Config.HandshakeAddrRate).
+	if addr := clientAddr(r); addr != "" {
+		if ok, wait := h.addrLimit.allow(addr, time.Now()); !ok {
+			h.stats.rateLimited.Add(1)
+			w.Header().Set("Retry-After", retryAfter(wait))
+			http.Error(w, "push: too many handshakes from this address", http.StatusTooManyRequests)
+			return
+		}
 	}
 	token := tokenFrom(r)
 	// The origin was checked above (Config.AllowedOrigins).
