@@ -100,7 +100,7 @@ bench: bench-services build
 	@if [ -z "$(ARGS)" ]; then $(MAKE) --no-print-directory bench-push; else echo "make bench: ARGS given, push benchmark skipped (make bench-push)"; fi
 
 bench-push: bench-services build
-	STAMPEDE_MODE=development bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
+	STAMPEDE_MODE=development STAMPEDE_MIGRATE=true bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
 
 # The waiting room at sale-day scale (issue 28): a push hub in the bench
 # process, --sockets (100,000) client sockets in child processes; needs no
