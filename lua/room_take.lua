@@ -290,7 +290,7 @@ local function take(i)
   if pos >= 1 and pos < 2 ^ 53 and pos == math.floor(pos) then -- not for a corrupt upto: the full form
     return fresh(0, pos)
   end
-  return answer(0, ntid, issued - upto, 0, now, 0, 0)
+  return answer(0, ntid, pos, 0, now, 0, 0)
 end
 
 -- Once the sale ended nobody waits or orders: a place in line, a pre-queued ticket (whose

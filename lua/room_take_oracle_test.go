@@ -110,10 +110,13 @@ func singleRun(ctx context.Context, rdb *redis.Client, pid int64, a TakeArgs) (P
 // ticketId, position, deadlineMs, rateMilli, issuedMs, mode,
 // shufflePosition, startMs, waiting.
 func singleReply(res []any) (Place, error) {
+	if len(res) != 10 {
+		return Place{}, fmt.Errorf("lua: room take: unexpected result %v", res)
+	}
 	var n [10]int64
 	for _, i := range []int{0, 2, 3, 4, 5, 7, 8, 9} {
 		v, ok := res[i].(int64)
-		if !ok || len(res) != 10 {
+		if !ok {
 			return Place{}, fmt.Errorf("lua: room take: unexpected result %v", res)
 		}
 		n[i] = v

@@ -344,7 +344,8 @@ func takeAnswers(calls []*TakeCall, res any, err error) {
 }
 
 // takeDecode is takeAnswers without an error of the run; it fails if the
-// reply has not the shape room_take.lua gives (nothing is answered then).
+// reply has not the shape room_take.lua gives (takeAnswers then answers
+// every call with the error, those decoded before it too).
 func takeDecode(calls []*TakeCall, res any) error {
 	all, ok := res.([]any)
 	if !ok || len(all) != 4+len(calls) {
@@ -357,10 +358,8 @@ func takeDecode(calls []*TakeCall, res any) error {
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return fmt.Errorf("unexpected header %v", all[:4])
 	}
-	rs := make([]takeReply, len(calls))
 	for i, c := range calls {
-		r := &rs[i]
-		r.rateMilli, r.mode, r.opens = rate, mode, start
+		r := takeReply{rateMilli: rate, mode: mode, opens: start}
 		switch v := all[4+i].(type) {
 		case int64:
 			switch {
@@ -392,9 +391,7 @@ func takeDecode(calls []*TakeCall, res any) error {
 		default:
 			return fmt.Errorf("unexpected answer %v", v)
 		}
-	}
-	for i, c := range calls {
-		c.Place, c.Err = rs[i].place()
+		c.Place, c.Err = r.place()
 	}
 	return nil
 }
