@@ -63,6 +63,7 @@ var scriptOutcomes = []error{
 	lua.ErrNotReplicated, // WAIT answered: too few replicas in time is not a Redis failure
 	lua.ErrPaused, lua.ErrNotAdmitted, lua.ErrRoomOn, lua.ErrRoomOff, lua.ErrPreQueueNotOpen, lua.ErrDrawClosed,
 	lua.ErrPowRequired, lua.ErrPowReused, lua.ErrTicketIDTaken, lua.ErrRoomLocked, lua.ErrCommitted,
+	lua.ErrClaimRevoked, lua.ErrClaimContended,
 }
 
 func isRedisFailure(err error) bool {

@@ -350,7 +350,8 @@ type roomStatusJSON struct {
 	AdmittedUpTo  int64         `json:"admittedUpTo"`  // places up to it admitted or finished
 	Admitted      int64         `json:"admitted"`      // admissions (a draw: wins) made
 	Expired       int64         `json:"expired"`       // admissions not used in time: passed on
-	Claimed       int64         `json:"claimed"`       // sharded: admissions claimed by an order
+	Claimed       int64         `json:"claimed"`       // sharded: admissions claimed by an order and not given back
+	Used          int64         `json:"used"`          // sharded: claims that led to a reservation (lua/admission.go)
 	Live          int64         `json:"live"`          // admissions not yet used or expired
 	Waiting       int64         `json:"waiting"`       // tickets not yet admitted (a draw: reserve list left)
 	Cutoff        int64         `json:"cutoff"`        // draw: last place that can still win
@@ -388,6 +389,6 @@ func (s *Server) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	t.On = st.On
 	out := roomStatusJSON{ProductID: productID, Terms: toRoomTermsJSON(t), Drop: toDropJSON(productID, st, time.Now()),
 		Paused: st.Paused, Available: st.Available, Issued: st.Issued, AdmittedUpTo: st.UpTo, Admitted: st.Admitted,
-		Expired: st.Expired, Claimed: st.Claimed, Live: st.Live, Waiting: st.Waiting(), Cutoff: st.Cutoff, RatePerSecond: st.Rate}
+		Expired: st.Expired, Claimed: st.Claimed, Used: st.Used, Live: st.Live, Waiting: st.Waiting(), Cutoff: st.Cutoff, RatePerSecond: st.Rate}
 	s.writeJSON(ctx, fasthttp.StatusOK, out)
 }

@@ -160,6 +160,7 @@ var errorTable = []struct {
 	{errLoginDisabled, 404, CodeNotFound, "demo login is disabled"},
 	{errNoRoute, 404, CodeNotFound, "no such endpoint"},
 	{errNoMethod, 405, CodeMethodNotAllowed, "method not allowed on this endpoint"},
+	{lua.ErrClaimContended, 503, CodeUnavailable, "your concurrent orders are settling your waiting-room admission; retry shortly"},
 	{gobreaker.ErrOpenState, 503, CodeUnavailable, "Redis is unavailable; retry shortly"},
 	{lua.ErrNotReplicated, 503, CodeUnavailable, "the order is not yet safely stored; retry with the same requestId"},
 	{gobreaker.ErrTooManyRequests, 503, CodeUnavailable, "Redis is unavailable; retry shortly"},

@@ -43,11 +43,12 @@ type Server struct {
 	static     fasthttp.RequestHandler // nil without StaticDir
 	handler    fasthttp.RequestHandler
 	metrics    *Metrics
-	limiter    *rateLimiter    // nil: no rate limits
-	stock      *lua.Sharded    // the multi-shard operations, run under redisCall (shards.go)
-	batcher    *reserveBatcher // nil: one round trip per reserve call
-	lookups    *lookupBatcher  // nil: one round trip per request-record lookup
-	durable    *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
+	limiter    *rateLimiter       // nil: no rate limits
+	stock      *lua.Sharded       // the multi-shard operations, run under redisCall (shards.go)
+	admissions *lua.AdmissionSaga // a sharded room product's orders (waitingroom.go)
+	batcher    *reserveBatcher    // nil: one round trip per reserve call
+	lookups    *lookupBatcher     // nil: one round trip per request-record lookup
+	durable    *durableWaiter     // nil: no wait for replicas (durability none or aof, or sync intake)
 	soldOut    soldOutCache
 	buyers     buyerCache   // buyers.go
 	rooms      roomHints    // waitingroom.go
@@ -151,6 +152,7 @@ func (s *Server) wireBatchers() {
 		s.durable = newDurableWaiter(s, s.cfg.ReplicaAcks, s.cfg.ReplicaWait)
 	}
 	s.stock = s.newSharded()
+	s.admissions = s.newAdmissionSaga()
 }
 
 // wireStatic serves Config.StaticDir (the built client), with the security

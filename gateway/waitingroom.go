@@ -23,9 +23,9 @@ import (
 // NOT_ADMITTED and reserves nothing. For a one-shard product the check is
 // inside reserve.lua's one round trip: the stock hash says whether the room
 // is on, and the gateway passes the admissions key once it knows
-// (roomHints). A sharded product's order first claims the admission on
-// shard 0 (orders.go, reserveRoomSharded) and then reserves on the buyer's
-// home shard. For a product whose room is off the order path costs one map
+// (roomHints). A sharded product's order is the admission saga
+// (lua/admission.go): it claims the admission on shard 0, then reserves on
+// the buyer's home shard under the claim (reserveSharded). For a product whose room is off the order path costs one map
 // read and nothing in Redis but one more field of an HMGET.
 //
 // Fair drops (issue 28): tickets taken before the opening (the sale's
@@ -288,11 +288,11 @@ func newTakeBatcher(s *Server, max int) *takeBatcher {
 
 // reserveSharded reserves for a sharded product, whose waiting room (if on)
 // lives in shard 0's slot while the reservation runs on the buyer's home
-// shard: the admission is claimed first (lua.Claim, once per intent), then
-// reserved with the claim; a reservation refused for the stock or the limit
-// gives the admission back (lua.Unclaim). Without a claim, a replay of an
-// accepted intent still answers from its record (DUPLICATE comes before the
-// room's check). Two round trips for a room product, one otherwise.
+// shard: the admission saga (lua/admission.go, lua.AdmissionSaga) claims the
+// admission, reserves under the claim, and marks it used or — only when the
+// home shard confirms nothing was reserved with it — gives it back. A
+// product whose room is off costs one round trip; a room product two, or
+// three for the order that uses the admission.
 func (s *Server) reserveSharded(productID int64, shards, home int, args lua.ReserveArgs) (lua.ReserveResult, bool, error) {
 	if !s.rooms.on(productID) {
 		res, dry, err := s.stock.Reserve(productID, shards, home, args)
@@ -301,34 +301,18 @@ func (s *Server) reserveSharded(productID int64, shards, home int, args lua.Rese
 		}
 		s.rooms.set(productID, true)
 	}
-	var claimed bool
-	err := s.redisCall(func(rctx context.Context) (err error) {
-		claimed, _, err = lua.Claim(rctx, s.rdb, productID, args.UserID, args.RequestID)
-		return err
-	})
-	if err != nil {
-		return lua.ReserveResult{}, false, err
-	}
-	if !claimed {
-		res, dry, err := s.stock.Reserve(productID, shards, home, args)
-		if errors.Is(err, lua.ErrRoomOn) {
-			return res, false, lua.ErrNotAdmitted
-		}
-		return res, dry, err // a replay (DUPLICATE), or the room is off
-	}
-	args.Claimed = true
-	res, dry, err := s.stock.Reserve(productID, shards, home, args)
-	if err != nil && !errors.Is(err, lua.ErrDuplicate) && !isRedisFailure(err) {
-		// Refused (sold out, limit, …): nothing was reserved; the buyer keeps
-		// the admission for another try within its window.
-		if uerr := s.redisCall(func(rctx context.Context) error {
-			_, err := lua.Unclaim(rctx, s.rdb, productID, args.UserID, args.RequestID)
-			return err
-		}); uerr != nil {
-			s.log.Warn("waiting room: admission of a refused order not given back", "productId", productID, "userId", args.UserID, "err", uerr)
-		}
-	}
-	return res, dry, err
+	return s.admissions.Order(productID, shards, home, args)
+}
+
+// newAdmissionSaga is the gateway's admission saga: its Redis steps run
+// under redisCall, its reservations through the sharded stock (batched and
+// timed like any other).
+func (s *Server) newAdmissionSaga() *lua.AdmissionSaga {
+	return &lua.AdmissionSaga{RDB: s.rdb, Do: s.redisCall, Reserve: s.stock.Reserve,
+		OnFault: func(step string, productID, userID int64, err error) {
+			s.log.Warn("waiting room: admission claim left pending (the buyer's next order settles it)",
+				"step", step, "productId", productID, "userId", userID, "err", err)
+		}}
 }
 
 // roomPowCost is the proof-of-work cost of productID's room (one HMGET);

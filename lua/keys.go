@@ -36,6 +36,12 @@ func (k Keys) Request(userID int64, requestID string) string {
 // User is the number of units userID holds in this shard (per-user limit).
 func (k Keys) User(userID int64) string { return k.base + "user:" + strconv.FormatInt(userID, 10) }
 
+// Hold is what was reserved in this shard under token, a claim of userID's
+// (admission.go): the requestId reserved with it, or "~" once revoked.
+func (k Keys) Hold(userID int64, token string) string {
+	return k.base + "hold:" + strconv.FormatInt(userID, 10) + ":" + token
+}
+
 // Order is the pending order record read while MySQL does not have the order yet.
 func (k Keys) Order(orderNo string) string { return k.base + "order:" + orderNo }
 
@@ -144,8 +150,8 @@ func (r RoomKeys) List() string { return r.base + "room:list" }
 // Pow marks a solved proof-of-work challenge (hex) as used.
 func (r RoomKeys) Pow(challenge string) string { return r.base + "room:pow:" + challenge }
 
-// Claim is userID's claim of its admission to a sharded product's room:
-// "<requestId> <deadlineMs>".
+// Claim is userID's claim of its admission to a sharded product's room
+// (admission.go): "<requestId> <deadlineMs> <token> <p|u>".
 func (r RoomKeys) Claim(userID int64) string {
 	return r.base + "room:claim:" + strconv.FormatInt(userID, 10)
 }

@@ -8,7 +8,10 @@
 --                         "<orderNo> <quantity>" or "<orderNo> <quantity> <status>": the
 --                         idempotency record of (user, product, requestId); status is the
 --                         last one the pipeline reported (status.lua), absent = PROCESSING
--- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds
+-- KEYS[3] user     string stampede:{p:<pid>:<shard>}:user:<uid> = units this user holds in
+--                         this sale (the per-user limit's count: release.lua lowers it when an
+--                         order is cancelled or failed); it lives until the sale's end (field
+--                         end) plus ARGV[5], so the limit holds for the whole sale however long
 -- KEYS[4] order    hash   stampede:{p:<pid>:<shard>}:order:<orderNo> (u, r, q, pr, t)
 -- KEYS[5] intake   stream stampede:{p:<pid>:<shard>}:intake
 -- KEYS[6] buyers   set    stampede:{p:<pid>:<shard>}:buyers = the userIds of every intent
@@ -17,12 +20,17 @@
 --                         renewed to ARGV[5] with every acceptance, so it outlives every
 --                         request record of the shard. Gateways answer sold-out requests
 --                         of users not in it from memory (gateway/buyers.go)
--- KEYS[7] optional admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua):
---                         userId by admission deadline (ms). Passed by a gateway that knows the
---                         product's room is on (stock field room = "1"); an accepted order
---                         uses the admission (removes the user). A sharded product's shards
---                         carry room = "2" instead: the gateway claimed the admission on shard 0
---                         before (room_claim.lua) and says so in ARGV[7]
+-- KEYS[7] optional, one of:
+--         admitted zset stampede:{p:<pid>:0}:room:adm (waiting room, room_admit.lua), ARGV[7]
+--                         absent: userId by admission deadline (ms). Passed by a gateway that
+--                         knows the product's room is on (stock field room = "1"); an accepted
+--                         order uses the admission (removes the user).
+--         hold string    stampede:{p:<pid>:<shard>}:hold:<uid>:<token>, ARGV[7] = "claimed": a
+--                         sharded product's shards carry room = "2" instead: the gateway claimed
+--                         the admission on shard 0 before (room_claim.lua, lua/admission.go) under
+--                         token. The key says what was reserved under the token: absent =
+--                         nothing yet; a requestId = that intent's reservation (written here
+--                         with it); "~" = revoked (hold_revoke.lua: the admission was given back)
 --
 -- ARGV[1] orderNo to use if this intent is new
 -- ARGV[2] userId (decimal)
@@ -32,7 +40,9 @@
 -- ARGV[6] optional intake mode: absent or "stream" appends to KEYS[5]; "sync" skips the
 --         XADD (the gateway writes the order to MySQL itself, STAMPEDE_INTAKE=sync) and
 --         the RESERVED answer carries two more values: unit price and accepted time (ms)
--- ARGV[7] optional "claimed": the buyer's admission to a sharded product's room was claimed
+-- ARGV[7] optional "claimed": the buyer's admission to a sharded product's room was claimed;
+--         KEYS[7] is the claim's hold
+-- ARGV[8] with ARGV[7]: TTL in seconds of the hold written with the reservation
 --
 -- Returns {code, orderNo, available}:
 --   0 RESERVED      stock taken, reservation appended to the intake stream, orderNo = ARGV[1]
@@ -62,6 +72,9 @@
 --                   (KEYS[7]) is in the future
 --  12 PAUSED        inside the sale window, but the stock hash says paused = "1": checked
 --                   after the window, before the stock
+--  13 REVOKED       ARGV[7] "claimed" and the claim's hold was revoked (hold_revoke.lua): the
+--                   admission was given back; claim again. Checked right after the record, as
+--                   is a hold of another intent (11 NOT_ADMITTED: the claim bought that one)
 -- Nothing is written unless the code is 0.
 
 local q = tonumber(ARGV[4])
@@ -87,6 +100,16 @@ if seen then
     return {1, no, int(redis.call('HGET', KEYS[1], 'available')) or -1, st}
   end
   return {2, no, 0}
+end
+
+local claimed = ARGV[7] == 'claimed'
+if claimed then
+  local h = redis.call('GET', KEYS[7])
+  if h == '~' then
+    return {13, '', 0}
+  elseif h then
+    return {11, '', 0}
+  end
 end
 
 local s = redis.call('HMGET', KEYS[1], 'available', 'price', 'limit', 'maxq', 'start', 'end', 'room', 'paused')
@@ -124,14 +147,14 @@ if available < q then
 end
 local room = s[7] == '1'
 if room then
-  if not KEYS[7] then
+  if not KEYS[7] or claimed then
     return {10, '', available}
   end
   local dl = tonumber(redis.call('ZSCORE', KEYS[7], ARGV[2]))
   if not dl or dl <= now then
     return {11, '', available}
   end
-elseif s[7] == '2' and ARGV[7] ~= 'claimed' then
+elseif s[7] == '2' and not claimed then
   return {10, '', available}
 end
 local limit = tonumber(s[3])
@@ -146,9 +169,11 @@ end
 local ttl = tonumber(ARGV[5])
 if room then
   redis.call('ZREM', KEYS[7], ARGV[2])
+elseif claimed then
+  redis.call('SET', KEYS[7], ARGV[3], 'EX', tonumber(ARGV[8]))
 end
 available = redis.call('HINCRBY', KEYS[1], 'available', -q)
-redis.call('SET', KEYS[3], held + q, 'EX', ttl)
+redis.call('SET', KEYS[3], held + q, 'EX', math.max(ttl, math.ceil((tonumber(s[6]) - now) / 1000) + ttl))
 redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[4], 'EX', ttl)
 redis.call('HSET', KEYS[4], 'u', ARGV[2], 'r', ARGV[3], 'q', ARGV[4], 'pr', s[2], 't', now)
 redis.call('EXPIRE', KEYS[4], ttl)

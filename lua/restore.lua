@@ -11,8 +11,9 @@
 --
 -- ARGV[1] orderNo
 -- ARGV[2] quantity (decimal integer > 0)
--- ARGV[3] TTL in seconds of the marker, and of the record and the user's
---         count when they are written (what is left of RequestTTL)
+-- ARGV[3] TTL in seconds of the marker, and of the record when it is written
+--         (what is left of RequestTTL); the user's count lives until the sale's
+--         end (stock field end) plus this, as reserve.lua's does
 -- ARGV[4] status to record (the order's status in MySQL)
 -- ARGV[5] userId (decimal)
 --
@@ -39,7 +40,9 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[4], 'EX', ttl)
 end
 local held = tonumber(redis.call('GET', KEYS[3]) or '0')
-redis.call('SET', KEYS[3], held + q, 'EX', ttl)
+local t = redis.call('TIME')
+local left = math.ceil((tonumber(redis.call('HGET', KEYS[1], 'end') or '0') or 0) / 1000 - tonumber(t[1]))
+redis.call('SET', KEYS[3], held + q, 'EX', math.max(ttl, left + ttl))
 local bt = redis.call('TTL', KEYS[5])
 if bt == -2 then -- a new set, with its incarnation member
   redis.call('SADD', KEYS[5], ARGV[5], 'e' .. ARGV[1])

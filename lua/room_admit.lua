@@ -204,6 +204,22 @@ if n > 0 then
     adm[2 * i - 1] = now + window
     adm[2 * i] = u
   end
+  if s[1] == '2' and #uids > 0 then
+    -- A sharded room's buyer may hold an admission already: one a claim gave back
+    -- (room_claim_giveback.lua) after the buyer, its claim pending after a fault, took a new
+    -- ticket. A buyer holds one at a time: the new deadline, and the other passes on as an
+    -- expired one (admitted = live + expired + claimed).
+    local dup = 0
+    for _, u in ipairs(uids) do
+      if redis.call('ZSCORE', KEYS[5], u) then
+        dup = dup + 1
+      end
+    end
+    if dup > 0 then
+      redis.call('HINCRBY', KEYS[2], 'expired', dup)
+      owed = owed + dup
+    end
+  end
   if #uids > 0 then
     redis.call('ZADD', KEYS[5], unpack(adm))
     redis.call('HINCRBY', KEYS[2], 'admitted', #uids)

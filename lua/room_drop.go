@@ -7,36 +7,29 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/drop"
 )
 
-// The pre-queue's shuffle and a sharded product's admission claims. The
-// pacer computes the shuffle (package drop) from the pre-queue (PreQueue)
-// and the seed, writes it in chunks (PlaceChunk) and publishes it
-// (Publish); only then does room_admit.lua admit anyone.
+// The pre-queue's shuffle (a sharded product's admission claims are
+// admission.go's). The pacer computes the shuffle (package drop) from the
+// pre-queue (PreQueue) and the seed, writes it in chunks (PlaceChunk) and
+// publishes it (Publish); only then does room_admit.lua admit anyone.
 
 var (
 	//go:embed room_place.lua
 	roomPlaceSrc string
 	//go:embed room_publish.lua
 	roomPublishSrc string
-	//go:embed room_claim.lua
-	roomClaimSrc string
-	//go:embed room_unclaim.lua
-	roomUnclaimSrc string
 
 	roomPlaceScript   = redis.NewScript(roomPlaceSrc)
 	roomPublishScript = redis.NewScript(roomPublishSrc)
-	roomClaimScript   = redis.NewScript(roomClaimSrc)
-	roomUnclaimScript = redis.NewScript(roomUnclaimSrc)
 )
 
 func init() {
-	all = append(all, roomPlaceScript, roomPublishScript, roomClaimScript, roomUnclaimScript)
+	all = append(all, roomPlaceScript, roomPublishScript)
 }
 
 // ErrShuffleStale: the pre-queue read for the shuffle is not the final one
@@ -242,35 +235,6 @@ func PublishedList(ctx context.Context, rdb redis.Cmdable, productID int64) ([]b
 		return nil, fmt.Errorf("lua: read published list: %w", err)
 	}
 	return b, nil
-}
-
-// Claim runs room_claim.lua: takes userID's live admission to a sharded
-// product's room for the intent requestID (again true for the same
-// requestID while the claim lives). ok false: not admitted.
-func Claim(ctx context.Context, rdb redis.Scripter, productID, userID int64, requestID string) (ok bool, deadline time.Time, err error) {
-	r := Room(productID)
-	res, err := roomClaimScript.Run(ctx, rdb, []string{r.Admitted(), r.Claim(userID), r.State()}, userID, requestID).Int64Slice()
-	if err != nil {
-		return false, time.Time{}, fmt.Errorf("lua: room claim: %w", scriptFault(err, r.base))
-	}
-	if len(res) != 2 {
-		return false, time.Time{}, fmt.Errorf("lua: room claim: want 2 results, got %d", len(res))
-	}
-	if res[0] != 1 {
-		return false, time.Time{}, nil
-	}
-	return true, time.UnixMilli(res[1]).UTC(), nil
-}
-
-// Unclaim runs room_unclaim.lua: gives the admission claimed for requestID
-// back (its reservation was refused). false: no such claim.
-func Unclaim(ctx context.Context, rdb redis.Scripter, productID, userID int64, requestID string) (bool, error) {
-	r := Room(productID)
-	n, err := roomUnclaimScript.Run(ctx, rdb, []string{r.Admitted(), r.Claim(userID), r.State()}, userID, requestID).Int()
-	if err != nil {
-		return false, fmt.Errorf("lua: room unclaim: %w", scriptFault(err, r.base))
-	}
-	return n == 1, nil
 }
 
 // RoomLogEntry is one random-mode step's admissions.

@@ -135,10 +135,13 @@ type ReserveArgs struct {
 	// is on. Without it a product whose room is on answers ErrRoomOn.
 	// One-shard products only (the key is in shard 0's slot).
 	Admission bool
-	// Claimed says the buyer's admission to a sharded product's room was
-	// claimed for this intent (Claim); without it a shard under a room
-	// answers ErrRoomOn.
-	Claimed bool
+	// Claim is the token of the buyer's claim of its admission to a
+	// sharded product's room (admission.go, AdmissionSaga): the
+	// reservation is made under it (the shard's Hold key records it) unless
+	// it was revoked (ErrClaimRevoked) or bought another intent already
+	// (ErrNotAdmitted). "" = no claim: a shard under a room answers
+	// ErrRoomOn.
+	Claim string
 }
 
 // ReserveResult is what reserve answered.
@@ -172,12 +175,13 @@ func reserveKV(k Keys, a ReserveArgs) ([]string, []any) {
 		mode = "sync"
 	}
 	keys := []string{k.Stock(), k.Request(a.UserID, a.RequestID), k.User(a.UserID), k.Order(a.OrderNo), k.Intake(), k.Buyers()}
-	if a.Admission {
-		keys = append(keys, k.RoomAdmitted())
-	}
 	argv := []any{a.OrderNo, a.UserID, a.RequestID, a.Quantity, int64(a.TTL / time.Second), mode}
-	if a.Claimed {
-		argv = append(argv, "claimed")
+	switch {
+	case a.Claim != "":
+		keys = append(keys, k.Hold(a.UserID, a.Claim))
+		argv = append(argv, "claimed", holdTTL(a.TTL))
+	case a.Admission:
+		keys = append(keys, k.RoomAdmitted())
 	}
 	return keys, argv
 }
@@ -238,6 +242,8 @@ func reserveResult(k Keys, res []any, err error) (ReserveResult, error) {
 		return r, ErrNotAdmitted
 	case 12:
 		return r, ErrPaused
+	case 13:
+		return r, ErrClaimRevoked
 	case 9:
 		return ReserveResult{}, &CorruptError{Key: k.Tag(), Detail: "field " + no + " is not an integer"}
 	}

@@ -713,7 +713,8 @@ type RoomStatus struct {
 	UpTo      int64   // admitted up to this place
 	Admitted  int64   // admissions made
 	Expired   int64   // admissions expired (their places passed on)
-	Claimed   int64   // sharded: admissions claimed by an order
+	Claimed   int64   // sharded: admissions claimed by an order and not given back (admission.go)
+	Used      int64   // sharded: claims marked used (a reservation was made with them)
 	Live      int64   // admissions not yet used or expired
 	Pool      int64   // random mode: tickets waiting (keyed or not)
 	Rate      float64 // admissions per second of the last pacer step
@@ -759,7 +760,7 @@ func ReadRoom(ctx context.Context, rdb redis.Cmdable, productID int64) (RoomStat
 	stock := pipe.HMGet(ctx, r.Stock(), "room", "available", "paused", "start")
 	state := pipe.HMGet(ctx, r.State(), "issued", "upto", "admitted", "expired", "rate", "ceiling", "window", "mode",
 		"pqms", "pre", "closed", "shuffled", "base", "reserve", "winners", "cutoff", "pow", "commit", "seed", "lhash",
-		"shat", "left", "claimed")
+		"shat", "left", "claimed", "used")
 	live := pipe.ZCard(ctx, r.Admitted())
 	line := pipe.ZCard(ctx, r.Line())
 	fresh := pipe.HLen(ctx, r.Fresh())
@@ -772,7 +773,7 @@ func ReadRoom(ctx context.Context, rdb redis.Cmdable, productID int64) (RoomStat
 		return f
 	}
 	sv, st := stock.Val(), state.Val()
-	if len(sv) != 4 || len(st) != 23 {
+	if len(sv) != 4 || len(st) != 24 {
 		return RoomStatus{}, errors.New("lua: read room: short reply")
 	}
 	rs := RoomStatus{
@@ -783,7 +784,7 @@ func ReadRoom(ctx context.Context, rdb redis.Cmdable, productID int64) (RoomStat
 		Mode: RoomMode(str(st[7])), PreQueue: time.Duration(num(st[8])) * time.Millisecond, PreQueued: int64(num(st[9])),
 		Closed: str(st[10]) == "1", Shuffled: str(st[11]) == "1", Base: int64(num(st[12])), Reserve: int64(num(st[13])),
 		Winners: int64(num(st[14])), Cutoff: int64(num(st[15])), PowCost: int64(num(st[16])), Commitment: str(st[17]),
-		Seed: str(st[18]), ListHash: str(st[19]), Claimed: int64(num(st[22])),
+		Seed: str(st[18]), ListHash: str(st[19]), Claimed: int64(num(st[22])), Used: int64(num(st[23])),
 		Live: live.Val(), Pool: line.Val() + fresh.Val(),
 	}
 	if rs.Mode == "" {

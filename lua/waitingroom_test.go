@@ -742,9 +742,11 @@ func TestRoomProofOfWorkOnce(t *testing.T) {
 	}
 }
 
-// A sharded product's room: every shard refuses an order without a claim;
-// the claim takes the admission once per intent, a refused reservation
-// gives it back.
+// A sharded product's room, step by step (lua/admission.go): every shard
+// refuses an order without a claim; the claim takes the admission once per
+// intent; a refused reservation gives it back only after its token was
+// revoked on the home shard, and a revoked token reserves nothing; a
+// reservation's token is held and its claim is never given back.
 func TestRoomShardedClaim(t *testing.T) {
 	rdb := luatest.New(t, luatest.DBLua)
 	ctx := context.Background()
@@ -764,8 +766,9 @@ func TestRoomShardedClaim(t *testing.T) {
 			t.Fatalf("shard %d without a claim: %v", sh, err)
 		}
 	}
-	if ok, _, err := lua.Claim(ctx, rdb, pid, 1, "r1"); ok || err != nil {
-		t.Fatalf("claim before admission: %v %v", ok, err)
+	const tok1, tok2, tok3 = "00000000000000a1", "00000000000000a2", "00000000000000a3"
+	if c, err := lua.ClaimAdmission(ctx, rdb, pid, 1, "r1", tok1); c.Code != lua.ClaimNotAdmitted || err != nil {
+		t.Fatalf("claim before admission: %+v %v", c, err)
 	}
 	mustTake(t, rdb, pid, 1)
 	mustTake(t, rdb, pid, 2)
@@ -781,36 +784,62 @@ func TestRoomShardedClaim(t *testing.T) {
 	if len(res.Admitted) != 1 || res.Admitted[0].UserID != 1 {
 		t.Fatalf("one unit left in all shards: %+v, want only user 1 admitted", res)
 	}
-	if ok, _, err := lua.Claim(ctx, rdb, pid, 1, "r1"); !ok || err != nil {
-		t.Fatalf("claim: %v %v", ok, err)
+	if c, err := lua.ClaimAdmission(ctx, rdb, pid, 1, "r1", tok1); c.Code != lua.ClaimTaken || c.Token != tok1 || c.Used || err != nil {
+		t.Fatalf("claim: %+v %v", c, err)
 	}
-	if ok, _, _ := lua.Claim(ctx, rdb, pid, 1, "r1"); !ok {
-		t.Fatal("the same intent claims again (a retry)")
+	if c, _ := lua.ClaimAdmission(ctx, rdb, pid, 1, "r1", tok2); c.Code != lua.ClaimTaken || c.Token != tok1 {
+		t.Fatalf("the same intent claims again (a retry): %+v, want its own token", c)
 	}
-	if ok, _, _ := lua.Claim(ctx, rdb, pid, 1, "r2"); ok {
-		t.Fatal("another intent claimed the same admission")
+	if c, _ := lua.ClaimAdmission(ctx, rdb, pid, 1, "r2", tok2); c.Code != lua.ClaimOtherPending || c.Token != tok1 || c.RequestID != "r1" {
+		t.Fatalf("another intent while r1's claim is pending: %+v, want it told to settle r1's first", c)
 	}
-	// The home shard refuses (limit): the admission is given back.
+	// The home shard refuses: the token is revoked there (nothing held),
+	// then the admission is given back; the revoked token reserves nothing.
 	rdb.HSet(ctx, k1.Stock(), "available", 0)
-	args.Claimed = true
+	args.Claim = tok1
 	if _, err := lua.Reserve(ctx, rdb, k1, args); !errors.Is(err, lua.ErrSoldOut) {
 		t.Fatalf("reserve on a dry shard: %v", err)
 	}
-	if ok, err := lua.Unclaim(ctx, rdb, pid, 1, "r1"); !ok || err != nil {
-		t.Fatalf("unclaim: %v %v", ok, err)
-	}
-	if p := mustTake(t, rdb, pid, 1); p.State != lua.PlaceAdmitted {
-		t.Fatalf("after the unclaim: %+v, want ADMITTED again", p)
+	if held, _, err := lua.RevokeHold(ctx, rdb, k1, 1, tok1, time.Hour); held || err != nil {
+		t.Fatalf("revoke: %v %v", held, err)
 	}
 	rdb.HSet(ctx, k1.Stock(), "available", 5)
-	if ok, _, _ := lua.Claim(ctx, rdb, pid, 1, "r3"); !ok {
-		t.Fatal("claim after the unclaim")
+	if _, err := lua.Reserve(ctx, rdb, k1, args); !errors.Is(err, lua.ErrClaimRevoked) {
+		t.Fatalf("reserve under a revoked token: %v", err)
 	}
-	args.RequestID = "r3"
+	if ok, err := lua.GiveClaimBack(ctx, rdb, pid, 1, tok1); !ok || err != nil {
+		t.Fatalf("give back: %v %v", ok, err)
+	}
+	if ok, _ := lua.GiveClaimBack(ctx, rdb, pid, 1, tok1); ok {
+		t.Fatal("a second give-back of the same claim")
+	}
+	if p := mustTake(t, rdb, pid, 1); p.State != lua.PlaceAdmitted {
+		t.Fatalf("after the give-back: %+v, want ADMITTED again", p)
+	}
+	if c, _ := lua.ClaimAdmission(ctx, rdb, pid, 1, "r3", tok3); c.Code != lua.ClaimTaken || c.Token != tok3 {
+		t.Fatalf("claim after the give-back: %+v", c)
+	}
+	args.RequestID, args.Claim = "r3", tok3
 	if _, err := lua.Reserve(ctx, rdb, k1, args); err != nil {
 		t.Fatalf("reserve with the claim: %v", err)
 	}
-	if st, _ := lua.ReadRoom(ctx, rdb, pid); !st.Sharded || st.Claimed != 1 || st.Live != 0 {
+	if held, rid, _ := lua.RevokeHold(ctx, rdb, k1, 1, tok3, time.Hour); !held || rid != "r3" {
+		t.Fatalf("revoke after a reservation: %v %q, want held by r3", held, rid)
+	}
+	args.RequestID = "r4" // the token bought r3: another intent under it reserves nothing
+	if _, err := lua.Reserve(ctx, rdb, k1, args); !errors.Is(err, lua.ErrNotAdmitted) {
+		t.Fatalf("another intent under a used token: %v", err)
+	}
+	if ok, err := lua.MarkClaimUsed(ctx, rdb, pid, 1, tok3); !ok || err != nil {
+		t.Fatalf("mark used: %v %v", ok, err)
+	}
+	if ok, _ := lua.GiveClaimBack(ctx, rdb, pid, 1, tok3); ok {
+		t.Fatal("a used claim was given back")
+	}
+	if c, _ := lua.ClaimAdmission(ctx, rdb, pid, 1, "r4", tok2); c.Code != lua.ClaimNotAdmitted {
+		t.Fatalf("another intent after the used claim: %+v", c)
+	}
+	if st, _ := lua.ReadRoom(ctx, rdb, pid); !st.Sharded || st.Claimed != 1 || st.Used != 1 || st.Live != 0 {
 		t.Fatalf("room after the claimed order: %+v", st)
 	}
 	if n, _ := rdb.HGet(ctx, k1.Stock(), "room").Result(); n != "2" {
