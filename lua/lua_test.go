@@ -249,3 +249,31 @@ func TestNoScriptAfterFlush(t *testing.T) {
 		t.Fatalf("reserve after SCRIPT FLUSH: %v", err)
 	}
 }
+
+// The per-user limit holds for the whole sale: the user's count lives
+// until the sale's end (plus the request TTL), not for the request TTL
+// alone (before, a buyer of a sale lasting longer than a day bought the
+// limit again the next day); a sale open until sold out keeps it for ever
+// in practice.
+func TestPerUserLimitLastsTheWholeSale(t *testing.T) {
+	rdb := luatest.New(t, luatest.DBLua)
+	ctx := context.Background()
+	for i, end := range []time.Time{time.Now().Add(72 * time.Hour), time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)} {
+		s := open(10)
+		s.PerUserLimit, s.SaleEnd = 2, end
+		k := lua.ShardKeys(int64(40+i), 0)
+		if _, _, err := lua.Load(ctx, rdb, k, s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reserve(rdb, k, fmt.Sprintf("l%d", i), 7, "r1", 2); err != nil {
+			t.Fatal(err)
+		}
+		secs, err := rdb.Do(ctx, "TTL", k.User(7)).Int64() // seconds: 8,000 years overflow a time.Duration
+		if err != nil || secs < int64(time.Until(end)/time.Second) { // time.Until saturates at 292 years
+			t.Fatalf("sale ending %v: the user's count lives %d s, want until the end", end, secs)
+		}
+		if _, err := reserve(rdb, k, fmt.Sprintf("m%d", i), 7, "r2", 1); !errors.Is(err, lua.ErrLimitExceeded) {
+			t.Fatalf("past the limit: %v", err)
+		}
+	}
+}

@@ -139,6 +139,13 @@ func (s *Store) LockStock(ctx context.Context, eventID, orderNo, consumer string
 			out = LockSkipped
 			return nil
 		}
+		over, err := overLimit(ctx, tx, []stockClaim{{productID: o.ProductID, qty: o.Quantity, userID: o.UserID, orderNo: o.OrderNo}})
+		if err != nil {
+			return err
+		}
+		if over[0] { // past the per-user limit (userlimit.go): failed as an order that does not fit
+			return errStockShort
+		}
 		deadline := now.Add(payTimeout)
 		if err := transition(ctx, tx, &o, order.WaitingPay, now, "", &deadline); err != nil {
 			return err

@@ -107,7 +107,7 @@ func lockBatch(ctx context.Context, tx *sql.Tx, consumer string, events []LockEv
 	claims := make([]stockClaim, len(toLock))
 	for k, i := range toLock {
 		group[k] = orders[events[i].OrderNo]
-		claims[k] = stockClaim{productID: group[k].ProductID, qty: group[k].Quantity}
+		claims[k] = stockClaim{productID: group[k].ProductID, qty: group[k].Quantity, userID: group[k].UserID, orderNo: group[k].OrderNo}
 	}
 	fit, err := takeStock(ctx, tx, claims)
 	if err != nil {
@@ -207,10 +207,13 @@ func sortLockEvents(ctx context.Context, tx *sql.Tx, consumer string, events []L
 	return toLock, nil
 }
 
-// stockClaim is one order's claim on MySQL stock: units of a product.
+// stockClaim is one order's claim on MySQL stock: units of a product, for
+// a user (the per-user limit, userlimit.go; userID 0: not checked).
 type stockClaim struct {
 	productID int64
 	qty       int64
+	userID    int64
+	orderNo   string
 }
 
 // takeStock locks MySQL stock for claims, one product at a time in id order
@@ -221,11 +224,18 @@ type stockClaim struct {
 // conditional UPDATE: exactly the claims that do not fit are left out, no
 // more, no fewer. fit[k] reports whether claims[k] got its units. Both the
 // batch consumer (lockBatch) and the writer's locked insert
-// (InsertLockedReservations) take stock here.
+// (InsertLockedReservations) take stock here. A claim that would take its
+// user past the product's per-user limit does not fit either (overLimit).
 func takeStock(ctx context.Context, tx *sql.Tx, claims []stockClaim) (fit []bool, err error) {
+	over, err := overLimit(ctx, tx, claims)
+	if err != nil {
+		return nil, err
+	}
 	want := map[int64]int64{}
-	for _, c := range claims {
-		want[c.productID] += c.qty
+	for k, c := range claims {
+		if !over[k] {
+			want[c.productID] += c.qty
+		}
 	}
 	products := slices.Sorted(maps.Keys(want))
 	left := map[int64]int64{} // product → units available for the claims, when short
@@ -251,6 +261,7 @@ func takeStock(ctx context.Context, tx *sql.Tx, claims []stockClaim) (fit []bool
 	for k, c := range claims {
 		units, isShort := left[c.productID]
 		switch {
+		case over[k]:
 		case !isShort:
 			fit[k] = true
 		case c.qty <= units:

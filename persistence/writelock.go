@@ -135,7 +135,7 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 	}
 	claims := make([]stockClaim, len(fresh))
 	for k, f := range fresh {
-		claims[k] = stockClaim{productID: f.r.ProductID, qty: f.r.Quantity}
+		claims[k] = stockClaim{productID: f.r.ProductID, qty: f.r.Quantity, userID: f.r.UserID, orderNo: f.r.OrderNo}
 	}
 	fit := make([]bool, len(fresh))
 	if careful {
