@@ -28,6 +28,7 @@
 package auth
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -62,6 +63,12 @@ const (
 	MaxAdminTokenTTL = time.Hour
 )
 
+// DefaultMaxProviderTokenTTL bounds an identity provider's token (exp −
+// now) unless Options.MaxProviderTokenTTL says otherwise: a day, the
+// longest default access-token lifetime of the common providers (Auth0's;
+// Keycloak's, Okta's, Cognito's and Entra ID's are minutes to an hour).
+const DefaultMaxProviderTokenTTL = 24 * time.Hour
+
 // MaxSubjectBytes bounds the sub of an identity provider's token.
 const MaxSubjectBytes = 255
 
@@ -88,15 +95,16 @@ type Claims struct {
 // Verifier checks tokens: HS256 ones with its secret, RS256 and ES256 ones
 // with the keys of the provider their iss names. Safe for concurrent use.
 type Verifier struct {
-	hs         *hs256               // nil: HS256 tokens are refused
-	providers  map[string]*provider // by issuer; empty without identity providers
-	subjects   *subjectCache        // nil without identity providers
-	adminGroup string
-	groups     string // name of the groups claim
-	peek       *jwt.Parser
-	cache      *tokenCache      // nil: every token is checked in full
-	clock      func() time.Time // nil: time.Now (tests set it)
-	checks     atomic.Int64     // full checks made (tests)
+	hs          *hs256               // nil: HS256 tokens are refused
+	providers   map[string]*provider // by issuer; empty without identity providers
+	subjects    *subjectCache        // nil without identity providers
+	adminGroup  string
+	groups      string        // name of the groups claim
+	providerTTL time.Duration // Options.MaxProviderTokenTTL
+	peek        *jwt.Parser
+	cache       *tokenCache      // nil: every token is checked in full
+	clock       func() time.Time // nil: time.Now (tests set it)
+	checks      atomic.Int64     // full checks made (tests)
 }
 
 // NewVerifier returns a Verifier of HS256 tokens signed with secret, issuer
@@ -172,7 +180,50 @@ func (v *Verifier) check(token string) (Claims, error) {
 	if err != nil {
 		return Claims{}, unauthenticated("%v", err)
 	}
+	if err := datesInRange(c); err != nil {
+		return Claims{}, unauthenticated("%v", err)
+	}
 	return v.claims(v.fromMap(c), key)
+}
+
+// NumericDate bounds (seconds since the epoch): years 1 to 9999. A date
+// beyond them cannot be a token's, and converting a larger float64 to the
+// int64 golang-jwt keeps overflows (nbf 1e300 became a date long past, and
+// passed).
+const (
+	minNumericDate = -62135596800 // 0001-01-01T00:00:00Z
+	maxNumericDate = 253402300799 // 9999-12-31T23:59:59Z
+)
+
+// errDateRange: exp, nbf or iat outside years 1–9999.
+var errDateRange = errors.New("token has a date (exp, nbf or iat) outside years 1-9999")
+
+func dateInRange(f float64) bool { return f >= minNumericDate && f <= maxNumericDate }
+
+// datesInRange checks exp, nbf and iat of claims golang-jwt's parser read
+// (numbers, as float64 or json.Number): errDateRange for one out of range,
+// an error for one that is not a number.
+func datesInRange(c jwt.MapClaims) error {
+	for _, name := range [...]string{"exp", "nbf", "iat"} {
+		var f float64
+		switch x := c[name].(type) {
+		case nil:
+			continue
+		case float64:
+			f = x
+		case json.Number:
+			var err error
+			if f, err = x.Float64(); err != nil {
+				return errDateRange
+			}
+		default: // not a number (the parser refused such an exp or nbf already; the HS256 fast path refuses such an iat)
+			return fmt.Errorf("%s is not a NumericDate", name)
+		}
+		if !dateInRange(f) {
+			return errDateRange
+		}
+	}
+	return nil
 }
 
 // fromMap reads verified claims out of the map golang-jwt's parser filled.
@@ -210,6 +261,9 @@ func (v *Verifier) claims(c verified, key *keyRef) (Claims, error) {
 	}
 	if !ValidSubject(c.sub) {
 		return Claims{}, unauthenticated("subject must be 1 to %d bytes of printable UTF-8", MaxSubjectBytes)
+	}
+	if c.exp.Sub(v.now()) > v.providerTTL+idpLeeway {
+		return Claims{}, unauthenticated("the provider's token lives beyond %s (STAMPEDE_JWT_PROVIDER_MAX_TTL)", v.providerTTL)
 	}
 	uid, err := v.subjects.userID(c.iss, c.sub)
 	if err != nil {

@@ -216,3 +216,35 @@ func signRaw(t *testing.T, secret []byte, header, payload string) string {
 }
 
 func jsonInt(n int64) string { return strconv.FormatInt(n, 10) }
+
+// NumericDates out of range (beyond year 9999, or before year 1) are
+// refused, on both HS256 paths and for provider tokens: nbf 1e300 was
+// accepted before (float64 → int64 overflowed to a date far in the past).
+func TestOutOfRangeNumericDatesRefused(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	rk := rsaKey(t)
+	p := newIDP(t, publicKey{kid: "rsa-1", key: &rk.PublicKey, alg: "RS256"})
+	v := newVerifier(t, p, auth.Options{Secret: secret})
+	exp := time.Now().Add(time.Hour).Unix()
+	for _, c := range []jwt.MapClaims{
+		{"nbf": 1e300}, {"nbf": -1e300}, {"nbf": 9.3e18}, {"iat": 1e300}, {"iat": -1e300}, {"exp": 1e300},
+		{"nbf": 253402300800.0}, // 10000-01-01
+	} {
+		hs := jwt.MapClaims{"sub": "42", "exp": exp}
+		for k, x := range c {
+			hs[k] = x
+		}
+		for path, tok := range map[string]string{
+			"HS256":            hsToken(t, secret, hs),
+			"HS256 (parser)":   sign(t, jwt.SigningMethodHS256, "k", secret, jwt.MapClaims{"iss": auth.DefaultHS256Issuer, "aud": auth.DefaultHS256Audience, "nbf": hs["nbf"], "iat": hs["iat"], "exp": hs["exp"]}),
+			"RS256 (provider)": sign(t, jwt.SigningMethodRS256, "rsa-1", rk, c),
+		} {
+			if got, err := v.Verify(tok); !errors.Is(err, auth.ErrUnauthenticated) {
+				t.Errorf("%s with %v: accepted as %+v (%v)", path, c, got, err)
+			}
+		}
+	}
+	if _, err := v.Verify(hsToken(t, secret, jwt.MapClaims{"sub": "42", "exp": exp, "nbf": 1e9, "iat": 1.7e9})); err != nil {
+		t.Fatalf("dates in range: %v", err)
+	}
+}

@@ -132,6 +132,9 @@ func (h *hs256) verifyCanonical(token, groupsClaim, adminGroup string) (verified
 	if rc.NotBefore, err = numericDate(obj.Get("nbf")); err != nil {
 		return verified{}, err
 	}
+	if _, err = numericDate(obj.Get("iat")); err != nil { // not checked, but never out of range
+		return verified{}, err
+	}
 	if rc.Issuer, err = claimString(obj.Get("iss")); err != nil {
 		return verified{}, err
 	}
@@ -175,7 +178,7 @@ var errUseParser = errors.New("auth: claims for golang-jwt's parser")
 
 // readClaims are the claims verifyCanonical reads (besides the groups
 // claim, whose name is configured).
-var readClaims = [...]string{"sub", "iss", "aud", "exp", "nbf", "role"}
+var readClaims = [...]string{"sub", "iss", "aud", "exp", "nbf", "iat", "role"}
 
 // repeatsAClaim reports whether obj gives a claim verifyCanonical reads more
 // than once (keys compared unescaped: "s\u0075b" is "sub").
@@ -203,7 +206,8 @@ func repeatsAClaim(obj *fastjson.Object, groupsClaim string) bool {
 // nil, a number is seconds since the epoch (fraction kept), parsed from its
 // text with strconv.ParseFloat as encoding/json parses it (fastjson's own
 // float parsing rounds some long mantissas differently); a number out of
-// float64's range or anything else is jwt.ErrInvalidType.
+// float64's range or anything else is jwt.ErrInvalidType, and so is a date
+// outside years 1–9999 (errDateRange).
 func numericDate(v *fastjson.Value) (*jwt.NumericDate, error) {
 	if v == nil {
 		return nil, nil
@@ -215,6 +219,9 @@ func numericDate(v *fastjson.Value) (*jwt.NumericDate, error) {
 	f, err := strconv.ParseFloat(string(v.MarshalTo(text[:0])), 64)
 	if err != nil {
 		return nil, jwt.ErrInvalidType
+	}
+	if !dateInRange(f) {
+		return nil, errDateRange
 	}
 	round, frac := math.Modf(f)
 	return jwt.NewNumericDate(time.Unix(int64(round), int64(frac*1e9))), nil

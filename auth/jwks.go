@@ -52,6 +52,11 @@ type Options struct {
 	// Audience, if set, must be among the aud claim of every provider
 	// token.
 	Audience string
+	// MaxProviderTokenTTL is the longest a provider's token may still live
+	// (exp − now, with the providers' leeway): one beyond it is refused, so
+	// a token a provider (or whoever holds its key) issued for months is
+	// not honoured for months. Default DefaultMaxProviderTokenTTL.
+	MaxProviderTokenTTL time.Duration
 	// RequireHTTPS refuses a JWKS URL that is not https, except on a
 	// loopback host (production mode sets it: whoever sits on a plain-http
 	// path could serve keys of their own).
@@ -106,7 +111,7 @@ func New(ctx context.Context, o Options) (*Verifier, error) {
 	o.HS256Issuer = cmp.Or(o.HS256Issuer, DefaultHS256Issuer)
 	o.HS256Audience = cmp.Or(o.HS256Audience, DefaultHS256Audience)
 	v := &Verifier{peek: jwt.NewParser(), cache: newTokenCache(o.Cache), adminGroup: o.AdminGroup, groups: o.GroupsClaim,
-		providers: map[string]*provider{}}
+		providers: map[string]*provider{}, providerTTL: cmp.Or(o.MaxProviderTokenTTL, DefaultMaxProviderTokenTTL)}
 	if len(o.Secret) > 0 {
 		v.hs = v.newHS256(o.Secret, o.HS256Issuer, o.HS256Audience)
 	}
@@ -238,10 +243,7 @@ func newJWKS(ctx context.Context, rawURL string, o Options) (*jwks, error) {
 	refresh := cmp.Or(o.JWKSRefresh, 15*time.Minute)
 	minRefresh := cmp.Or(o.JWKSMinRefresh, 5*time.Second)
 	wait := cmp.Or(o.JWKSWait, 10*time.Second)
-	hc := o.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
-	}
+	hc := checkedRedirects(o.HTTPClient, o.RequireHTTPS)
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -272,6 +274,31 @@ func newJWKS(ctx context.Context, rawURL string, o Options) (*jwks, error) {
 	}
 	k.lastPull = time.Now()
 	return k, nil
+}
+
+// checkedRedirects is a copy of hc (nil: a client with a 10s timeout)
+// that follows a redirect only to a URL CheckJWKSURL accepts: with
+// requireHTTPS, every hop is https or on a loopback host, as the
+// configured URL is. At most 10 hops.
+func checkedRedirects(hc *http.Client, requireHTTPS bool) *http.Client {
+	c := http.Client{Timeout: 10 * time.Second}
+	if hc != nil {
+		c = *hc
+	}
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if err := CheckJWKSURL(req.URL.String(), requireHTTPS); err != nil {
+			return fmt.Errorf("redirect refused: %w", err)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // urlInText matches the URLs an error message may quote.

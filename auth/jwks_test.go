@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -669,5 +670,59 @@ func TestCheckJWKSURL(t *testing.T) {
 	_, err = auth.New(context.Background(), auth.Options{Providers: []auth.Provider{{Issuer: testIssuer, JWKSURL: u}}, Subjects: &subjects{}, JWKSWait: time.Second})
 	if err == nil || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "k3y-s3cret") {
 		t.Errorf("New's error %v shows the URL's credentials or query", err)
+	}
+}
+
+// The https rule holds on every redirect hop (RequireHTTPS): a loopback
+// JWKS answering 302 to plain http on another host is not followed, so the
+// keys served there are never trusted (before, they were fetched and
+// verified tokens); without RequireHTTPS the redirect is followed.
+func TestJWKSRedirectToPlainHTTPRefused(t *testing.T) {
+	rk := rsaKey(t)
+	evil := newIDP(t, publicKey{kid: "rsa-1", key: &rk.PublicKey, alg: "RS256"})
+	hop := httptest.NewServer(http.RedirectHandler("http://keys.shop.example/certs", http.StatusFound))
+	t.Cleanup(hop.Close)
+	// keys.shop.example is served by evil: a client that follows the
+	// redirect gets evil's keys.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if strings.HasPrefix(addr, "keys.shop.example:") {
+				addr = evil.srv.Listener.Addr().String()
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
+	prov := []auth.Provider{{Issuer: testIssuer, JWKSURL: hop.URL + "/certs"}}
+	_, err := auth.New(context.Background(), auth.Options{Providers: prov, Subjects: &subjects{}, RequireHTTPS: true,
+		HTTPClient: hc, JWKSWait: 3 * time.Second})
+	if err == nil || evil.fetches.Load() != 0 {
+		t.Fatalf("a redirect to plain http off loopback was followed (%d fetches there, err %v)", evil.fetches.Load(), err)
+	}
+	v := newVerifier(t, nil, auth.Options{Providers: prov, HTTPClient: hc})
+	if _, err := v.Verify(sign(t, jwt.SigningMethodRS256, "rsa-1", rk, nil)); err != nil {
+		t.Fatalf("without RequireHTTPS the redirect is followed: %v", err)
+	}
+}
+
+// An identity provider's token lives at most Options.MaxProviderTokenTTL
+// from now (default auth.DefaultMaxProviderTokenTTL, 24 h): one signed for
+// a year is refused (before, any exp was accepted); the cap is configurable.
+func TestProviderTokenLifetimeCapped(t *testing.T) {
+	rk := rsaKey(t)
+	p := newIDP(t, publicKey{kid: "rsa-1", key: &rk.PublicKey, alg: "RS256"})
+	tok := func(d time.Duration) string {
+		return sign(t, jwt.SigningMethodRS256, "rsa-1", rk, jwt.MapClaims{"exp": time.Now().Add(d).Unix()})
+	}
+	v := newVerifier(t, p, auth.Options{})
+	for d, ok := range map[time.Duration]bool{time.Hour: true, 23 * time.Hour: true, 49 * time.Hour: false, 365 * 24 * time.Hour: false} {
+		if _, err := v.Verify(tok(d)); (err == nil) != ok {
+			t.Errorf("a token living %v: %v, want accepted %v", d, err, ok)
+		}
+	}
+	long := newVerifier(t, p, auth.Options{MaxProviderTokenTTL: 72 * time.Hour})
+	if _, err := long.Verify(tok(49 * time.Hour)); err != nil {
+		t.Errorf("49 h under a 72 h cap: %v", err)
+	}
+	if _, err := long.Verify(tok(73 * time.Hour)); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Errorf("73 h under a 72 h cap: %v", err)
 	}
 }

@@ -122,7 +122,7 @@ type Config struct {
 	RoomPipeline int
 	// PowSecret is the HMAC key of proof-of-work challenges (pow.go); every
 	// gateway of a deployment needs the same. Empty: one derived from
-	// JWTSecret.
+	// PaymentSecret (never from JWTSecret: a JWKS-only deployment has none).
 	PowSecret []byte
 	// PowExpiry is how long a proof-of-work challenge can be used. Default 5m.
 	PowExpiry time.Duration

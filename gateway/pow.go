@@ -2,13 +2,14 @@ package gateway
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	altcha "github.com/altcha-org/altcha-lib-go"
@@ -29,11 +30,21 @@ import (
 //
 // The salt carries the challenge's terms as URL parameters, which the
 // challenge hash binds (changing them needs a SHA-256 preimage): expires
-// (unix s), u (the userId it was issued to) and p (the productId). A
+// (unix s), p (the productId) and u (the userId it was issued to), in that
+// order and each terminated by "&", the last too: the salt is
+// "<24 hex>?expires=<s>&p=<id>&u=<id>&". The hash is of salt ‖ number, so
+// without the terminator the number's leading digits could be moved into
+// the salt (u=4 → u=42, same hash, same signature); verify parses the
+// salt in exactly this form and compares every field as written here. A
 // solution therefore works for one user, one product and a bounded time;
 // that it works once is room_take.lua's: a new ticket marks the challenge
 // used (a key in the room's slot, until it expires), and a second use is
 // refused with POW_REUSED.
+//
+// The HMAC key is STAMPEDE_POW_SECRET (production checks it as it checks
+// the other secrets), or one derived from the payment secret, which every
+// production gateway holds (never from the JWT secret: a JWKS-only
+// deployment has none, and HMAC of the empty key is public).
 
 // errPowInvalid: a solution that does not verify, has expired, or was
 // issued to another user or product.
@@ -45,11 +56,13 @@ type powGate struct {
 	expiry time.Duration
 }
 
-func newPowGate(secret []byte, jwtSecret []byte, expiry time.Duration) powGate {
+// newPowGate is the gate of key secret, or without one of a key derived
+// from paymentSecret (Config.PowSecret).
+func newPowGate(secret, paymentSecret []byte, expiry time.Duration) powGate {
 	key := secret
-	if len(key) == 0 { // derived: one secret less to deploy, and not the JWT secret itself
-		m := hmac.New(sha256.New, jwtSecret)
-		m.Write([]byte("stampede proof-of-work v1"))
+	if len(key) == 0 { // derived: one secret less to deploy, and not the payment secret itself
+		m := hmac.New(sha256.New, paymentSecret)
+		m.Write([]byte("stampede proof-of-work v2"))
 		key = m.Sum(nil)
 	}
 	return powGate{key: hex.EncodeToString(key), expiry: expiry}
@@ -67,19 +80,55 @@ type challengeJSON struct {
 
 // challenge issues a challenge of cost (maxnumber) for userID and productID.
 func (g powGate) challenge(userID, productID, cost int64, now time.Time) (challengeJSON, error) {
-	exp := now.Add(g.expiry)
-	c, err := altcha.CreateChallenge(altcha.ChallengeOptions{Algorithm: altcha.SHA256, MaxNumber: cost, HMACKey: g.key,
-		Expires: &exp, Params: url.Values{"u": {strconv.FormatInt(userID, 10)}, "p": {strconv.FormatInt(productID, 10)}}})
+	var r [12]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return challengeJSON{}, err
+	}
+	salt := powSalt(hex.EncodeToString(r[:]), now.Add(g.expiry).Unix(), productID, userID)
+	c, err := altcha.CreateChallenge(altcha.ChallengeOptions{Algorithm: altcha.SHA256, MaxNumber: cost, HMACKey: g.key, Salt: salt})
 	if err != nil {
 		return challengeJSON{}, err
 	}
 	return challengeJSON{Algorithm: c.Algorithm, Challenge: c.Challenge, MaxNumber: c.MaxNumber, Salt: c.Salt, Signature: c.Signature}, nil
 }
 
+// powSalt is the salt of a challenge: "<random>?expires=<s>&p=<productId>&u=<userId>&".
+func powSalt(random string, expires, productID, userID int64) string {
+	b := make([]byte, 0, 96)
+	b = append(b, random...)
+	b = append(b, "?expires="...)
+	b = strconv.AppendInt(b, expires, 10)
+	b = append(b, "&p="...)
+	b = strconv.AppendInt(b, productID, 10)
+	b = append(b, "&u="...)
+	b = strconv.AppendInt(b, userID, 10)
+	return string(append(b, '&'))
+}
+
+// powSaltExpiry parses salt as powSalt writes it for userID and productID
+// and returns its expiry (unix s); false for any other salt: another user
+// or product, a field changed, added, moved or unterminated.
+func powSaltExpiry(salt string, userID, productID int64) (int64, bool) {
+	random, terms, ok := strings.Cut(salt, "?expires=")
+	if !ok || len(random) != 24 || strings.Trim(random, "0123456789abcdef") != "" {
+		return 0, false
+	}
+	exp, rest, ok := strings.Cut(terms, "&")
+	if !ok {
+		return 0, false
+	}
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil || strconv.FormatInt(e, 10) != exp {
+		return 0, false
+	}
+	return e, rest == "p="+strconv.FormatInt(productID, 10)+"&u="+strconv.FormatInt(userID, 10)+"&"
+}
+
 // verify checks an ALTCHA payload for userID and productID at now: its
-// signature, its solution, its expiry and its terms. It returns the
-// challenge (64 hex digits) to mark used and how long the mark must live
-// (until the challenge expires). errPowInvalid otherwise.
+// signature, its solution, its expiry and its terms (the salt exactly as
+// issued). It returns the challenge (64 hex digits) to mark used and how
+// long the mark must live (until the challenge expires). errPowInvalid
+// otherwise.
 func (g powGate) verify(payload string, userID, productID int64, now time.Time) (challenge string, ttl time.Duration, err error) {
 	raw, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil || len(raw) > 2048 {
@@ -92,16 +141,15 @@ func (g powGate) verify(payload string, userID, productID int64, now time.Time) 
 	if _, err := hex.DecodeString(p.Challenge); err != nil {
 		return "", 0, errPowInvalid
 	}
-	params := altcha.ExtractParams(p)
-	exp, err := strconv.ParseInt(params.Get("expires"), 10, 64)
-	if err != nil || params.Get("u") != strconv.FormatInt(userID, 10) || params.Get("p") != strconv.FormatInt(productID, 10) {
+	exp, ok := powSaltExpiry(p.Salt, userID, productID)
+	if !ok {
 		return "", 0, errPowInvalid
 	}
 	left := time.Unix(exp, 0).Sub(now)
 	if left <= 0 {
 		return "", 0, errPowInvalid
 	}
-	ok, err := altcha.VerifySolutionSafe(p, g.key, false) // expiry checked above, on our clock
+	ok, err = altcha.VerifySolutionSafe(p, g.key, false) // expiry checked above, on our clock
 	if err != nil || !ok {
 		return "", 0, errPowInvalid
 	}

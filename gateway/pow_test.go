@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,6 +13,10 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/lua/luatest"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
 )
 
 // solveChallenge fetches a challenge for user and product through the API
@@ -56,7 +61,7 @@ func payloadOf(c challengeJSON, n int64) string {
 
 // Verifying a solution costs microseconds (docs/sale-lifecycle.md, "A price on bots").
 func BenchmarkPowVerify(b *testing.B) {
-	g := newPowGate(nil, []byte("bench-jwt-secret"), 5*time.Minute)
+	g := newPowGate(nil, []byte("bench-payment-secret"), 5*time.Minute)
 	c, err := g.challenge(42, 7, 1000, time.Now())
 	if err != nil {
 		b.Fatal(err)
@@ -76,7 +81,7 @@ func BenchmarkPowVerify(b *testing.B) {
 // a native solver at each cost (a bot farm's price; docs/sale-lifecycle.md "A price on
 // bots").
 func BenchmarkPowSolve(b *testing.B) {
-	g := newPowGate(nil, []byte("bench-jwt-secret"), 5*time.Minute)
+	g := newPowGate(nil, []byte("bench-payment-secret"), 5*time.Minute)
 	for _, cost := range []int64{10_000, 100_000, 1_000_000} {
 		b.Run(strconv.FormatInt(cost, 10), func(b *testing.B) {
 			var tries int64
@@ -157,5 +162,64 @@ func TestAltchaVector(t *testing.T) {
 	}
 	if _, _, err := g.verify(widget, v.UserID+1, v.ProductID, time.Now()); err == nil {
 		t.Fatal("the vector verified for another user")
+	}
+}
+
+// A solution stays with the user (and product) it was issued to: moving the
+// number's leading digit into the salt keeps the hash and the signature
+// but would turn u=4 into u=4d — refused (before, user 4d got a ticket and
+// user 4 then POW_REUSED).
+func TestProofOfWorkSolutionCannotMoveToAnotherUser(t *testing.T) {
+	g := newPowGate([]byte("pow-test-secret-c81f0a7e5d2b9461e3"), []byte("pay"), time.Minute)
+	now := time.Now()
+	for tries := 0; ; tries++ {
+		c, err := g.challenge(4, 7, 1000, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := solve(c)
+		digits := strconv.FormatInt(n, 10)
+		if !ok || len(digits) < 2 || digits[1] == '0' { // a spliced number keeps no leading zero
+			continue
+		}
+		if _, _, err := g.verify(payloadOf(c, n), 4, 7, now); err != nil {
+			t.Fatalf("the honest solution: %v", err)
+		}
+		forged := c
+		forged.Salt += digits[:1]
+		rest, _ := strconv.ParseInt(digits[1:], 10, 64)
+		victim := int64(40 + digits[0] - '0')
+		if _, _, err := g.verify(payloadOf(forged, rest), victim, 7, now); err == nil {
+			t.Fatalf("user 4's solution (number %d) moved to user %d by digit splicing (salt %q)", n, victim, forged.Salt)
+		}
+		return
+	}
+}
+
+// Without a PoW secret the key is derived from the payment secret, which
+// every production gateway holds: never from an empty JWT secret, whose
+// derivation anyone can compute (a JWKS-only deployment's, before: a forged
+// challenge with number 0 verified).
+func TestProofOfWorkKeyIsSecretWithoutAJWTSecret(t *testing.T) {
+	public := hmac.New(sha256.New, nil)
+	public.Write([]byte("stampede proof-of-work v1"))
+	forger := powGate{key: hex.EncodeToString(public.Sum(nil)), expiry: time.Minute}
+	cfg := baseConfig()
+	cfg.JWTSecret, cfg.Verifier, cfg.DisableDemoLogin = nil, auth.NewVerifier(testJWTSecret), true
+	srv, err := New(cfg, luatest.New(t, luatest.DBGateway), persistencetest.New(t, "gateway"), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	c, err := forger.challenge(5, 7, 10, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := solve(c)
+	if _, _, err := srv.pow.verify(payloadOf(c, n), 5, 7, now); err == nil {
+		t.Fatal("a challenge signed with the key derived from an empty JWT secret verified")
+	}
+	if srv.pow.key == forger.key || srv.pow.key != newPowGate(nil, testPaySecret, time.Minute).key {
+		t.Fatal("the key is not the one derived from the payment secret")
 	}
 }

@@ -147,7 +147,7 @@ func (s *Server) wireBatchers() {
 	if s.cfg.RoomPipeline > 1 {
 		s.takes = newTakeBatcher(s, s.cfg.RoomPipeline)
 	}
-	s.pow = newPowGate(s.cfg.PowSecret, s.cfg.JWTSecret, s.cfg.PowExpiry)
+	s.pow = newPowGate(s.cfg.PowSecret, s.cfg.PaymentSecret, s.cfg.PowExpiry)
 	if s.cfg.Durability == DurabilityReplicated && !s.cfg.SyncIntake {
 		s.durable = newDurableWaiter(s, s.cfg.ReplicaAcks, s.cfg.ReplicaWait)
 	}

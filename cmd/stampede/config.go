@@ -43,6 +43,7 @@ type Config struct {
 	JWTAudience         string        // STAMPEDE_JWT_AUDIENCE, -jwt-audience: required aud of JWKS tokens
 	JWTAdminGroup       string        // STAMPEDE_JWT_ADMIN_GROUP, -jwt-admin-group: a token listing this group in its groups claim is an admin (then the only way to be one)
 	JWTGroupsClaim      string        // STAMPEDE_JWT_GROUPS_CLAIM, -jwt-groups-claim: name of that claim (groups)
+	JWTProviderMaxTTL   time.Duration // STAMPEDE_JWT_PROVIDER_MAX_TTL, -jwt-provider-max-ttl: longest an identity provider's token may still live (24h)
 	TokenCache          int           // STAMPEDE_TOKEN_CACHE, -token-cache: verified tokens kept (gateway and push), 0 = none (262144)
 	PaymentSecret       string        // STAMPEDE_PAYMENT_SECRET, -payment-secret: HMAC-SHA256 key of payment callbacks
 	PayTimeout          time.Duration // STAMPEDE_PAY_TIMEOUT, -pay-timeout: WAITING_PAY → CANCELLED after (15m)
@@ -101,7 +102,7 @@ type Config struct {
 	RoomTargetBacklog time.Duration // STAMPEDE_ROOM_TARGET_BACKLOG, -room-target-backlog: auto pacer keeps PROCESSING at this many seconds of drain (2s)
 	RoomOverbook      int           // STAMPEDE_ROOM_OVERBOOK, -room-overbook: live admissions a room may hold beyond its units left (10)
 	RoomPipeline      int           // STAMPEDE_ROOM_PIPELINE, -room-pipeline: ticket calls per room_take.lua call, 0 = one round trip each (64)
-	PowSecret         string        // STAMPEDE_POW_SECRET, -pow-secret: HMAC key of proof-of-work challenges ("" = derived from the JWT secret)
+	PowSecret         string        // STAMPEDE_POW_SECRET, -pow-secret: HMAC key of proof-of-work challenges ("" = derived from the payment secret)
 	PowExpiry         time.Duration // STAMPEDE_POW_EXPIRY, -pow-expiry: how long a proof-of-work challenge can be used (5m)
 
 	command  string          // the subcommand parsed (parse)
@@ -283,6 +284,7 @@ func (c *Config) bindIdentity(b flagBinder) {
 	b.str(&c.JWTAudience, "jwt-audience", "STAMPEDE_JWT_AUDIENCE", "", "required aud claim of JWKS-verified tokens")
 	b.str(&c.JWTAdminGroup, "jwt-admin-group", "STAMPEDE_JWT_ADMIN_GROUP", "", "a token whose groups claim lists this group is an admin; when set, the only way to be one (role: admin then counts for nothing)")
 	b.str(&c.JWTGroupsClaim, "jwt-groups-claim", "STAMPEDE_JWT_GROUPS_CLAIM", "groups", "claim listing the caller's groups")
+	b.dur(&c.JWTProviderMaxTTL, "jwt-provider-max-ttl", "STAMPEDE_JWT_PROVIDER_MAX_TTL", auth.DefaultMaxProviderTokenTTL, "longest an identity provider's token may still live (exp − now): a token beyond it is refused (1m to 720h; HS256 tokens have their own bounds, 24h and 1h for admins)")
 	b.integer(&c.TokenCache, "token-cache", "STAMPEDE_TOKEN_CACHE", 1<<18, "verified bearer tokens kept in memory, about 150 bytes each (0: every token checked in full); an LRU smaller than the buyers who retry in turn hits nothing, so size it for a sale's active buyers. Identity providers' tokens and HS256 tokens with other headers only: tokens of Stampede's own HS256 signers are checked each time, which costs less than the cache's miss")
 	b.boolean(&c.DemoLogin, "demo-login", "STAMPEDE_DEMO_LOGIN", true, "enable the demo identity provider POST /api/auth/login (development mode only)")
 	b.str(&c.AdminUsers, "admin-users", "STAMPEDE_ADMIN_USERS", "", "comma-separated userIds that demo login makes admins (development mode only)")
@@ -338,7 +340,7 @@ func (c *Config) bindRoom(b flagBinder) {
 	b.dur(&c.RoomTargetBacklog, "room-target-backlog", "STAMPEDE_ROOM_TARGET_BACKLOG", 2*time.Second, "the auto pacer keeps the orders not yet past PROCESSING at this many seconds of drain")
 	b.integer(&c.RoomOverbook, "room-overbook", "STAMPEDE_ROOM_OVERBOOK", 10, "live waiting-room admissions a fifo or random room may hold beyond its units left, so that admitted buyers who never order do not hold the last units a whole window each (a draw admits exactly its units)")
 	b.integer(&c.RoomPipeline, "room-pipeline", "STAMPEDE_ROOM_PIPELINE", 64, "answer up to this many concurrent requests' waiting-room ticket calls with one room_take.lua call (0: one call and round trip each)")
-	b.str(&c.PowSecret, "pow-secret", "STAMPEDE_POW_SECRET", "", "HMAC key of waiting-room proof-of-work challenges, the same on every gateway (empty: derived from the JWT secret)")
+	b.str(&c.PowSecret, "pow-secret", "STAMPEDE_POW_SECRET", "", "HMAC key of waiting-room proof-of-work challenges, the same on every gateway, at least 32 bytes of high entropy in production, not the payment or JWT secret (empty: derived from the payment secret)")
 	b.dur(&c.PowExpiry, "pow-expiry", "STAMPEDE_POW_EXPIRY", 5*time.Minute, "how long a waiting-room proof-of-work challenge can be used (at least 10s)")
 }
 

@@ -72,6 +72,9 @@ func (c *Config) validateIdentity() []error {
 		}
 		seen[p.Issuer] = true
 	}
+	if c.JWTProviderMaxTTL < time.Minute || c.JWTProviderMaxTTL > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("STAMPEDE_JWT_PROVIDER_MAX_TTL %s is not from 1m to 720h", c.JWTProviderMaxTTL))
+	}
 	if c.JWTHS256 && (c.JWTHS256Issuer == "" || c.JWTHS256Audience == "") {
 		errs = append(errs, errors.New("STAMPEDE_JWT_HS256_ISSUER and STAMPEDE_JWT_HS256_AUDIENCE must not be empty"))
 	}
@@ -89,7 +92,7 @@ func (c *Config) verifierOptions() auth.Options {
 	provs, _ := c.providers() // validated
 	o := auth.Options{
 		Providers: provs, Audience: c.JWTAudience, RequireHTTPS: c.Mode == modeProduction,
-		AdminGroup: c.JWTAdminGroup, GroupsClaim: c.JWTGroupsClaim,
+		AdminGroup: c.JWTAdminGroup, GroupsClaim: c.JWTGroupsClaim, MaxProviderTokenTTL: c.JWTProviderMaxTTL,
 		HS256Issuer: c.JWTHS256Issuer, HS256Audience: c.JWTHS256Audience,
 		Cache: tokenCache(c.TokenCache),
 	}
@@ -128,6 +131,17 @@ func (c *Config) validateSecrets() []error {
 	}
 	if needJWT && needPay && c.JWTSecret != "" && c.JWTSecret == c.PaymentSecret {
 		errs = append(errs, errors.New("STAMPEDE_JWT_SECRET and STAMPEDE_PAYMENT_SECRET are the same: whoever holds one could sign with the other; use two secrets"))
+	}
+	// The proof-of-work key: STAMPEDE_POW_SECRET, checked like the others,
+	// or (unset) derived from the payment secret checked above.
+	if needPay && c.PowSecret != "" {
+		if err := checkSecret("STAMPEDE_POW_SECRET", c.PowSecret, ""); err != nil {
+			errs = append(errs, err)
+		}
+		if c.PowSecret == c.PaymentSecret || c.PowSecret == c.JWTSecret {
+			errs = append(errs, errors.New("STAMPEDE_POW_SECRET is the payment or the JWT secret: whoever could see one would hold the other; "+
+				"use a secret of its own, or leave it unset (derived from the payment secret)"))
+		}
 	}
 	return errs
 }

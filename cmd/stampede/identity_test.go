@@ -126,6 +126,35 @@ func TestWeakSecretsRefused(t *testing.T) {
 	}
 }
 
+// TestPowSecretChecked: production checks STAMPEDE_POW_SECRET as it checks
+// the other secrets (a one-byte secret started before) and refuses it equal
+// to the payment or JWT secret; unset, the key is derived from the payment
+// secret (also in a JWKS-only deployment, which has no JWT secret).
+func TestPowSecretChecked(t *testing.T) {
+	idp := []string{"--jwt-jwks-url", kcJWKS, "--jwt-issuer", "https://id.shop.example/realms/buyers", "--jwt-audience", "stampede"}
+	for _, c := range []struct {
+		name, pow, want string
+		args            []string
+	}{
+		{"one byte", "x", "STAMPEDE_POW_SECRET is 1 bytes", nil},
+		{"a pattern", strings.Repeat("0123456789abcdef", 2), "STAMPEDE_POW_SECRET repeats a pattern", nil},
+		{"the payment secret", goodPay, "STAMPEDE_POW_SECRET is the payment or the JWT secret", nil},
+		{"the JWT secret", goodJWT, "STAMPEDE_POW_SECRET is the payment or the JWT secret", nil},
+		{"its own", "5e0c9a1f7d3b2846ae91c0d7f3b5a2e8c4d6f1a0", "", nil},
+		{"unset", "", "", nil},
+		{"unset, JWKS only", "", "", idp},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{"STAMPEDE_POW_SECRET": c.pow}
+			if c.args != nil {
+				env["STAMPEDE_JWT_SECRET"] = ""
+			}
+			_, err := parseProd(t, env, c.args...)
+			wantErr(t, err, c.want)
+		})
+	}
+}
+
 // TestPprofOffLoopbackRefused: production refuses a pprof listener beyond
 // loopback (it only warned, and /debug/pprof/cmdline then served the whole
 // command line, secrets given as flags included); no mode serves cmdline.
