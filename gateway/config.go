@@ -99,6 +99,13 @@ type Config struct {
 	// RATE_LIMITED with Retry-After.
 	RateUser      float64
 	RateUserBurst int
+	// RateUserRead is the refill rate, requests/s, of each user's token
+	// bucket for order reads (GET /api/orders, GET /api/orders/{orderNo}:
+	// MySQL queries), a bucket of its own; RateUserReadBurst its size
+	// (default: two seconds' worth). 0: no limit (the default here; the
+	// binary's is STAMPEDE_RATE_USER_READ). 429 RATE_LIMITED past it.
+	RateUserRead      float64
+	RateUserReadBurst int
 
 	// SoldOutTTL is how long a product that answered SOLD_OUT is answered
 	// from memory (soldout.go); it bounds the delay before returned stock
@@ -236,6 +243,9 @@ func (c *Config) setDefaults() {
 	if c.RateUser > 0 && c.RateUserBurst == 0 {
 		c.RateUserBurst = int(max(2*c.RateUser, 1))
 	}
+	if c.RateUserRead > 0 && c.RateUserReadBurst == 0 {
+		c.RateUserReadBurst = int(max(2*c.RateUserRead, 1))
+	}
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, 10*time.Second)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, 10*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, time.Minute)
@@ -283,7 +293,8 @@ func (c *Config) Validate() error {
 		return bad("PowExpiry %v is below 10s", c.PowExpiry)
 	case c.SoldOutBuyers < 0:
 		return bad("SoldOutBuyers %d is negative", c.SoldOutBuyers)
-	case c.RateGlobal < 0, c.RateUser < 0, c.RateGlobalBurst < 0, c.RateUserBurst < 0, c.SoldOutTTL < 0:
+	case c.RateGlobal < 0, c.RateUser < 0, c.RateGlobalBurst < 0, c.RateUserBurst < 0, c.SoldOutTTL < 0,
+		c.RateUserRead < 0, c.RateUserReadBurst < 0:
 		return bad("negative rate limit, burst or sold-out TTL")
 	case c.BreakerFailures < 1:
 		return bad("BreakerFailures %d is below 1", c.BreakerFailures)

@@ -48,6 +48,19 @@ type listResponse struct {
 	NextCursor *string     `json:"nextCursor"` // null on the last page
 }
 
+// allowRead takes a token from userID's order-read bucket
+// (Config.RateUserRead); false: answered 429 RATE_LIMITED.
+func (s *Server) allowRead(ctx *fasthttp.RequestCtx, userID int64) bool {
+	if s.reads == nil {
+		return true
+	}
+	ok, wait := s.reads.allow(userID, time.Now())
+	if !ok {
+		tooMany(ctx, wait)
+	}
+	return ok
+}
+
 // orderNoParam returns the {orderNo} of the path, or "" when it is not a
 // well-formed orderNo (which answers 404: no such order can exist).
 func orderNoParam(ctx *fasthttp.RequestCtx) string {
@@ -62,6 +75,9 @@ func orderNoParam(ctx *fasthttp.RequestCtx) string {
 // while the writers have not stored it yet, from its pending record in Redis
 // (status PROCESSING, version 1). Another user's order is 404.
 func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	if !s.allowRead(ctx, c.UserID) {
+		return
+	}
 	no := orderNoParam(ctx)
 	if no == "" {
 		s.fail(ctx, persistence.ErrNotFound)
@@ -76,41 +92,46 @@ func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 }
 
 // findOrder looks no up in MySQL, then in Redis. It returns
-// persistence.ErrNotFound for an order that does not exist or is not userID's.
+// persistence.ErrNotFound for an order that does not exist or is not
+// userID's. Every not-found path does the same reads — MySQL, the pending
+// record in Redis, MySQL once more — so that how long a 404 takes tells
+// nothing of whether another user's order exists (a timing oracle before:
+// another user's stored order answered after one read).
 func (s *Server) findOrder(no string, userID int64) (orderJSON, error) {
-	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-	o, err := s.store.GetOrder(sctx, no)
-	cancel()
-	switch {
-	case err == nil && o.UserID == userID:
-		return toOrderJSON(o), nil
-	case err == nil:
-		return orderJSON{}, persistence.ErrNotFound
-	case !errors.Is(err, persistence.ErrNotFound):
-		return orderJSON{}, err
+	o, found, err := s.storedOrder(no, userID)
+	if err != nil || found {
+		return o, err
 	}
 	p, owner, err := s.pendingOrder(no)
 	if err != nil {
 		return orderJSON{}, err
 	}
-	if owner == 0 {
-		// The writer drops the pending record once the order is in MySQL:
-		// it may have stored it between the two reads. Look once more.
-		sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-		o, err := s.store.GetOrder(sctx, no)
-		cancel()
-		switch {
-		case err == nil && o.UserID == userID:
-			return toOrderJSON(o), nil
-		case err != nil && !errors.Is(err, persistence.ErrNotFound):
-			return orderJSON{}, err
-		}
-		return orderJSON{}, persistence.ErrNotFound
+	if owner == userID {
+		return p, nil
 	}
-	if owner != userID {
-		return orderJSON{}, persistence.ErrNotFound
+	// No record of the caller's (none, or another user's): the writer drops
+	// the pending record once the order is in MySQL, and may have stored it
+	// between the two reads. Look once more.
+	o, found, err = s.storedOrder(no, userID)
+	if err != nil || found {
+		return o, err
 	}
-	return p, nil
+	return orderJSON{}, persistence.ErrNotFound
+}
+
+// storedOrder reads no from MySQL: found only if it is userID's (another
+// user's order is not found).
+func (s *Server) storedOrder(no string, userID int64) (orderJSON, bool, error) {
+	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+	o, err := s.store.GetOrder(sctx, no)
+	cancel()
+	switch {
+	case err == nil && o.UserID == userID:
+		return toOrderJSON(o), true, nil
+	case err == nil || errors.Is(err, persistence.ErrNotFound):
+		return orderJSON{}, false, nil
+	}
+	return orderJSON{}, false, err
 }
 
 // pendingOrder reads the record reserve.lua keeps for an accepted order
@@ -153,6 +174,9 @@ func (s *Server) pendingOrder(no string) (o orderJSON, owner int64, err error) {
 // in MySQL, newest first. limit is 1…100 (default 20); cursor is the
 // nextCursor of the previous page.
 func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	if !s.allowRead(ctx, c.UserID) {
+		return
+	}
 	args := ctx.QueryArgs()
 	limit := 20
 	if v := args.Peek("limit"); v != nil {

@@ -1,10 +1,16 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/order"
 )
 
 func TestGetOrder(t *testing.T) {
@@ -99,5 +105,88 @@ func TestListOrders(t *testing.T) {
 	}
 	for _, q := range []string{"limit=0", "limit=101", "limit=abc", "limit=", "limit=1.5", "cursor=abc", "cursor=-5"} {
 		e.do("GET", "/api/orders?"+q, tok, malformed(nil)).wantError(t, 400, CodeInvalidArgument)
+	}
+}
+
+// countingHook counts the Redis commands a client sends.
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// GET /api/orders/{orderNo} tells nothing of another user's orders: its
+// not-found paths — no such order, another user's stored order, another
+// user's order still pending in Redis — read the same (the same MySQL
+// queries and Redis commands), so they cost the same. Before, another
+// user's stored order answered after one MySQL read (430 µs) and a missing
+// one after two and a Redis read (723 µs).
+func TestOrderNotFoundPathsCostTheSame(t *testing.T) {
+	e := newEnv(t)
+	pid := e.product(openSale(10))
+	stored := e.waitingPay(1, pid, 1, "s")
+	pending := e.accepted(1, pid, 1, "p")
+	gen, _ := order.NewNoGenerator(900) // a well-formed orderNo nobody has
+
+	nobody := gen.Next(pid, 0)
+	hook := &countingHook{}
+	e.rdb.AddHook(hook)
+	selects := func() int64 {
+		var name string
+		var n int64
+		if err := e.store.DB.QueryRow(`SHOW GLOBAL STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const reads = 10
+	cost := map[string][2]int64{}
+	for name, no := range map[string]string{"no such order": nobody, "another's stored": stored, "another's pending": pending} {
+		s0, r0 := selects(), hook.n.Load()
+		for range reads {
+			e.do("GET", "/api/orders/"+no, token(t, 2), nil).wantError(t, 404, CodeNotFound)
+		}
+		cost[name] = [2]int64{selects() - s0, hook.n.Load() - r0}
+	}
+	want := cost["no such order"]
+	for name, c := range cost {
+		if c != want {
+			t.Errorf("%s: %d MySQL selects and %d Redis commands for %d reads; no such order: %d and %d", name, c[0], c[1], reads, want[0], want[1])
+		}
+	}
+	if r := e.do("GET", "/api/orders/"+stored, token(t, 1), nil); r.status != 200 {
+		t.Fatalf("the owner's read: %s", r)
+	}
+}
+
+// Order reads have a per-user token bucket of their own (Config.RateUserRead):
+// past it 429 RATE_LIMITED with Retry-After, for that user only.
+func TestOrderReadsRateLimitedPerUser(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.RateUserRead, c.RateUserReadBurst = 0.5, 3 })
+	pid := e.product(openSale(10))
+	no := e.accepted(1, pid, 1, "r")
+	for i := range 3 {
+		if r := e.do("GET", "/api/orders/"+no, token(t, 1), nil); r.status != 200 {
+			t.Fatalf("read %d: %s", i, r)
+		}
+	}
+	r := e.do("GET", "/api/orders/"+no, token(t, 1), nil)
+	r.wantError(t, 429, CodeRateLimited)
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	e.do("GET", "/api/orders", token(t, 1), nil).wantError(t, 429, CodeRateLimited)
+	if r := e.do("GET", "/api/orders", token(t, 2), nil); r.status != 200 {
+		t.Fatalf("another user's read: %s", r)
 	}
 }

@@ -138,6 +138,12 @@ func tokenWait(lim *rate.Limiter, now time.Time) time.Duration {
 // (at least 1) and counts it.
 func (s *Server) rateLimited(ctx *fasthttp.RequestCtx, wait time.Duration) {
 	s.metrics.ReserveRateLimited()
+	tooMany(ctx, wait)
+}
+
+// tooMany answers 429 RATE_LIMITED with Retry-After (whole seconds, at
+// least 1).
+func tooMany(ctx *fasthttp.RequestCtx, wait time.Duration) {
 	secs := int64(math.Ceil(wait.Seconds()))
 	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 	writeError(ctx, fasthttp.StatusTooManyRequests, CodeRateLimited, "too many requests; retry after the time in Retry-After")

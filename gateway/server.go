@@ -44,6 +44,7 @@ type Server struct {
 	handler    fasthttp.RequestHandler
 	metrics    *Metrics
 	limiter    *rateLimiter       // nil: no rate limits
+	reads      *rateLimiter       // per-user order reads; nil: no limit (orderread.go)
 	stock      *lua.Sharded       // the multi-shard operations, run under redisCall (shards.go)
 	admissions *lua.AdmissionSaga // a sharded room product's orders (waitingroom.go)
 	batcher    *reserveBatcher    // nil: one round trip per reserve call
@@ -104,6 +105,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		base:       context.Background(),
 		metrics:    cfg.Metrics,
 		limiter:    newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
+		reads:      newRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
 	}
 	if s.verifier == nil {
 		s.verifier = auth.NewVerifier(cfg.JWTSecret)

@@ -85,15 +85,17 @@ type Config struct {
 	RedisCheckInterval time.Duration // STAMPEDE_REDIS_CHECK_INTERVAL, -redis-check-interval: period of the gateway's watch of Redis's settings (10s)
 
 	// Gateway intake (issue 5).
-	Intake          string        // STAMPEDE_INTAKE, -intake: "stream" (Redis intake stream, batched writers) or "sync" (MySQL in the request) (stream)
-	RateGlobal      float64       // STAMPEDE_RATE_GLOBAL, -rate-global: order requests/s per gateway instance, 0 = no limit (0)
-	RateGlobalBurst int           // STAMPEDE_RATE_GLOBAL_BURST, -rate-global-burst: global bucket size, 0 = one second's worth (0)
-	RateUser        float64       // STAMPEDE_RATE_USER, -rate-user: order requests/s per user, 0 = no limit (20)
-	RateUserBurst   int           // STAMPEDE_RATE_USER_BURST, -rate-user-burst: per-user bucket size, 0 = two seconds' worth (40)
-	ReservePipeline int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
-	LookupPipeline  int           // STAMPEDE_LOOKUP_PIPELINE, -lookup-pipeline: sold-out request-record GETs per Redis pipeline, 0 = one round trip each (64)
-	SoldOutTTL      time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
-	SoldOutBuyers   int           // STAMPEDE_SOLDOUT_BUYERS, -soldout-buyers: buyers of a sold-out product shard held in memory to answer everyone else at once, 0 = off (100000)
+	Intake            string        // STAMPEDE_INTAKE, -intake: "stream" (Redis intake stream, batched writers) or "sync" (MySQL in the request) (stream)
+	RateGlobal        float64       // STAMPEDE_RATE_GLOBAL, -rate-global: order requests/s per gateway instance, 0 = no limit (0)
+	RateGlobalBurst   int           // STAMPEDE_RATE_GLOBAL_BURST, -rate-global-burst: global bucket size, 0 = one second's worth (0)
+	RateUser          float64       // STAMPEDE_RATE_USER, -rate-user: order requests/s per user, 0 = no limit (20)
+	RateUserBurst     int           // STAMPEDE_RATE_USER_BURST, -rate-user-burst: per-user bucket size, 0 = two seconds' worth (40)
+	RateUserRead      float64       // STAMPEDE_RATE_USER_READ, -rate-user-read: order reads/s per user, 0 = no limit (20)
+	RateUserReadBurst int           // STAMPEDE_RATE_USER_READ_BURST, -rate-user-read-burst: its bucket size, 0 = two seconds' worth (0)
+	ReservePipeline   int           // STAMPEDE_RESERVE_PIPELINE, -reserve-pipeline: reserve calls per Redis pipeline, 0 = one round trip each (0)
+	LookupPipeline    int           // STAMPEDE_LOOKUP_PIPELINE, -lookup-pipeline: sold-out request-record GETs per Redis pipeline, 0 = one round trip each (64)
+	SoldOutTTL        time.Duration // STAMPEDE_SOLDOUT_TTL, -soldout-ttl: sold-out products answered from memory this long, 0 = off (200ms)
+	SoldOutBuyers     int           // STAMPEDE_SOLDOUT_BUYERS, -soldout-buyers: buyers of a sold-out product shard held in memory to answer everyone else at once, 0 = off (100000)
 
 	// Waiting room (issue 17): the admission pacer runs with the sweeper role.
 	RoomRate          float64       // STAMPEDE_ROOM_RATE, -room-rate: admissions/s of every waiting room, 0 = auto from the pipeline's drain (0)
@@ -303,6 +305,8 @@ func (c *Config) bindGateway(b flagBinder) {
 	b.integer(&c.RateGlobalBurst, "rate-global-burst", "STAMPEDE_RATE_GLOBAL_BURST", 0, "global token bucket size (0: one second's worth)")
 	b.f64(&c.RateUser, "rate-user", "STAMPEDE_RATE_USER", 20, "order requests/s one user may send (token bucket; 0: no limit)")
 	b.integer(&c.RateUserBurst, "rate-user-burst", "STAMPEDE_RATE_USER_BURST", 40, "per-user token bucket size (0: two seconds' worth)")
+	b.f64(&c.RateUserRead, "rate-user-read", "STAMPEDE_RATE_USER_READ", 20, "order reads/s one user may send: GET /api/orders and GET /api/orders/{orderNo}, a token bucket of their own (0: no limit)")
+	b.integer(&c.RateUserReadBurst, "rate-user-read-burst", "STAMPEDE_RATE_USER_READ_BURST", 0, "per-user order-read token bucket size (0: two seconds' worth)")
 	b.integer(&c.ReservePipeline, "reserve-pipeline", "STAMPEDE_RESERVE_PIPELINE", 0, "send concurrent requests' reserve calls to Redis in pipelines of up to this many (0: one round trip each)")
 	b.integer(&c.LookupPipeline, "lookup-pipeline", "STAMPEDE_LOOKUP_PIPELINE", 64, "send the request-record GETs of concurrent sold-out answers to Redis in pipelines of up to this many (0: one round trip each)")
 	b.dur(&c.SoldOutTTL, "soldout-ttl", "STAMPEDE_SOLDOUT_TTL", 200*time.Millisecond, "a sold-out product is answered from the gateway's memory this long; bounds the delay before returned stock sells again (0: off)")
@@ -426,7 +430,8 @@ func (c *Config) validateGateway() []error {
 	}
 	errs = inRange(errs, "reserve pipeline", c.ReservePipeline, 0, 1024)
 	errs = inRange(errs, "lookup pipeline", c.LookupPipeline, 0, 1024)
-	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 {
+	if c.RateGlobal < 0 || c.RateUser < 0 || c.RateGlobalBurst < 0 || c.RateUserBurst < 0 || c.SoldOutTTL < 0 || c.SoldOutBuyers < 0 || c.TokenCache < 0 ||
+		c.RateUserRead < 0 || c.RateUserReadBurst < 0 {
 		errs = append(errs, errors.New("rate limits, bursts, sold-out TTL and buyers, token cache must be >= 0"))
 	}
 	return errs

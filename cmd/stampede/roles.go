@@ -149,6 +149,8 @@ func (b *roleBuilder) gateway() error {
 		RateGlobalBurst:     b.cfg.RateGlobalBurst,
 		RateUser:            b.cfg.RateUser,
 		RateUserBurst:       b.cfg.RateUserBurst,
+		RateUserRead:        b.cfg.RateUserRead,
+		RateUserReadBurst:   b.cfg.RateUserReadBurst,
 		SoldOutTTL:          b.cfg.SoldOutTTL,
 		SoldOutBuyers:       b.cfg.SoldOutBuyers,
 		ReservePipeline:     b.cfg.ReservePipeline,
