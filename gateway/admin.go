@@ -74,7 +74,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	s.log.Info("product created", "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room, "adminId", c.UserID)
+	s.log.Info("product created", append(adminAttrs(c), "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)...)
 	pj := toProductJSON(p, p.Total)
 	pj.WaitingRoom = room
 	ctx.Response.Header.Set("Location", "/api/products/"+strconv.FormatInt(p.ID, 10))
@@ -152,19 +152,22 @@ func (s *Server) storeProduct(c auth.Claims, p persistence.Product, room bool) (
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	p, err := s.store.CreateProductChecked(sctx, c.UserID, p, s.checkUnused)
 	cancel()
+	if errors.Is(err, lua.ErrIncarnation) {
+		s.log.Error("product creation refused: Redis holds stock of an earlier product with this id", append(adminAttrs(c), "productId", p.ID, "err", err)...)
+	}
 	if err != nil {
 		return p, err
 	}
 	s.products.invalidate()
 	if err := s.loadProduct(p); err != nil {
-		s.log.Error("product stored in MySQL but not loaded into Redis", "productId", p.ID, "err", err)
+		s.log.Error("product stored in MySQL but not loaded into Redis", append(adminAttrs(c), "productId", p.ID, "err", err)...)
 		return p, err
 	}
 	if room {
 		// The create entry of admin_audit records waitingRoom: no room entry of its own.
 		t := persistence.RoomTerms{ProductID: p.ID, On: true, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
 		if _, err := s.saveRoom(0, t, p.Shards); err != nil {
-			s.log.Error("product stored and loaded but its waiting room not turned on", "productId", p.ID, "err", err)
+			s.log.Error("product stored and loaded but its waiting room not turned on", append(adminAttrs(c), "productId", p.ID, "err", err)...)
 			return p, err
 		}
 	}
@@ -279,14 +282,10 @@ func validateDescription(desc string) string {
 
 // checkUnused runs inside the product's creating transaction: Redis must
 // hold no stock of an earlier product with p's id (lua.CheckUnused), else
-// the creation is rolled back and answered 409 STOCK_CONFLICT; the stock
-// found is left untouched.
+// the creation is rolled back and answered 409 STOCK_CONFLICT (logged by
+// storeProduct, with the admin); the stock found is left untouched.
 func (s *Server) checkUnused(_ context.Context, p persistence.Product) error {
-	err := s.stock.Do(func(ctx context.Context) error { return lua.CheckUnused(ctx, s.rdb, p.ID, p.Incarnation) })
-	if errors.Is(err, lua.ErrIncarnation) {
-		s.log.Error("product creation refused: Redis holds stock of an earlier product with this id", "productId", p.ID, "err", err)
-	}
-	return err
+	return s.stock.Do(func(ctx context.Context) error { return lua.CheckUnused(ctx, s.rdb, p.ID, p.Incarnation) })
 }
 
 // loadProduct creates the Redis stock hash of every shard of p and registers

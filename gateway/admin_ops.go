@@ -178,14 +178,14 @@ func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.fail(ctx, err)
 		return
 	}
-	redisAvail, err := s.adjustRedis(pid, a)
+	redisAvail, err := s.adjustRedis(c, pid, a)
 	if err != nil {
 		s.fail(ctx, err)
 		return
 	}
 	s.products.invalidate()
-	s.log.Info("stock repaired", "productId", pid, "repairNo", a.repairNo, "delta", a.delta, "applied", res.Applied,
-		"reason", a.reason)
+	s.log.Info("stock repaired", append(adminAttrs(c), "productId", pid, "repairNo", a.repairNo, "delta", a.delta, "applied", res.Applied,
+		"reason", a.reason)...)
 	s.writeJSON(ctx, fasthttp.StatusOK, adjustJSON{ProductID: pid, RepairNo: a.repairNo, Delta: a.delta,
 		Applied: res.Applied, MySQLAvailable: res.Available, RedisAvailable: redisAvail})
 }
@@ -248,23 +248,23 @@ func (s *Server) adjustMySQL(c auth.Claims, pid int64, a stockAdjustment) (persi
 }
 
 // adjustRedis is the Redis half (adjust.lua on shard 0), after the MySQL
-// commit: shard 0's available after it; failures logged.
-func (s *Server) adjustRedis(pid int64, a stockAdjustment) (int64, error) {
+// commit: shard 0's available after it; failures logged with the admin c.
+func (s *Server) adjustRedis(c auth.Claims, pid int64, a stockAdjustment) (int64, error) {
 	var redisAvail int64
-	err := s.redisCall(func(c context.Context) error {
+	err := s.redisCall(func(ctx context.Context) error {
 		var err error
-		_, redisAvail, err = lua.ApplyAdjustment(c, s.rdb, pid, a.repairNo, a.delta)
+		_, redisAvail, err = lua.ApplyAdjustment(ctx, s.rdb, pid, a.repairNo, a.delta)
 		return err
 	})
 	if errors.Is(err, lua.ErrNegativeAdjust) {
-		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", "productId", pid,
-			"repairNo", a.repairNo, "delta", a.delta, "redisAvailable", redisAvail)
+		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", append(adminAttrs(c), "productId", pid,
+			"repairNo", a.repairNo, "delta", a.delta, "redisAvailable", redisAvail)...)
 		return redisAvail, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
 			message: "applied in MySQL, but Redis shard 0 has too little available stock; reconcile shows the drift"}
 	}
 	if err != nil {
-		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", "productId", pid,
-			"repairNo", a.repairNo, "err", err)
+		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", append(adminAttrs(c), "productId", pid,
+			"repairNo", a.repairNo, "err", err)...)
 		return redisAvail, err
 	}
 	return redisAvail, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os/exec"
 	"strconv"
@@ -180,5 +181,45 @@ func TestCheckRedisRefusesEviction(t *testing.T) {
 	}
 	if err := lua.LoadAll(ctx, ok); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every log line of an admin's action names the admin (adminId, and the
+// provider's issuer and subject for a mapped user), as the audit rows do:
+// product creation, a sale change, a stock repair, the waiting room.
+// Before, "stock repaired" named nobody.
+func TestAdminLogLinesNameTheAdmin(t *testing.T) {
+	e := newEnv(t)
+	var buf logBuffer
+	srv, err := New(baseConfig(), e.rdb, e.store, slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &env{t: t, rdb: e.rdb, store: e.store, srv: srv}
+	a.hc, a.ln = serveInMemory(t, srv)
+	admin := token(t, adminID)
+	pid := a.product(openSale(10))
+	if r := a.do("PATCH", fmt.Sprintf("/api/admin/products/%d", pid), admin, map[string]any{"name": "Renamed"}); r.status != 200 {
+		t.Fatalf("PATCH: %s", r)
+	}
+	if r := a.do("POST", fmt.Sprintf("/api/admin/products/%d/stock", pid), admin, `{"delta":2,"repairNo":"R-9","reason":"recount"}`); r.status != 200 {
+		t.Fatalf("stock repair: %s", r)
+	}
+	if r := a.do("POST", fmt.Sprintf("/api/admin/products/%d/waiting-room", pid), admin, map[string]any{"on": true}); r.status != 200 {
+		t.Fatalf("room: %s", r)
+	}
+	seen := 0
+	for _, line := range strings.Split(buf.String(), "\n") {
+		for _, msg := range []string{`msg="product created"`, `msg="sale changed"`, `msg="stock repaired"`, `msg="waiting room set"`} {
+			if strings.Contains(line, msg) {
+				seen++
+				if !strings.Contains(line, "adminId="+strconv.Itoa(adminID)) {
+					t.Errorf("an admin's log line names no admin: %s", line)
+				}
+			}
+		}
+	}
+	if seen != 4 {
+		t.Fatalf("%d of the 4 admin lines logged:\n%s", seen, buf.String())
 	}
 }

@@ -463,13 +463,13 @@ func (s *Server) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action stri
 		MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd, Paused: p.Paused,
 	})
 	if err != nil {
-		s.log.Error("sale change stored in MySQL but not written to Redis; send it again", "productId", pid,
-			"action", action, "err", err)
+		s.log.Error("sale change stored in MySQL but not written to Redis; send it again", append(adminAttrs(c), "productId", pid,
+			"action", action, "err", err)...)
 		s.fail(ctx, err)
 		return
 	}
 	if changed {
-		s.log.Info("sale changed", "productId", pid, "action", action, "adminId", c.UserID, "version", p.SaleVersion)
+		s.log.Info("sale changed", append(adminAttrs(c), "productId", pid, "action", action, "version", p.SaleVersion)...)
 	}
 	avail, rooms, err := s.available([]persistence.Product{p})
 	if err != nil {

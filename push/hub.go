@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,6 +241,17 @@ func (h *Hub) Handler() http.Handler {
 	return mux
 }
 
+// quoted matches a Go-quoted string in an error message: the websocket
+// library quotes the header values it refuses.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// withoutQuoted is err's message with every quoted value replaced by its
+// length, for the log: a handshake header's value (a token in the wrong
+// header) never reaches it.
+func withoutQuoted(err error) string {
+	return quoted.ReplaceAllStringFunc(err.Error(), func(q string) string { return "<" + strconv.Itoa(len(q)-2) + " bytes>" })
+}
+
 // netConnKey is the request context key of the connection Serve accepted.
 type netConnKey struct{}
 
@@ -272,7 +284,9 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer h.wg.Done()
 	if !h.originAllowed(r) {
 		h.stats.originRefused.Add(1)
-		h.log.Debug("websocket origin refused", "origin", r.Header.Get("Origin"), "host", r.Host)
+		// Sizes only: a header's value is never logged (a token sent in the
+		// wrong header would be).
+		h.log.Debug("websocket origin refused", "originBytes", len(r.Header.Get("Origin")), "hostBytes", len(r.Host))
 		http.Error(w, "push: origin not allowed", http.StatusForbidden)
 		return
 	}
@@ -290,7 +304,7 @@ func (h *Hub) serveWS(w http.ResponseWriter, r *http.Request) {
 	opts := &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true}
 	ws, err := websocket.Accept(leanHijacker{w}, r, opts) // hijack.go: small buffers
 	if err != nil {
-		h.log.Debug("websocket accept", "err", err)
+		h.log.Debug("websocket accept", "err", withoutQuoted(err))
 		return
 	}
 	nc, _ := r.Context().Value(netConnKey{}).(net.Conn)

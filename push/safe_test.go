@@ -1,9 +1,13 @@
 package push
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -99,4 +103,70 @@ func TestHandshakeHeaderBound(t *testing.T) {
 	if err := dialWithOrigin(t, h.url, "", http.Header{"X-Padding": {strings.Repeat("a", 2<<10)}}); err != nil {
 		t.Fatalf("2 KiB header: %v", err)
 	}
+}
+
+// The debug log never quotes a handshake header's value: a token sent in
+// the wrong header (Origin, Connection, Sec-WebSocket-Version) stays out of
+// it, at every level (before, "websocket origin refused" logged the Origin
+// and "websocket accept" the library's error, which quotes the header).
+func TestDebugLogQuotesNoHeaderValue(t *testing.T) {
+	var buf safeBuffer
+	h, err := New(Config{HandshakeUserRate: -1, HandshakeAddrRate: -1}, auth.NewVerifier(testSecret), newMemSnapshots(), "",
+		slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	const secret = "eyJ-s3cret-token-in-a-header"
+	url := "http://" + ln.Addr().String() + "/ws"
+	for _, hdr := range []map[string]string{
+		{"Origin": "http://evil.example/" + secret},
+		{"Connection": "keep-alive, " + secret, "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+		{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": secret, "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+		{"Connection": "Upgrade", "Upgrade": secret, "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+	} {
+		req, _ := http.NewRequest("GET", url, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode < 400 {
+			t.Fatalf("handshake with %v: %d, want a refusal", hdr, res.StatusCode)
+		}
+	}
+	if strings.Contains(buf.String(), "s3cret") {
+		t.Fatalf("the debug log quotes a header value:\n%s", buf.String())
+	}
+	if !strings.Contains(buf.String(), "websocket origin refused") || !strings.Contains(buf.String(), "websocket accept") {
+		t.Fatalf("the refusals were not logged:\n%s", buf.String())
+	}
+}
+
+// safeBuffer is a bytes.Buffer safe for concurrent writes.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
