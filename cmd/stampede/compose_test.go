@@ -18,6 +18,9 @@ type composeService struct {
 	Environment   map[string]string `yaml:"environment"`
 	Ports         []string          `yaml:"ports"`
 	ContainerName string            `yaml:"container_name"`
+	Healthcheck   struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
 	DependsOn     map[string]struct {
 		Condition string `yaml:"condition"`
 	} `yaml:"depends_on"`
@@ -214,7 +217,7 @@ func TestComposeLeastPrivilege(t *testing.T) {
 		t.Errorf("rabbitmq environment %v", rb.Environment)
 	}
 	rd := svcs["redis"]
-	if !strings.Contains(strings.Join(rd.Command, " "), `--requirepass "$$REDIS_PASSWORD"`) || !required(rd.Environment["REDIS_PASSWORD"], "REDIS_PASSWORD") {
+	if !strings.Contains(strings.Join(rd.Command, " "), "requirepass $$REDIS_PASSWORD\n") || !required(rd.Environment["REDIS_PASSWORD"], "REDIS_PASSWORD") {
 		t.Errorf("redis: command %q, environment %v: want requirepass from the environment", rd.Command, rd.Environment)
 	}
 	for _, role := range allRoles {
@@ -261,6 +264,45 @@ func TestComposeLeastPrivilege(t *testing.T) {
 				t.Errorf("deploy/services.compose.yml: %s publishes %q beyond loopback", name, p)
 			}
 		}
+	}
+}
+
+// passwordArg is a password, secret or key variable given as a command's
+// argument or option (-p"$X", -a "$X", --requirepass "$X", --password=$X).
+var passwordArg = regexp.MustCompile(`(^|\s)-{1,2}[A-Za-z-]*(\s+|=)?["']?\$\$?\{?[A-Z_]*(PASSWORD|PASS|SECRET)`)
+
+// TestComposePasswordsOffCommandLines: no service command, healthcheck or
+// MySQL init script passes a password as an argument, which every user of
+// the host sees in ps (before: redis-server --requirepass, redis-cli -a,
+// mysqladmin -p and mysql -p did). Passwords go in the environment
+// (MYSQL_PWD, REDISCLI_AUTH) or on standard input.
+func TestComposePasswordsOffCommandLines(t *testing.T) {
+	var lines []string
+	for name, s := range composeDoc(t, "../../docker-compose.yml") {
+		for _, part := range append(append([]string{}, s.Command...), s.Healthcheck.Test...) {
+			for _, l := range strings.Split(part, "\n") {
+				lines = append(lines, name+": "+l)
+			}
+		}
+	}
+	script, err := os.ReadFile("../../deploy/mysql/init/10-stampede-users.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(script), "\n") {
+		lines = append(lines, "deploy/mysql/init: "+l)
+	}
+	checked := 0
+	for _, l := range lines {
+		if strings.Contains(l, "PASSWORD") {
+			checked++
+		}
+		if passwordArg.MatchString(l) {
+			t.Errorf("a password on a command line: %s", l)
+		}
+	}
+	if checked < 4 {
+		t.Fatalf("only %d lines name a password: the test reads nothing", checked)
 	}
 }
 

@@ -7,7 +7,9 @@
 # come from the environment (STAMPEDE_DB_PASSWORD, STAMPEDE_MIGRATE_DB_PASSWORD);
 # use hex or base64 ones (openssl rand -hex 24): they are quoted as SQL strings.
 set -eu
-mysql --protocol=socket -uroot -p"$MYSQL_ROOT_PASSWORD" <<SQL
+# No password on a command line (visible in ps): the client reads MYSQL_PWD,
+# the users' passwords come in the here-document on its standard input.
+MYSQL_PWD="$MYSQL_ROOT_PASSWORD" mysql --protocol=socket -uroot <<SQL
 CREATE USER IF NOT EXISTS 'stampede'@'%' IDENTIFIED BY '${STAMPEDE_DB_PASSWORD}';
 GRANT SELECT, INSERT, UPDATE, DELETE ON \`stampede\`.* TO 'stampede'@'%';
 CREATE USER IF NOT EXISTS 'stampede_migrate'@'%' IDENTIFIED BY '${STAMPEDE_MIGRATE_DB_PASSWORD}';
