@@ -173,15 +173,7 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc, _ := serveInMemory(t, srv)
-	selects := func() int64 {
-		var name string
-		var n int64
-		if err := e.store.DB.QueryRow(`SHOW GLOBAL STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	before := selects()
+	before := e.mysqlSelects()
 	var wg sync.WaitGroup
 	var bad atomic.Int64
 	start := time.Now()
@@ -204,7 +196,7 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	delta := selects() - before // SHOW GLOBAL STATUS counts as Com_show_status, not Com_select
+	delta := e.mysqlSelects() - before // SHOW GLOBAL STATUS counts as Com_show_status, not Com_select
 	replays := int64(buyers * rounds)
 	t.Logf("%d replays in %v (%.0f/s) with MySQL closed for the gateway: all answered from Redis; server-wide Com_select delta %d (other packages' tests included)",
 		replays, took, float64(replays)/took.Seconds(), delta)

@@ -108,6 +108,18 @@ func TestListOrders(t *testing.T) {
 	}
 }
 
+// mysqlSelects is the MySQL server's SELECT count (Com_select, every
+// session's; SHOW GLOBAL STATUS is not one).
+func (e *env) mysqlSelects() int64 {
+	e.t.Helper()
+	var name string
+	var n int64
+	if err := e.store.DB.QueryRow(`SHOW GLOBAL STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
 // countingHook counts the Redis commands a client sends.
 type countingHook struct{ n atomic.Int64 }
 
@@ -141,22 +153,14 @@ func TestOrderNotFoundPathsCostTheSame(t *testing.T) {
 	nobody := gen.Next(pid, 0)
 	hook := &countingHook{}
 	e.rdb.AddHook(hook)
-	selects := func() int64 {
-		var name string
-		var n int64
-		if err := e.store.DB.QueryRow(`SHOW GLOBAL STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	const reads = 10
 	cost := map[string][2]int64{}
 	for name, no := range map[string]string{"no such order": nobody, "another's stored": stored, "another's pending": pending} {
-		s0, r0 := selects(), hook.n.Load()
+		s0, r0 := e.mysqlSelects(), hook.n.Load()
 		for range reads {
 			e.do("GET", "/api/orders/"+no, token(t, 2), nil).wantError(t, 404, CodeNotFound)
 		}
-		cost[name] = [2]int64{selects() - s0, hook.n.Load() - r0}
+		cost[name] = [2]int64{e.mysqlSelects() - s0, hook.n.Load() - r0}
 	}
 	want := cost["no such order"]
 	for name, c := range cost {

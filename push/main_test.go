@@ -278,6 +278,13 @@ func startHubWith(t testing.TB, cfg Config, v *auth.Verifier, snap Snapshotter, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveHub(t, h, amqpURL, wrap)
+}
+
+// serveHub serves h on a loopback port until the test ends (or stop is
+// called); with amqpURL it waits until h consumes.
+func serveHub(t testing.TB, h *Hub, amqpURL string, wrap func(net.Listener) net.Listener) *testHub {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -116,16 +115,8 @@ func TestDebugLogQuotesNoHeaderValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Serve(ctx, ln) }()
-	defer func() { cancel(); <-done }()
 	const secret = "eyJ-s3cret-token-in-a-header"
-	url := "http://" + ln.Addr().String() + "/ws"
+	url := strings.Replace(serveHub(t, h, "", nil).url, "ws://", "http://", 1)
 	for _, hdr := range []map[string]string{
 		{"Origin": "http://evil.example/" + secret},
 		{"Connection": "keep-alive, " + secret, "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
