@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/persistence/persistencetest"
 )
 
 func TestGetOrder(t *testing.T) {
@@ -109,7 +112,8 @@ func TestListOrders(t *testing.T) {
 }
 
 // mysqlSelects is the MySQL server's SELECT count (Com_select, every
-// session's; SHOW GLOBAL STATUS is not one).
+// session's — other packages' tests included; SHOW GLOBAL STATUS is not
+// one).
 func (e *env) mysqlSelects() int64 {
 	e.t.Helper()
 	var name string
@@ -120,19 +124,32 @@ func (e *env) mysqlSelects() int64 {
 	return n
 }
 
-// countingHook counts the Redis commands a client sends.
-type countingHook struct{ n atomic.Int64 }
+// orderKeyHook counts the Redis commands a client sends on pending order
+// records (Keys.Order): the order read's Redis work, not the gateways'
+// background checks.
+type orderKeyHook struct{ n atomic.Int64 }
 
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *orderKeyHook) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		for _, a := range c.Args() {
+			if s, ok := a.(string); ok && strings.Contains(s, "}:order:") {
+				h.n.Add(1)
+				break
+			}
+		}
+	}
+}
+
+func (h *orderKeyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *orderKeyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
+		h.count(cmd)
 		return next(ctx, cmd)
 	}
 }
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *orderKeyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
+		h.count(cmds...)
 		return next(ctx, cmds)
 	}
 }
@@ -149,18 +166,43 @@ func TestOrderNotFoundPathsCostTheSame(t *testing.T) {
 	stored := e.waitingPay(1, pid, 1, "s")
 	pending := e.accepted(1, pid, 1, "p")
 	gen, _ := order.NewNoGenerator(900) // a well-formed orderNo nobody has
-
 	nobody := gen.Next(pid, 0)
-	hook := &countingHook{}
+	// The reads are counted on a gateway whose store has one MySQL
+	// connection: its session's Com_select counts that gateway's selects
+	// and nothing else (other packages' tests share the server).
+	one, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { one.Close() })
+	one.DB.SetMaxOpenConns(1)
+	one.DB.SetMaxIdleConns(1)
+	one.DB.SetConnMaxLifetime(0)
+	one.DB.SetConnMaxIdleTime(0)
+	srv, err := New(baseConfig(), e.rdb, one, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &env{t: t, rdb: e.rdb, store: one, srv: srv}
+	g.hc, g.ln = serveInMemory(t, srv)
+	selects := func() int64 {
+		var name string
+		var n int64
+		if err := one.DB.QueryRow(`SHOW SESSION STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	hook := &orderKeyHook{}
 	e.rdb.AddHook(hook)
 	const reads = 10
 	cost := map[string][2]int64{}
 	for name, no := range map[string]string{"no such order": nobody, "another's stored": stored, "another's pending": pending} {
-		s0, r0 := e.mysqlSelects(), hook.n.Load()
+		s0, r0 := selects(), hook.n.Load()
 		for range reads {
-			e.do("GET", "/api/orders/"+no, token(t, 2), nil).wantError(t, 404, CodeNotFound)
+			g.do("GET", "/api/orders/"+no, token(t, 2), nil).wantError(t, 404, CodeNotFound)
 		}
-		cost[name] = [2]int64{e.mysqlSelects() - s0, hook.n.Load() - r0}
+		cost[name] = [2]int64{selects() - s0, hook.n.Load() - r0}
 	}
 	want := cost["no such order"]
 	for name, c := range cost {
@@ -168,7 +210,7 @@ func TestOrderNotFoundPathsCostTheSame(t *testing.T) {
 			t.Errorf("%s: %d MySQL selects and %d Redis commands for %d reads; no such order: %d and %d", name, c[0], c[1], reads, want[0], want[1])
 		}
 	}
-	if r := e.do("GET", "/api/orders/"+stored, token(t, 1), nil); r.status != 200 {
+	if r := g.do("GET", "/api/orders/"+stored, token(t, 1), nil); r.status != 200 {
 		t.Fatalf("the owner's read: %s", r)
 	}
 }
