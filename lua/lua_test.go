@@ -268,8 +268,10 @@ func TestPerUserLimitLastsTheWholeSale(t *testing.T) {
 		if _, err := reserve(rdb, k, fmt.Sprintf("l%d", i), 7, "r1", 2); err != nil {
 			t.Fatal(err)
 		}
-		secs, err := rdb.Do(ctx, "TTL", k.User(7)).Int64() // seconds: 8,000 years overflow a time.Duration
-		if err != nil || secs < int64(time.Until(end)/time.Second) { // time.Until saturates at 292 years
+		// In seconds: 8,000 years overflow a time.Duration (and time.Until
+		// saturates at 292 years, which the count outlives too).
+		secs, err := rdb.Do(ctx, "TTL", k.User(7)).Int64()
+		if err != nil || secs < int64(time.Until(end)/time.Second) {
 			t.Fatalf("sale ending %v: the user's count lives %d s, want until the end", end, secs)
 		}
 		if _, err := reserve(rdb, k, fmt.Sprintf("m%d", i), 7, "r2", 1); !errors.Is(err, lua.ErrLimitExceeded) {

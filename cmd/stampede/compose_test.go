@@ -21,7 +21,7 @@ type composeService struct {
 	Healthcheck   struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
-	DependsOn     map[string]struct {
+	DependsOn map[string]struct {
 		Condition string `yaml:"condition"`
 	} `yaml:"depends_on"`
 }
