@@ -204,3 +204,16 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 		t.Fatalf("%d of %d replays not answered without MySQL", bad.Load(), replays)
 	}
 }
+
+// mysqlSelects is the MySQL server's SELECT count (Com_select, every
+// session's — other packages' tests included; SHOW GLOBAL STATUS is not
+// one).
+func (e *env) mysqlSelects() int64 {
+	e.t.Helper()
+	var name string
+	var n int64
+	if err := e.store.DB.QueryRow(`SHOW GLOBAL STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}

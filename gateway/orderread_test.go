@@ -111,19 +111,6 @@ func TestListOrders(t *testing.T) {
 	}
 }
 
-// mysqlSelects is the MySQL server's SELECT count (Com_select, every
-// session's — other packages' tests included; SHOW GLOBAL STATUS is not
-// one).
-func (e *env) mysqlSelects() int64 {
-	e.t.Helper()
-	var name string
-	var n int64
-	if err := e.store.DB.QueryRow(`SHOW GLOBAL STATUS LIKE 'Com_select'`).Scan(&name, &n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
-
 // orderKeyHook counts the Redis commands a client sends on pending order
 // records (Keys.Order): the order read's Redis work, not the gateways'
 // background checks.
