@@ -509,6 +509,13 @@ func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
 // (a per-order marker). A status batch (the sweeper's closes of one pass, one
 // product) gives back each of its orders in turn; a transient failure retries
 // the whole message, and the orders released before it are no-ops then.
+//
+// Defence in depth: only orders MySQL has released — CANCELLED or FAILED
+// with their RELEASE flow (persistence.Store.ReleasedOrders, one read per
+// message) — are given back. An event naming an order MySQL still holds
+// would otherwise let Redis sell a unit MySQL then refuses; such an order is
+// logged at error and counted (stampede_consumer_releases_refused_total),
+// and nothing of it changes.
 func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error) {
 	events := []order.Event{ev}
 	switch {
@@ -522,15 +529,28 @@ func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error)
 		e    order.Event
 	}
 	targets := make([]target, 0, len(events))
+	nos := make([]string, 0, len(events))
 	for _, e := range events {
 		_, shard, pid, err := order.ParseNo(e.OrderNo)
 		if err != nil || pid != e.ProductID || e.Quantity <= 0 || e.UserID <= 0 {
 			return discard, fmt.Errorf("consumer: release event %s does not match its orderNo or lacks user/quantity", e.EventID)
 		}
 		targets = append(targets, target{lua.ShardKeys(pid, shard), e})
+		nos = append(nos, e.OrderNo)
 	}
-	released := 0
+	released, err := c.store.ReleasedOrders(ctx, nos)
+	if err != nil {
+		return classify(err)
+	}
+	done, refused := 0, 0
 	for _, t := range targets {
+		if !released[t.e.OrderNo] {
+			refused++
+			c.m.releaseRefused.Inc()
+			c.log.Error("consumer: release refused: MySQL has not released the order (not CANCELLED or FAILED with a RELEASE flow)",
+				"orderNo", t.e.OrderNo, "status", t.e.Status, "eventId", ev.EventID)
+			continue
+		}
 		start := time.Now()
 		ok, _, err := lua.Release(ctx, c.rdb, t.keys, t.e.OrderNo, t.e.UserID, t.e.Quantity, c.cfg.ReleaseMarkerTTL)
 		c.m.luaRelease.Observe(time.Since(start).Seconds())
@@ -541,13 +561,16 @@ func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error)
 			return retry, err
 		}
 		if ok {
-			released++
+			done++
 		}
 	}
-	if released == 0 {
-		return ackDuplicate, nil
+	switch {
+	case done > 0:
+		return ack, nil
+	case refused == len(targets):
+		return ackSkipped, nil
 	}
-	return ack, nil
+	return ackDuplicate, nil
 }
 
 // close applies an expired pay-timeout message: WAITING_PAY → CANCELLED if

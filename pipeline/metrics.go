@@ -35,6 +35,7 @@ import (
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
 //	consumer_lock_batch_messages              histogram: ORDER_CREATED messages per order-lock transaction (batch mode)
 //	consumer_lock_batch_splits_total          order-lock batches split in two to isolate a failing message
+//	consumer_releases_refused_total           release events of orders MySQL has not released (not CANCELLED/FAILED with a RELEASE flow): nothing given back
 //	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
 //	sweeper_lost_closes_total                 due orders another closer changed between the sweep's read and its close (wasted attempts)
@@ -93,7 +94,9 @@ type Metrics struct {
 	inFlight   *prometheus.GaugeVec
 	lockBatch  prometheus.Histogram
 	lockSplits prometheus.Counter
-	rejected   atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
+	// releaseRefused: release events of orders MySQL has not released.
+	releaseRefused prometheus.Counter
+	rejected       atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
 
 	sweeperClosed  prometheus.Counter
 	sweeperLost    prometheus.Counter
@@ -288,6 +291,10 @@ func (m *Metrics) registerConsumer(reg prometheus.Registerer) {
 	m.lockSplits = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stampede_consumer_lock_batch_splits_total",
 		Help: "Order-lock batches whose transaction failed with an error that was not an outage and were split in two to isolate the failing message.",
+	}))
+	m.releaseRefused = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_consumer_releases_refused_total",
+		Help: "Orders of release events whose units the release consumer did not give back in Redis because MySQL has not released them (not CANCELLED or FAILED with a RELEASE flow). Should stay 0; each is logged at error.",
 	}))
 	for _, h := range []string{ConsumerOrderLock, ConsumerStockRelease, ConsumerOrderClose} {
 		for _, o := range []string{OutcomeOK, OutcomeDuplicate, OutcomeRetry, OutcomeDeadLetter, OutcomeSkipped} {

@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
@@ -173,5 +176,55 @@ func TestLockedInsertSortsOutReuseWithinTheBatch(t *testing.T) {
 	}
 	if st := e.stock(p.ID); st.Locked != 1 {
 		t.Errorf("mysql stock %+v, want 1 locked", st)
+	}
+}
+
+// The release consumer gives a unit back in Redis only for an order MySQL
+// has released: a FAILED (or CANCELLED) event naming an order that is still
+// WAITING_PAY — what the writers' race published — changes nothing in Redis
+// and is counted; a real release still goes through.
+func TestReleaseConsumerRefusesOrdersMySQLHolds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, k := e.product(10, 10)
+	nos := e.reserve(p, k, 1, 2, 1)
+	w := e.lockingWriter(pipeline.WriterConfig{BatchWait: 5 * time.Millisecond})
+	run(t, "writer", w.Run)
+	e.waitCount(10*time.Second, 2, `SELECT COUNT(*) FROM order_info WHERE status = 'WAITING_PAY'`)
+	held, closed := nos[0], nos[1]
+	if _, err := e.store.CloseOrder(ctx, persistence.CloseRequest{OrderNo: closed, UserID: 2, Reason: order.ReasonUser,
+		From: []order.Status{order.WaitingPay}}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.consumer(pipeline.ConsumerConfig{})
+	run(t, "consumer", c.Run)
+	ch := pipelinetest.Channel(t, e.amqpURL)
+	if err := e.topology().Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	evs := []order.Event{
+		{OrderNo: held, UserID: 1, ProductID: p.ID, Quantity: 1, From: order.Processing, Status: order.Failed, Version: 1, Reason: "REQUEST_REUSED", OccurredAt: time.Now()},
+		{OrderNo: closed, UserID: 2, ProductID: p.ID, Quantity: 1, From: order.WaitingPay, Status: order.Cancelled, Version: 3, Reason: "USER", OccurredAt: time.Now()},
+	}
+	for _, ev := range evs {
+		m, err := persistence.StatusMessage(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.PublishWithContext(ctx, "", pipeline.QueueStockRelease, false, false, amqp.Publishing{Body: m.Payload, MessageId: m.EventID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pipelinetest.WaitFor(t, 10*time.Second, "the refusal", func() (bool, string) {
+		n := e.metric(c, "stampede_consumer_releases_refused_total")
+		return n == 1, fmt.Sprintf("%d refused", n)
+	})
+	pipelinetest.WaitFor(t, 10*time.Second, "the closed order's release", func() (bool, string) {
+		a := e.redisAvailable(k)
+		return a == 9, fmt.Sprintf("redis available %d, want 9 (one unit back, the held order's kept)", a)
+	})
+	time.Sleep(200 * time.Millisecond)
+	if a := e.redisAvailable(k); a != 9 {
+		t.Errorf("redis available %d, want 9", a)
 	}
 }
