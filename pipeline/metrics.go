@@ -42,6 +42,8 @@ import (
 //	sweeper_errors_total                      failed sweeper queries or closes
 //	sweeper_passes_total{pass,result}         pass close or reconcile: done, skipped (another sweeper holds the pass lock, or reconciled recently), error
 //	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
+//	reconcile_drift_unexplained{product}      the drift of a product with nothing in flight (no intake backlog, PROCESSING order or unpublished outbox row, unchanged for a round), else 0: the one to alert on
+//	reconcile_drift_escalations_total         settled drifts no repair explained, each logged once at error
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
 //	reconcile_runs_total{result}              ok, failed (some invariant did not hold), error
 //	reconcile_last_run_timestamp_seconds      end of the last reconciliation
@@ -98,15 +100,17 @@ type Metrics struct {
 	releaseRefused prometheus.Counter
 	rejected       atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
 
-	sweeperClosed  prometheus.Counter
-	sweeperLost    prometheus.Counter
-	sweeperErrors  prometheus.Counter
-	outboxPurged   prometheus.Counter
-	sweeperPasses  *prometheus.CounterVec
-	drift          *prometheus.GaugeVec
-	reconBacklog   *prometheus.GaugeVec
-	reconRuns      *prometheus.CounterVec
-	reconLastRunAt prometheus.Gauge
+	sweeperClosed    prometheus.Counter
+	sweeperLost      prometheus.Counter
+	sweeperErrors    prometheus.Counter
+	outboxPurged     prometheus.Counter
+	sweeperPasses    *prometheus.CounterVec
+	drift            *prometheus.GaugeVec
+	unexplained      *prometheus.GaugeVec // product: drift no order in flight explains
+	driftEscalations prometheus.Counter
+	reconBacklog     *prometheus.GaugeVec
+	reconRuns        *prometheus.CounterVec
+	reconLastRunAt   prometheus.Gauge
 
 	amqpBlocked    *prometheus.GaugeVec   // connection (broker.go)
 	queueUnhealthy *prometheus.GaugeVec   // queue (broker.go)
@@ -340,6 +344,14 @@ func (m *Metrics) registerReconcile(reg prometheus.Registerer) {
 		Name: "stampede_reconcile_drift",
 		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",
 	}, []string{"product"}))
+	m.unexplained = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_reconcile_drift_unexplained",
+		Help: "The drift of a product that nothing in flight explains (no intake backlog, PROCESSING order or unpublished outbox row, and nothing of the product changed since the previous reconciliation), else 0. Alert on this one: stampede_reconcile_drift is non-zero throughout a live sale.",
+	}, []string{"product"}))
+	m.driftEscalations = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_reconcile_drift_escalations_total",
+		Help: "Settled drifts (stampede_reconcile_drift_unexplained) that the sweeper's repair of writes Redis lost did not explain; each is logged once at error, again only if the product's drift changes.",
+	}))
 	m.reconBacklog = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_intake_backlog_entries",
 		Help: "Intake stream entries of a product not yet written by a writer, at the last reconciliation.",
@@ -392,6 +404,11 @@ func (m *Metrics) consumed(handler, outcome string) {
 // without requeue since it started.
 func (m *Metrics) Rejected() int64 { return m.rejected.Load() }
 
+// setUnexplained exports the drift of a product nothing in flight explains.
+func (m *Metrics) setUnexplained(productID, drift int64) {
+	m.unexplained.WithLabelValues(strconv.FormatInt(productID, 10)).Set(float64(drift))
+}
+
 func (m *Metrics) setDrift(productID, drift, backlog int64) {
 	p := strconv.FormatInt(productID, 10)
 	m.drift.WithLabelValues(p).Set(float64(drift))
@@ -426,6 +443,7 @@ func (m *Metrics) dropSale(productID int64) {
 // rounds exports.
 func (m *Metrics) resetRound() {
 	m.drift.Reset()
+	m.unexplained.Reset()
 	m.reconBacklog.Reset()
 	m.refundsPending.Reset()
 	m.refundOldest.Reset()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,10 +171,9 @@ type Sweeper struct {
 	store *persistence.Store
 	log   *slog.Logger
 	m     *Metrics
-	// unrepaired: product → the drift a lost-write scan found nothing to
-	// repair in; the product is not scanned again until its drift changes
-	// (reconcile rounds only, one goroutine).
-	unrepaired map[int64]int64
+	// drifts: product → what the reconcile rounds know of its drift
+	// (driftWatch; reconcile rounds only, one goroutine).
+	drifts map[int64]*driftWatch
 	// saleShown: the products whose sale series the last round exported
 	// (reconcile rounds only, one goroutine).
 	saleShown map[int64]bool
@@ -375,10 +375,9 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (closed int, more bool, err
 // reconcileLoop runs a reconciliation round each ReconcileInterval (the
 // first after one interval; one due in a sale's hot period waits for its end,
 // awaitCool) unless another sweeper runs or ran it (see Sweeper), and
-// exports the drift per product. A drift while the product has
-// no intake backlog and no PROCESSING order is logged at warn (a release on
-// its way to Redis can still explain it for a moment; a real drift stays, run
-// after run).
+// exports the drift per product. A drift that nothing in flight explains
+// (settledDrift) is repaired or escalated once (repairDrift), not logged
+// every round.
 func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	s.roundFails = NewFailureLog("sweeper_reconcile", "sweeper: reconcile round", s.log, s.m, s.cfg.ReconcileInterval, s.cfg.ReconcileInterval)
 	for sleep(ctx, s.cfg.ReconcileInterval) {
@@ -453,7 +452,7 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	}
 	rep, err := s.ReconcileOnce(ctx)
 	if err == nil {
-		s.repairLostWrites(ctx, rep)
+		s.repairDrift(ctx, s.settledDrift(ctx, rep))
 	}
 	result := "done"
 	if err != nil {
@@ -481,43 +480,131 @@ func (s *Sweeper) RepairLost(ctx context.Context) (LostReport, error) {
 	return rep, err
 }
 
-// repairLostWrites runs RepairLostWrites for the products of rep that drift
-// with nothing in flight (no intake backlog, no PROCESSING order): the
-// signature of writes Redis lost. It counts and logs what it repaired.
-func (s *Sweeper) repairLostWrites(ctx context.Context, rep Report) {
-	var pids []int64
-	drift := map[int64]int64{}
+// driftWatch is what the reconcile rounds remember of a drifting product.
+type driftWatch struct {
+	// print is the product as the last round read it (printOf).
+	print string
+	// escalated is the drift last escalated (0: none): the product is not
+	// scanned nor logged again until its drift changes.
+	escalated int64
+}
+
+// printOf is what of p changes while its orders move: Redis available,
+// MySQL stock, orders and units per status, intake backlog.
+func printOf(p ProductAudit) string {
+	sts := make([]string, 0, len(p.Orders))
+	for st := range p.Orders {
+		sts = append(sts, string(st))
+	}
+	slices.Sort(sts)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %d/%d/%d %d", p.RedisAvailable, p.MySQL.Available, p.MySQL.Locked, p.MySQL.Sold, p.IntakeBacklog)
+	for _, st := range sts {
+		fmt.Fprintf(&b, " %s:%v", st, p.Orders[order.Status(st)])
+	}
+	return b.String()
+}
+
+// settledDrift returns the products of rep whose drift nothing in flight
+// explains, and exports stampede_reconcile_drift_unexplained for every
+// product. A drift is in flight — orders on their way that will close it —
+// while the product has intake entries not yet written, a PROCESSING order
+// or unpublished outbox rows, or while anything of it changed since the
+// last round read it (a release on its way from the outbox to Redis, a
+// reservation written between this round's reads of Redis and MySQL): only
+// a product read twice, one round apart, with the same drift and nothing
+// moved, has a drift to repair or escalate. A live sale is therefore never
+// reported as drifting; its real drift is, once it is quiet.
+func (s *Sweeper) settledDrift(ctx context.Context, rep Report) []ProductAudit {
+	if s.drifts == nil {
+		s.drifts = map[int64]*driftWatch{}
+	}
+	seen := map[int64]bool{}
+	var settled []ProductAudit
 	for _, p := range rep.Products {
-		if p.Error == "" && p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
-			if d, seen := s.unrepaired[p.ProductID]; seen && d == p.Drift {
-				continue // scanned at this drift before, nothing to repair
-			}
-			pids = append(pids, p.ProductID)
-			drift[p.ProductID] = p.Drift
+		if p.Error != "" {
+			continue
 		}
+		seen[p.ProductID] = true
+		w := s.drifts[p.ProductID]
+		if p.Drift == 0 {
+			if w != nil && w.escalated != 0 {
+				s.log.Info("sweeper: drift resolved", "productId", p.ProductID, "was", w.escalated)
+			}
+			delete(s.drifts, p.ProductID)
+			s.m.setUnexplained(p.ProductID, 0)
+			continue
+		}
+		print := printOf(p)
+		quiet := w != nil && w.print == print && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0
+		if quiet {
+			pending, err := s.store.PendingOutboxFor(ctx, []int64{p.ProductID})
+			quiet = err == nil && pending == 0
+		}
+		if w == nil {
+			w = &driftWatch{}
+			s.drifts[p.ProductID] = w
+		}
+		w.print = print
+		if !quiet {
+			s.m.setUnexplained(p.ProductID, 0)
+			continue
+		}
+		s.m.setUnexplained(p.ProductID, p.Drift)
+		settled = append(settled, p)
+	}
+	for pid := range s.drifts {
+		if !seen[pid] {
+			delete(s.drifts, pid)
+		}
+	}
+	return settled
+}
+
+// repairDrift repairs or escalates the settled drift of products, once per
+// drift: RepairLostWrites first (the writes Redis lost); a product it
+// repaired something of is judged again by the next rounds; one it found
+// nothing to repair in is escalated — logged at error once, counted in
+// stampede_reconcile_drift_escalations_total — and left alone until its
+// drift changes. The escalation names the live orders whose units Redis gave
+// back (a release marker on an order MySQL holds): those are not repaired
+// automatically.
+func (s *Sweeper) repairDrift(ctx context.Context, products []ProductAudit) {
+	var pids []int64
+	var todo []ProductAudit
+	for _, p := range products {
+		if s.drifts[p.ProductID].escalated == p.Drift {
+			continue // escalated at this drift: nothing new
+		}
+		pids = append(pids, p.ProductID)
+		todo = append(todo, p)
 	}
 	if len(pids) == 0 {
 		return
 	}
-	if s.unrepaired == nil {
-		s.unrepaired = map[int64]int64{}
-	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
 	defer cancel()
 	lw, err := RepairLostWrites(rctx, s.cfg.Redis, s.store, pids, LostWritesConfig{RequestTTL: s.cfg.RequestTTL})
-	if err == nil && len(lw.Restored)+len(lw.Released) == 0 {
-		for _, pid := range pids {
-			s.unrepaired[pid] = drift[pid]
-		}
-	}
 	s.m.repairs.WithLabelValues("restored").Add(float64(len(lw.Restored)))
 	s.m.repairs.WithLabelValues("released").Add(float64(len(lw.Released)))
 	if len(lw.Restored)+len(lw.Released) > 0 {
 		s.log.Warn("sweeper: repaired writes Redis lost", "products", pids, "examined", lw.Examined,
 			"restored", len(lw.Restored), "released", len(lw.Released), "orderNos", append(lw.Restored, lw.Released...))
+		return
 	}
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("sweeper: lost write repair failed", "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("sweeper: lost write repair failed", "err", err)
+		}
+		return
+	}
+	for _, p := range todo {
+		s.drifts[p.ProductID].escalated = p.Drift
+		s.m.driftEscalations.Inc()
+		s.log.Error("sweeper: drift with no order in flight that no repair explains; escalated once (logged again only if it changes)",
+			"productId", p.ProductID, "drift", p.Drift, "redisAvailable", p.RedisAvailable, "total", p.Total, "adjust", p.Adjust,
+			"mysql", p.MySQL, "examined", lw.Examined, "liveOrdersReleasedInRedis", len(lw.LiveReleased[p.ProductID]),
+			"examples", lw.LiveReleased[p.ProductID][:min(len(lw.LiveReleased[p.ProductID]), 10)])
 	}
 }
 
@@ -548,10 +635,6 @@ func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 			continue
 		}
 		s.m.setDrift(p.ProductID, p.Drift, p.IntakeBacklog)
-		if p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
-			s.log.Warn("sweeper: reconcile drift with no order in flight", "productId", p.ProductID, "drift", p.Drift,
-				"redisAvailable", p.RedisAvailable, "total", p.Total, "adjust", p.Adjust)
-		}
 	}
 	s.exportSales(rep, time.Now())
 	if pending, oldest, err := s.store.RefundBacklog(rctx); err != nil {
