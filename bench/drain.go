@@ -660,16 +660,27 @@ func (r *run) waitOutboxSent(ctx context.Context, pids []int64, deadline time.Ti
 
 // closeMeasured waits until every locked order of dr's products is
 // CANCELLED (nobody pays) or the pay timeout + IdleWait passed, and records
-// the close's cost per order (counters from c1 on, CPU from cpu1 on), the
+// the close's cost per order (counters and CPU from the first close on, or
+// from c1 and cpu1, the drain's end, when closes overlapped the drain), the
 // delays past the deadline and the close rate.
 func (r *run) closeMeasured(ctx context.Context, dr *drainRun, c1 counters, cpu1 []float64) error {
 	var own int64
 	closeBy := time.Now().Add(r.p.DrainPayTimeout + r.env.IdleWait)
+	meter := r.cpuMeter()
+	started := false
 	for {
 		n, err := r.countStatus(ctx, dr.pids, order.Cancelled)
 		own++
 		if err != nil {
 			return err
+		}
+		if n > 0 && !started && !dr.closesOverlapped {
+			// The costs count from the first close on: the wait for the
+			// first deadline costs only what the idle roles poll.
+			started = true
+			c1, _ = r.readCounters(ctx)
+			cpu1 = meter.sample()
+			own = 0
 		}
 		if n >= dr.accepted-dr.failed {
 			break
@@ -684,7 +695,6 @@ func (r *run) closeMeasured(ctx context.Context, dr *drainRun, c1 counters, cpu1
 	own += polls
 	sleepCtx(ctx, time.Second)
 	c2, _ := r.readCounters(ctx)
-	meter := r.cpuMeter()
 	cpu2 := meter.sample()
 	dr.closed, _ = r.countStatus(ctx, dr.pids, order.Cancelled)
 	own++
