@@ -175,11 +175,11 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 		return err
 	}
 	if !careful {
-		got, err := takeStock(ctx, tx, claims)
+		ok, err := takeStockAll(ctx, tx, claims)
 		if err != nil {
 			return err
 		}
-		if slices.Contains(got, false) {
+		if !ok {
 			return errBatchStockShort
 		}
 	}

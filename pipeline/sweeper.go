@@ -20,8 +20,10 @@ import (
 
 // SweeperConfig configures a Sweeper. Zero fields take the documented default.
 type SweeperConfig struct {
-	// Interval is the pause between two sweeps that found nothing more to
-	// do. Default 1s.
+	// Interval is the longest pause between two close passes of a part
+	// that found nothing more to do (the pass after one that closed less
+	// than a batch starts when the earliest pay deadline falls due, at least
+	// Interval/20 later), and the error backoff's start. Default 1s.
 	Interval time.Duration
 	// BatchSize is the most due orders closed per pass, in one transaction
 	// (persistence.Store.CloseDueBatch); a full pass is followed by the next
@@ -123,9 +125,11 @@ func (c *SweeperConfig) Validate() error {
 // scheduled, and each pass closes up to BatchSize due orders in one
 // set-based transaction (persistence.Store.CloseDuePart). A pass that
 // filled its batch is followed by the next at once, one that closed fewer by
-// the next after Interval/5, one that found nothing after Interval: an order
-// is closed within about Interval of its deadline when closes are rare, and
-// within a fraction of it while a sale's orders fall due by the thousand.
+// the next when the earliest pay deadline falls due (at least Interval/20
+// and at most Interval later: persistence.Store.NextDue): an order is closed
+// about one pass after its deadline, whether closes are rare or a sale's
+// orders fall due by the thousand. The closed orders' statuses are recorded
+// in Redis for replays by a goroutine of their own, off the passes' path.
 // With the per-message design it is the safety net under the delayed close
 // message, which can be late (a per-message TTL expires only at the head of
 // its queue) or lost with a broker. Every close is a conditional update from
@@ -182,6 +186,8 @@ type Sweeper struct {
 	roundFails *FailureLog
 	// recent counts the orders the close passes closed lately (hot).
 	recent closeWindow
+	// statusq hands closed orders to statusLoop (set by Run when Redis is).
+	statusq chan []persistence.Order
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -216,6 +222,13 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	if s.cfg.Redis != nil && s.cfg.ReconcileInterval > 0 {
 		wg.Go(func() { s.reconcileLoop(ctx) })
 	}
+	var statuses sync.WaitGroup
+	if s.cfg.Redis != nil {
+		s.statusq = make(chan []persistence.Order, 2*s.cfg.Workers)
+		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer func() { stop(); statuses.Wait() }()
+		statuses.Go(func() { s.statusLoop(sctx) })
+	}
 	for part := range s.cfg.Workers {
 		wg.Go(func() { s.closeLoop(ctx, part) })
 	}
@@ -223,14 +236,17 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// closeLoop runs the close passes of one part until ctx is cancelled. Failed
-// passes back off from Interval to ErrorBackoff; the first of a run of
-// failures and the recovery are logged, the rest counted
+// closeLoop runs the close passes of one part until ctx is cancelled. A
+// pass that filled its batch is followed by the next at once; one that
+// closed fewer by the next when the earliest pay deadline falls due
+// (untilNextDue); one skipped because another sweeper holds the part after
+// Interval. Failed passes back off from Interval to ErrorBackoff; the first
+// of a run of failures and the recovery are logged, the rest counted
 // (stampede_loop_failures_total{loop="sweeper_close"}).
 func (s *Sweeper) closeLoop(ctx context.Context, part int) {
 	fails := NewFailureLog("sweeper_close", "sweeper: close pass", s.log.With("part", part), s.m, s.cfg.Interval, s.cfg.ErrorBackoff)
 	for ctx.Err() == nil {
-		closed, more, err := s.sweepPart(ctx, part)
+		closed, more, skipped, err := s.sweepPart(ctx, part)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -238,14 +254,35 @@ func (s *Sweeper) closeLoop(ctx context.Context, part int) {
 			sleep(ctx, fails.Fail(err))
 		case more:
 			fails.OK()
-		case closed > 0:
-			fails.OK()
-			sleep(ctx, s.cfg.Interval/5)
+		case skipped:
+			sleep(ctx, s.cfg.Interval)
 		default:
 			fails.OK()
-			sleep(ctx, s.cfg.Interval)
+			sleep(ctx, s.untilNextDue(ctx, closed))
 		}
 	}
+}
+
+// closeGap is the shortest pause between two passes of a part that closed
+// less than a batch: orders fall due in bursts (a writer batch shares one
+// deadline), and a pass per burst costs its round trips for few orders.
+func (s *Sweeper) closeGap() time.Duration { return max(s.cfg.Interval/20, 5*time.Millisecond) }
+
+// untilNextDue is the pause before the next pass of a part whose pass closed
+// fewer due orders than a batch: until the earliest pay deadline of any
+// WAITING_PAY order (persistence.Store.NextDue, on the database clock),
+// within closeGap…Interval. Before, the pause was Interval/5 after a pass
+// that closed orders and Interval after one that found none, and an order
+// falling due just after a pass waited that long for the next.
+func (s *Sweeper) untilNextDue(ctx context.Context, closed int) time.Duration {
+	d, ok, err := s.store.NextDue(ctx)
+	switch {
+	case err != nil && closed > 0:
+		return s.cfg.Interval / 5
+	case err != nil || !ok:
+		return s.cfg.Interval
+	}
+	return min(max(d, s.closeGap()), s.cfg.Interval)
 }
 
 // Sweep runs one close pass over every part, one after another (see
@@ -253,7 +290,7 @@ func (s *Sweeper) closeLoop(ctx context.Context, part int) {
 // Errors: the first pass that failed (the others still run).
 func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	for part := range s.cfg.Workers {
-		_, m, perr := s.sweepPart(ctx, part)
+		_, m, _, perr := s.sweepPart(ctx, part)
 		more = more || m
 		if err == nil {
 			err = perr
@@ -267,26 +304,26 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 // only) purges SENT outbox rows past OutboxRetention (up to PurgeBatch). It
 // returns the orders closed; more reports that the batch was full and at
 // least one order was closed, or the purge was full, so more work may be due
-// at once. When another sweeper holds the lock it returns (0, false, nil) at
-// once and counts a skipped pass. A close lost to another closer (the close
+// at once. When another sweeper holds the lock it returns skipped at once
+// and counts a skipped pass. A close lost to another closer (the close
 // consumer, a payment) is normal and not an error; it counts in
 // stampede_sweeper_lost_closes_total.
 //
 // Errors: MySQL failed (taking the lock, reading the due orders, or every
 // close of the batch).
-func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more bool, err error) {
+func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more, skipped bool, err error) {
 	lock, ok, err := s.store.TryLock(ctx, closeLockName(part, s.cfg.Workers))
 	if err != nil {
 		if ctx.Err() != nil { // stopping: not a failure
-			return 0, false, nil
+			return 0, false, false, nil
 		}
 		s.m.sweeperErrors.Inc()
 		s.m.sweeperPasses.WithLabelValues("close", "error").Inc()
-		return 0, false, fmt.Errorf("sweeper: %w", err)
+		return 0, false, false, fmt.Errorf("sweeper: %w", err)
 	}
 	if !ok {
 		s.m.sweeperPasses.WithLabelValues("close", "skipped").Inc()
-		return 0, false, nil
+		return 0, false, true, nil
 	}
 	defer lock.Release()
 	closed, more, err = s.sweepLocked(ctx, part)
@@ -304,7 +341,7 @@ func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more boo
 		result = "error"
 	}
 	s.m.sweeperPasses.WithLabelValues("close", result).Inc()
-	return closed, more, err
+	return closed, more, false, err
 }
 
 // sweepLocked closes one batch of due orders of part with one set-based
@@ -315,7 +352,7 @@ func (s *Sweeper) sweepLocked(ctx context.Context, part int) (closed int, more b
 	orders, err := s.store.CloseDuePart(ctx, s.cfg.BatchSize, part, s.cfg.Workers)
 	if err == nil {
 		if s.cfg.Redis != nil && len(orders) > 0 {
-			_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log) // replays answer CANCELLED (statuscache.go)
+			s.cacheStatuses(ctx, orders) // replays answer CANCELLED (statuscache.go)
 		}
 		s.m.sweeperClosed.Add(float64(len(orders)))
 		return len(orders), len(orders) == s.cfg.BatchSize, nil
@@ -329,6 +366,43 @@ func (s *Sweeper) sweepLocked(ctx context.Context, part int) (closed int, more b
 	}
 	s.log.Warn("sweeper: batch close failed, closing the due orders one by one", "err", err)
 	return s.sweepOneByOne(ctx)
+}
+
+// cacheStatuses records the closed orders' status in Redis for replays
+// (CacheStatuses): handed to the status goroutine of Run, so the next pass
+// does not wait for Redis; done here when no such goroutine runs (Sweep
+// called directly) or its queue is full.
+func (s *Sweeper) cacheStatuses(ctx context.Context, orders []persistence.Order) {
+	if s.statusq != nil {
+		select {
+		case s.statusq <- orders:
+			return
+		default:
+		}
+	}
+	_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log)
+}
+
+// statusLoop records the statuses queued by cacheStatuses until ctx ends,
+// then those still queued (bounded by a few seconds).
+func (s *Sweeper) statusLoop(ctx context.Context) {
+	for {
+		select {
+		case orders := <-s.statusq:
+			_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log)
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			for {
+				select {
+				case orders := <-s.statusq:
+					_ = CacheStatuses(dctx, s.cfg.Redis, orders, s.log)
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // sweepOneByOne is the close pass one order per transaction, over every
