@@ -228,3 +228,45 @@ func TestReleaseConsumerRefusesOrdersMySQLHolds(t *testing.T) {
 		t.Errorf("redis available %d, want 9", a)
 	}
 }
+
+// A close pass's status batch is released in Redis in one pipeline: every
+// order once, also right after Redis lost its scripts (SCRIPT FLUSH: the
+// pipeline's calls answer NOSCRIPT and are run again on their own), and a
+// redelivery of the batch releases nothing twice.
+func TestReleaseBatchPipelinedAfterScriptFlush(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p, k := e.product(100, 100)
+	nos := e.reserve(p, k, 1, 30, 2)
+	w := e.lockingWriter(pipeline.WriterConfig{BatchWait: 5 * time.Millisecond})
+	stopWriter := run(t, "writer", w.Run)
+	e.waitCount(10*time.Second, 30, `SELECT COUNT(*) FROM order_info WHERE status = 'WAITING_PAY'`)
+	stopWriter()
+	if _, err := e.store.DB.Exec(`UPDATE order_info SET pay_deadline = NOW(3) - INTERVAL 1 SECOND WHERE product_id = ?`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := e.store.CloseDueBatch(ctx, 100)
+	if err != nil || len(closed) != len(nos) {
+		t.Fatalf("closed %d (%v), want %d", len(closed), err, len(nos))
+	}
+	if err := e.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := e.consumer(pipeline.ConsumerConfig{})
+	run(t, "consumer", c.Run)
+	run(t, "relay", e.relay(pipeline.RelayConfig{}).Run)
+	pipelinetest.WaitFor(t, 10*time.Second, "the batch released", func() (bool, string) {
+		a := e.redisAvailable(k)
+		return a == 100, fmt.Sprintf("redis available %d, want 100", a)
+	})
+	if _, err := e.store.DB.Exec(`UPDATE mq_outbox SET status = 'NEW', next_retry_at = NOW(3) WHERE routing_key = ?`, order.RouteStatus(order.Cancelled)); err != nil {
+		t.Fatal(err)
+	}
+	pipelinetest.WaitFor(t, 10*time.Second, "the redelivered batch handled", func() (bool, string) {
+		n := e.metric(c, "stampede_consumer_messages_total", "handler", pipeline.ConsumerStockRelease, "outcome", pipeline.OutcomeDuplicate)
+		return n >= 1, fmt.Sprintf("%d duplicates", n)
+	})
+	if a := e.redisAvailable(k); a != 100 {
+		t.Errorf("redis available %d after the redelivery, want 100", a)
+	}
+}
