@@ -165,7 +165,8 @@ func (c *SweeperConfig) Validate() error {
 // Its queries read every order and flow of every product, which costs the
 // drain and the closes most exactly when they are busiest; so a round that
 // falls due in the hot period of a sale — this sweeper's close passes closed
-// more than hotCloses orders in the last hotWindow, or some product has more
+// more than hotCloses orders in the last hotWindow, an order waits for its
+// close more than hotOverdue past its deadline, or some product has more
 // than hotBacklog intake entries not yet written — waits until it ends, at
 // most ReconcileDeferMax. The drift gauges are exported by the sweeper that
 // ran the last round; the others drop theirs when they skip, so a stale
