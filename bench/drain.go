@@ -281,50 +281,49 @@ func runDrain(ctx context.Context, r *run, t *target) *ScenarioResult {
 
 // drainCostTable is the cost per order of every design, drained and closed.
 func drainCostTable(runs []*drainRun) Table {
-	cols := []string{"per order"}
-	for _, dr := range runs {
-		cols = append(cols, dr.label()+" (drain)")
+	rows := make([][2]string, len(costNames))
+	for i, c := range costNames {
+		rows[i] = [2]string{c.key, c.label}
 	}
-	for _, dr := range runs {
-		cols = append(cols, dr.label()+" (close)")
-	}
-	tbl := Table{Title: "Cost per order, from server counters (MySQL SHOW GLOBAL STATUS, RabbitMQ rabbitmq_global_messages_*), deltas divided by the orders (the close column: per order closed)", Header: cols}
-	for _, c := range costNames {
-		row := []string{c.label}
-		any := false
-		for _, m := range append(costMaps(runs, true), costMaps(runs, false)...) {
-			if v, ok := m[c.key]; ok {
-				row = append(row, fmt.Sprintf("%.3f", v))
-				any = true
-			} else {
-				row = append(row, "n/a")
-			}
-		}
-		if any {
-			tbl.Rows = append(tbl.Rows, row)
-		}
-	}
-	return tbl
+	return perRunTable("Cost per order, from server counters (MySQL SHOW GLOBAL STATUS, RabbitMQ rabbitmq_global_messages_*), deltas divided by the orders (the close column: per order closed)",
+		"per order", "%.3f", rows, runs, func(dr *drainRun) map[string]float64 { return dr.drainCost },
+		func(dr *drainRun) map[string]float64 { return dr.closeCost })
 }
 
 // drainCPUTable is the CPU time each process spent per 1,000 orders drained
 // and closed (cpu.go): a cost that drifts far less with the machine's load
 // than the rates.
 func drainCPUTable(runs []*drainRun) Table {
-	cols := []string{"CPU ms per 1,000 orders"}
+	var rows [][2]string
+	for _, name := range append([]string{"stampede"}, cpuServers...) {
+		rows = append(rows, [2]string{name, name})
+	}
+	return perRunTable("CPU time per 1,000 orders, by process (user + system from /proc; the bench process runs every role and the load generator)",
+		"CPU ms per 1,000 orders", "%.0f", rows, runs, func(dr *drainRun) map[string]float64 { return dr.drainCPU },
+		func(dr *drainRun) map[string]float64 { return dr.closeCPU })
+}
+
+// perRunTable has one row per {key, label} of rows that some run has, and
+// a column per run's drain (drain's map) then per run's close (closed's),
+// each value formatted with format; "n/a" where a run lacks the key.
+func perRunTable(title, first, format string, rows [][2]string, runs []*drainRun, drain, closed func(*drainRun) map[string]float64) Table {
+	cols := []string{first}
+	var maps []map[string]float64
 	for _, dr := range runs {
 		cols = append(cols, dr.label()+" (drain)")
+		maps = append(maps, drain(dr))
 	}
 	for _, dr := range runs {
 		cols = append(cols, dr.label()+" (close)")
+		maps = append(maps, closed(dr))
 	}
-	tbl := Table{Title: "CPU time per 1,000 orders, by process (user + system from /proc; the bench process runs every role and the load generator)", Header: cols}
-	for _, name := range append([]string{"stampede"}, cpuServers...) {
-		row := []string{name}
+	tbl := Table{Title: title, Header: cols}
+	for _, r := range rows {
+		row := []string{r[1]}
 		any := false
-		for _, m := range append(cpuMaps(runs, true), cpuMaps(runs, false)...) {
-			if v, ok := m[name]; ok {
-				row = append(row, fmt.Sprintf("%.0f", v))
+		for _, m := range maps {
+			if v, ok := m[r[0]]; ok {
+				row = append(row, fmt.Sprintf(format, v))
 				any = true
 			} else {
 				row = append(row, "n/a")
@@ -335,17 +334,6 @@ func drainCPUTable(runs []*drainRun) Table {
 		}
 	}
 	return tbl
-}
-
-func cpuMaps(runs []*drainRun, drain bool) []map[string]float64 {
-	out := make([]map[string]float64, len(runs))
-	for i, dr := range runs {
-		out[i] = dr.closeCPU
-		if drain {
-			out[i] = dr.drainCPU
-		}
-	}
-	return out
 }
 
 // drainTable is the drain and close of every design, with the notes on
@@ -467,17 +455,6 @@ func (r *run) drainAudit(ctx context.Context, runs []*drainRun) *Audit {
 		a.Checks = append(a.Checks, extra...)
 	}
 	return a
-}
-
-func costMaps(runs []*drainRun, drain bool) []map[string]float64 {
-	out := make([]map[string]float64, len(runs))
-	for i, dr := range runs {
-		out[i] = dr.closeCost
-		if drain {
-			out[i] = dr.drainCost
-		}
-	}
-	return out
 }
 
 // drainOnce is one design's run of the drain scenario over n products:

@@ -370,30 +370,13 @@ func ReleaseMany(ctx context.Context, rdb redis.Cmdable, calls []ReleaseCall, ma
 		} else if err != nil {
 			c.Err = fmt.Errorf("lua: release %s: %w", c.OrderNo, scriptFault(err, c.Keys.Tag()))
 		} else {
-			c.Released, c.Err = releaseAnswer(res)
+			c.Released, c.Err = appliedOnce(res, "release")
 		}
 		if c.Err != nil && first == nil {
 			first = c.Err
 		}
 	}
 	return first
-}
-
-// releaseAnswer maps release.lua's {code, available} to Release's answer.
-func releaseAnswer(res []any) (bool, error) {
-	code, _, err := pair(res)
-	if err != nil {
-		return false, err
-	}
-	switch code {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	case -1:
-		return false, ErrNotFound
-	}
-	return false, fmt.Errorf("%w %d from release", errUnknownCode, code)
 }
 
 // IncarnationError is an ErrIncarnation: the stock data at Key belongs to

@@ -443,28 +443,9 @@ func (s *Store) CountOrders(ctx context.Context, productID int64) ([]StatusCount
 
 // ExistingOrders returns which of orderNos have an order_info row.
 func (s *Store) ExistingOrders(ctx context.Context, orderNos []string) (map[string]bool, error) {
-	out := make(map[string]bool, len(orderNos))
-	for _, c := range chunks(len(orderNos), 1000) {
-		args := make([]any, 0, c[1]-c[0])
-		for _, no := range orderNos[c[0]:c[1]] {
-			args = append(args, no)
-		}
-		rows, err := s.DB.QueryContext(ctx, `SELECT order_no FROM order_info WHERE order_no IN (`+marks(len(args))+`)`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("persistence: existing orders: %w", err)
-		}
-		for rows.Next() {
-			var no string
-			if err := rows.Scan(&no); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[no] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+	out, err := s.ordersWhere(ctx, `SELECT order_no FROM order_info WHERE order_no IN (%s)`, orderNos)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: existing orders: %w", err)
 	}
 	return out, nil
 }
@@ -475,17 +456,28 @@ func (s *Store) ExistingOrders(ctx context.Context, orderNos []string) (map[stri
 // MySQL still holds (WAITING_PAY, PAID) or never stored never frees its
 // units in Redis.
 func (s *Store) ReleasedOrders(ctx context.Context, orderNos []string) (map[string]bool, error) {
+	out, err := s.ordersWhere(ctx, `SELECT o.order_no FROM order_info o
+		JOIN stock_flow f ON f.biz_type = 'RELEASE' AND f.biz_no = o.order_no
+		WHERE o.order_no IN (%s) AND o.status IN ('CANCELLED', 'FAILED')`, orderNos)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: released orders: %w", err)
+	}
+	return out, nil
+}
+
+// ordersWhere runs query (one order_no column; %s takes the placeholders of
+// an IN list) over orderNos in chunks of 1,000 and returns the orderNos it
+// answered.
+func (s *Store) ordersWhere(ctx context.Context, query string, orderNos []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(orderNos))
 	for _, c := range chunks(len(orderNos), 1000) {
 		args := make([]any, 0, c[1]-c[0])
 		for _, no := range orderNos[c[0]:c[1]] {
 			args = append(args, no)
 		}
-		rows, err := s.DB.QueryContext(ctx, `SELECT o.order_no FROM order_info o
-			JOIN stock_flow f ON f.biz_type = 'RELEASE' AND f.biz_no = o.order_no
-			WHERE o.order_no IN (`+marks(len(args))+`) AND o.status IN ('CANCELLED', 'FAILED')`, args...)
+		rows, err := s.DB.QueryContext(ctx, fmt.Sprintf(query, marks(len(args))), args...)
 		if err != nil {
-			return nil, fmt.Errorf("persistence: released orders: %w", err)
+			return nil, err
 		}
 		for rows.Next() {
 			var no string
