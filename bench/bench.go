@@ -181,10 +181,13 @@ type Params struct {
 	// DrainOrders reservations are accepted at DrainRate with the pipeline
 	// stopped, then drained by each of DrainDesigns (default DesignBatch,
 	// the previous design, then DesignWriter; DesignMessage too on demand)
-	// with pay timeout DrainPayTimeout.
+	// with pay timeout DrainPayTimeout, once per count of DrainProducts:
+	// the orders spread round robin over that many products (default 1,
+	// one hot product; the product's stock is DrainOrders / the count).
 	DrainOrders     int64         `json:"drainOrders"`
 	DrainRate       float64       `json:"drainRate"`
 	DrainDesigns    []string      `json:"drainDesigns"`
+	DrainProducts   []int         `json:"drainProducts,omitempty"`
 	DrainPayTimeout time.Duration `json:"drainPayTimeout"`
 
 	// RoomBuyers take a ticket within RoomArrival for RoomStock units of a
@@ -242,7 +245,7 @@ func DefaultParams() Params {
 		DuplicateKeys: 2_000, DuplicateReplays: 50, DuplicateBurst: 10, DuplicateRate: 20_000,
 		ClosedConns: 128, ClosedDuration: 5 * time.Second, ReplayKeys: 10_000, TicketConns: []int{128, 256, 512, 1024},
 		E2ERate: 10_000, E2EDuration: 10 * time.Second, E2EPoll: 250 * time.Millisecond,
-		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignBatch, DesignWriter}, DrainPayTimeout: time.Minute,
+		DrainOrders: 50_000, DrainRate: 12_000, DrainDesigns: []string{DesignBatch, DesignWriter}, DrainProducts: []int{1}, DrainPayTimeout: time.Minute,
 		RoomBuyers: 100_000, RoomStock: 5_000, RoomArrival: 10 * time.Second, RoomSockets: 200, RoomTarget: 2 * time.Second,
 		DrawEntries: 100_000, DrawUnits: 5_000, DrawReserve: 1_000, DrawSockets: 200,
 		CeilingRequests: 200_000, CeilingClients: 50,
@@ -311,6 +314,14 @@ func (p Params) Validate() error {
 	}
 	if p.DrainOrders < 1 || p.DrainRate <= 0 || p.DrainPayTimeout < time.Second || len(p.DrainDesigns) == 0 {
 		errs = append(errs, errors.New("drain orders, rate and designs must be positive, the drain pay timeout at least 1s"))
+	}
+	for _, n := range p.DrainProducts {
+		if n < 1 || n > 64 {
+			errs = append(errs, fmt.Errorf("drain product count %d not in 1…64", n))
+		}
+	}
+	if len(p.DrainProducts) == 0 {
+		errs = append(errs, errors.New("drain product counts: at least one"))
 	}
 	for _, d := range p.DrainDesigns {
 		if d != DesignWriter && d != DesignBatch && d != DesignMessage {

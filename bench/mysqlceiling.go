@@ -138,8 +138,8 @@ func (r *run) addMySQLCeiling(ctx context.Context, s *ScenarioResult, runs []*dr
 	s.figure("MySQL ceiling", c.ordersPerSec, "orders/s")
 	for _, dr := range runs {
 		ratio := dr.rate / c.ordersPerSec
-		tbl.Rows = append(tbl.Rows, []string{dr.design + " drain (10–90 %)", fmt.Sprint(dr.accepted), fmtNum(dr.rate), fmt.Sprintf("%.2f×", ratio)})
-		s.figure(dr.design+": drain / MySQL ceiling", ratio, "×")
+		tbl.Rows = append(tbl.Rows, []string{dr.label() + " drain (10–90 %)", fmt.Sprint(dr.accepted), fmtNum(dr.rate), fmt.Sprintf("%.2f×", ratio)})
+		s.figure(dr.label()+": drain / MySQL ceiling", ratio, "×")
 	}
 	s.Tables = append(s.Tables, tbl)
 }

@@ -696,7 +696,7 @@ func (r *run) settled(ctx context.Context, pid int64) (int64, error) {
 	if r.env.settled != nil {
 		return r.env.settled(ctx, pid)
 	}
-	return r.countStatus(ctx, pid, order.WaitingPay, order.Failed, order.Cancelled, order.Paid)
+	return r.countStatus(ctx, []int64{pid}, order.WaitingPay, order.Failed, order.Cancelled, order.Paid)
 }
 
 func (r *run) countWaiting(ctx context.Context, pid int64) (int64, error) {

@@ -340,6 +340,51 @@ func Release(ctx context.Context, rdb redis.Scripter, k Keys, orderNo string, us
 	return false, 0, fmt.Errorf("%w %d from release", errUnknownCode, code)
 }
 
+// ReleaseCall is one order's release for ReleaseMany, with its answer.
+type ReleaseCall struct {
+	Keys     Keys
+	OrderNo  string
+	UserID   int64
+	Quantity int64
+	// Released and Err are Release's answers for this call.
+	Released bool
+	Err      error
+}
+
+// ReleaseMany runs Release for every call in one pipeline (EVALSHA; a call
+// the pipeline could not run — NOSCRIPT after a script flush, a cluster
+// redirection — is run again on its own, which loads the script), and
+// fills each call's answer. It returns the first call's error, if any.
+// The scripts must be loaded (LoadAll) for the pipeline to run them.
+func ReleaseMany(ctx context.Context, rdb redis.Cmdable, calls []ReleaseCall, markerTTL time.Duration) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{c.Keys.Stock(), c.Keys.User(c.UserID), c.Keys.Released(c.OrderNo)},
+			c.Quantity, int64(markerTTL/time.Second))
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	var first error
+	for i, cmd := range cmds {
+		c := &calls[i]
+		res, err := cmd.Slice()
+		if notRun(err) || (err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")) {
+			c.Released, _, c.Err = Release(ctx, rdb, c.Keys, c.OrderNo, c.UserID, c.Quantity, markerTTL)
+		} else if err != nil {
+			c.Err = fmt.Errorf("lua: release %s: %w", c.OrderNo, scriptFault(err, c.Keys.Tag()))
+		} else {
+			c.Released, c.Err = appliedOnce(res, "release")
+		}
+		if c.Err != nil && first == nil {
+			first = c.Err
+		}
+	}
+	return first
+}
+
 // IncarnationError is an ErrIncarnation: the stock data at Key belongs to
 // another incarnation of the product id than the one being loaded.
 type IncarnationError struct {

@@ -1,9 +1,11 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -41,10 +43,10 @@ func (s *Store) CloseDueBatch(ctx context.Context, limit int) ([]Order, error) {
 //     status changes (StatusBatchMessage); its delivery makes push update
 //     the buyers' pages and the release consumer give each order's Redis
 //     reservation back (idempotent per order by its release marker);
-//   - last, one UPDATE per product gives the summed quantity back from
-//     locked to available: the product's stock row, which every close pass
-//     and every lock of that product needs, is held only from there to the
-//     commit.
+//   - last, one UPDATE gives each product's summed quantity back from
+//     locked to available (releaseLocked): the stock rows, which every
+//     close pass and every lock of those products needs, are held only from
+//     that one statement to the commit.
 //
 // It returns the orders it closed (after the change). A failed transaction
 // changes nothing; the caller may fall back to CloseOrder one order at a time
@@ -60,10 +62,11 @@ func (s *Store) CloseDuePart(ctx context.Context, limit, part, parts int) ([]Ord
 	var closed []Order
 	err := s.WithTx(ctx, func(tx *sql.Tx) error {
 		var err error
-		if closed, err = lockDue(ctx, tx, limit, part, parts); err != nil || len(closed) == 0 {
+		var now time.Time
+		if closed, now, err = lockDue(ctx, tx, limit, part, parts); err != nil || len(closed) == 0 {
 			return err
 		}
-		return cancelDue(ctx, tx, closed)
+		return cancelDue(ctx, tx, closed, now)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("persistence: close due batch: %w", err)
@@ -78,31 +81,50 @@ func (s *Store) CloseDuePart(ctx context.Context, limit, part, parts int) ([]Ord
 // keeps the ones still WAITING_PAY and due. Locking through the secondary
 // index instead kept its entry of an order a user cancel held (skipped, but
 // still locked), which that cancel's own update of the entry then waited for:
-// a deadlock, measured in TestClosePathRacesPaymentsAndCancels.
-func lockDue(ctx context.Context, tx *sql.Tx, limit, part, parts int) ([]Order, error) {
+// a deadlock, measured in TestClosePathRacesPaymentsAndCancels. The locking
+// read is forced onto the primary key (an optimizer working from statistics
+// taken before a sale's orders arrived could pick the secondary index) and
+// sorted here rather than by the server (no temporary table); it also
+// returns the database clock, the moment of the close.
+func lockDue(ctx context.Context, tx *sql.Tx, limit, part, parts int) ([]Order, time.Time, error) {
 	ids, err := dueIDs(ctx, tx, limit, part, parts)
 	if err != nil || len(ids) == 0 {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT `+orderCols+` FROM order_info
-		WHERE id IN (`+marks(len(ids))+`) AND status = 'WAITING_PAY' AND pay_deadline <= NOW(3) ORDER BY pay_deadline FOR UPDATE SKIP LOCKED`, ids...)
+	rows, err := tx.QueryContext(ctx, `SELECT `+orderCols+`, NOW(3) FROM order_info FORCE INDEX (PRIMARY)
+		WHERE id IN (`+marks(len(ids))+`) AND status = 'WAITING_PAY' AND pay_deadline <= NOW(3) FOR UPDATE SKIP LOCKED`, ids...)
 	if err != nil {
-		return nil, fmt.Errorf("lock due orders: %w", err)
+		return nil, time.Time{}, fmt.Errorf("lock due orders: %w", err)
 	}
 	defer rows.Close()
 	due := make([]Order, 0, len(ids))
+	var now time.Time
 	for rows.Next() {
-		o, err := scanOrder(rows)
+		o, err := scanOrder(scanWith{rows, &now})
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		due = append(due, o)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock due orders: %w", err)
+		return nil, time.Time{}, fmt.Errorf("lock due orders: %w", err)
 	}
-	return due, nil
+	slices.SortFunc(due, func(a, b Order) int {
+		if c := a.PayDeadline.Compare(*b.PayDeadline); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return due, now, nil
 }
+
+// scanWith scans a row of orderCols followed by one more column into extra.
+type scanWith struct {
+	rows  *sql.Rows
+	extra any
+}
+
+func (s scanWith) Scan(dest ...any) error { return s.rows.Scan(append(dest, s.extra)...) }
 
 // dueIDs reads, without locking, the ids of up to limit due WAITING_PAY
 // orders of the part, oldest deadline first.
@@ -127,13 +149,10 @@ func dueIDs(ctx context.Context, tx *sql.Tx, limit, part, parts int) ([]any, err
 	return ids, nil
 }
 
-// cancelDue closes the locked due orders (see CloseDuePart) and updates them
-// in place to their state after the change.
-func cancelDue(ctx context.Context, tx *sql.Tx, due []Order) error {
-	var now time.Time
-	if err := tx.QueryRowContext(ctx, `SELECT NOW(3)`).Scan(&now); err != nil {
-		return err
-	}
+// cancelDue closes the locked due orders (see CloseDuePart) at now, the
+// database clock read with their locks, and updates them in place to their
+// state after the change.
+func cancelDue(ctx context.Context, tx *sql.Tx, due []Order, now time.Time) error {
 	reason := string(order.ReasonTimeout)
 	args := []any{now, reason}
 	flows := make([]flowRow, 0, len(due))
@@ -141,7 +160,7 @@ func cancelDue(ctx context.Context, tx *sql.Tx, due []Order) error {
 		args = append(args, o.ID)
 		flows = append(flows, flowRow{order.FlowRelease, o.OrderNo, o.ProductID, o.Quantity, reason})
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE order_info SET status = 'CANCELLED', version = version + 1, updated_at = ?, close_reason = ?
+	res, err := tx.ExecContext(ctx, `UPDATE order_info FORCE INDEX (PRIMARY) SET status = 'CANCELLED', version = version + 1, updated_at = ?, close_reason = ?
 		WHERE id IN (`+marks(len(due))+`) AND status = 'WAITING_PAY'`, args...)
 	if err != nil {
 		return fmt.Errorf("cancel due orders: %w", err)
@@ -188,27 +207,53 @@ func closeEvents(ctx context.Context, tx *sql.Tx, closed []Order, now time.Time)
 }
 
 // releaseLocked gives the closed orders' quantities back from locked to
-// available, one conditional UPDATE per product in id order (a fixed order:
-// two passes never wait on each other's stock rows in a cycle).
+// available with one conditional UPDATE over their products' stock rows,
+// which InnoDB locks in product id order (a fixed order: two passes, or a
+// pass and a writer, never wait on each other's stock rows in a cycle). One
+// statement, however many products the pass closed orders of: the rows are
+// held from it to the commit, not across a round trip per product. It must
+// change every row: a product whose locked units do not cover its closes
+// fails the pass.
 func releaseLocked(ctx context.Context, tx *sql.Tx, closed []Order, now time.Time) error {
 	back := map[int64]int64{}
 	for _, o := range closed {
 		back[o.ProductID] += o.Quantity
 	}
-	products := make([]int64, 0, len(back))
-	for pid := range back {
-		products = append(products, pid)
+	products := slices.Sorted(maps.Keys(back))
+	var q string
+	var args []any
+	if len(products) == 1 {
+		pid := products[0]
+		q = `UPDATE stock SET locked = locked - ?, available = available + ?, version = version + 1, updated_at = ?
+			WHERE product_id = ? AND locked >= ?`
+		args = []any{back[pid], back[pid], now, pid, back[pid]}
+	} else {
+		byProduct, caseArgs := caseByProduct(products, back)
+		q = `UPDATE stock SET locked = locked - ` + byProduct + `, available = available + ` + byProduct +
+			`, version = version + 1, updated_at = ? WHERE product_id IN (` + marks(len(products)) + `) AND locked >= ` + byProduct
+		args = append(append(append(args, caseArgs...), caseArgs...), now)
+		args = append(append(args, anys(products)...), caseArgs...)
 	}
-	slices.Sort(products)
-	for _, pid := range products {
-		res, err := tx.ExecContext(ctx, `UPDATE stock SET locked = locked - ?, available = available + ?, version = version + 1, updated_at = ?
-			WHERE product_id = ? AND locked >= ?`, back[pid], back[pid], now, pid, back[pid])
-		if err != nil {
-			return fmt.Errorf("release stock of product %d: %w", pid, err)
-		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			return fmt.Errorf("release stock of product %d: locked < %d", pid, back[pid])
-		}
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("release stock of products %v: %w", products, err)
+	}
+	if n, _ := res.RowsAffected(); n != int64(len(products)) {
+		return fmt.Errorf("release stock of products %v: %d of %d products had the units locked", products, n, len(products))
 	}
 	return nil
+}
+
+// NextDue is how long until the earliest pay deadline of a WAITING_PAY order
+// on the database clock (negative when one is due already), and false when
+// no order waits for payment: one read of the first entry of the (status,
+// pay_deadline) index. The sweeper schedules its next close pass with it.
+func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	var us sql.NullInt64
+	err := s.DB.QueryRowContext(ctx, `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), MIN(pay_deadline)) FROM order_info FORCE INDEX (idx_status_deadline)
+		WHERE status = 'WAITING_PAY'`).Scan(&us)
+	if err != nil {
+		return 0, false, fmt.Errorf("persistence: next due order: %w", err)
+	}
+	return time.Duration(us.Int64) * time.Microsecond, us.Valid, nil
 }

@@ -205,3 +205,29 @@ func TestCloseDueBatch(t *testing.T) {
 		t.Errorf("product 2 stock %+v", st)
 	}
 }
+
+// A close pass over several products gives each its units back in one
+// statement that must change every product's stock row: if one product's
+// locked units do not cover its closes (a stock row repaired by hand, say),
+// the whole pass fails and changes nothing, for every product.
+func TestCloseDueBatchStockShortFailsWholePass(t *testing.T) {
+	s := persistencetest.New(t, "persistence")
+	ctx := context.Background()
+	p1, due1 := fixture(t, s, 20, 3, 1, time.Second)
+	p2, _ := fixture(t, s, 20, 3, 1, time.Second)
+	if _, err := s.DB.Exec(`UPDATE stock SET locked = 1, available = available + 2 WHERE product_id = ?`, p2.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if closed, err := s.CloseDueBatch(ctx, 100); err == nil {
+		t.Fatalf("closed %d orders over a stock row that cannot give them back", len(closed))
+	}
+	for _, no := range due1 {
+		if o, _ := s.GetOrder(ctx, no); o.Status != order.WaitingPay || flows(t, s, order.FlowRelease, no) != 0 {
+			t.Errorf("%s: %s after the failed pass", no, o.Status)
+		}
+	}
+	if st := checkStock(t, s, p1.ID); st.Locked != 3 {
+		t.Errorf("product 1 stock %+v after the failed pass", st)
+	}
+}

@@ -80,7 +80,7 @@ func (s *Store) InsertReservationsWithin(ctx context.Context, batch []order.Rese
 		if err := insertOrders(ctx, tx, batch); err != nil {
 			return err
 		}
-		stored, err := storedRequests(ctx, tx, batch)
+		stored, err := storedRequests(ctx, tx, batch, false)
 		if err != nil {
 			return err
 		}
@@ -91,7 +91,7 @@ func (s *Store) InsertReservationsWithin(ctx context.Context, batch []order.Rese
 		if _, err := appendOutbox(ctx, tx, msgs); err != nil {
 			return err
 		}
-		if err := insertItems(ctx, tx, fresh, names); err != nil {
+		if _, err := insertItems(ctx, tx, fresh, names); err != nil {
 			return err
 		}
 		msgs = msgs[:0]
@@ -142,15 +142,22 @@ func insertOrders(ctx context.Context, tx *sql.Tx, batch []order.Reservation) er
 }
 
 // storedRequests reads back which of the batch are stored under their own
-// orderNo, and as whose: orderNo → request_id.
-func storedRequests(ctx context.Context, tx *sql.Tx, batch []order.Reservation) (map[string]string, error) {
+// orderNo, and as whose: orderNo → request_id. lock makes it a locking read
+// (LOCK IN SHARE MODE): it waits for another transaction's uncommitted rows
+// of those orderNos and sees them once committed, where a plain read under
+// READ COMMITTED misses them.
+func storedRequests(ctx context.Context, tx *sql.Tx, batch []order.Reservation, lock bool) (map[string]string, error) {
+	suffix := ""
+	if lock {
+		suffix = " LOCK IN SHARE MODE"
+	}
 	stored := make(map[string]string, len(batch))
 	for _, chunk := range chunks(len(batch), MaxPlaceholders) {
 		nos := make([]any, 0, chunk[1]-chunk[0])
 		for _, r := range batch[chunk[0]:chunk[1]] {
 			nos = append(nos, r.OrderNo)
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT order_no, request_id FROM order_info WHERE order_no IN (`+marks(len(nos))+`)`, nos...)
+		rows, err := tx.QueryContext(ctx, `SELECT order_no, request_id FROM order_info WHERE order_no IN (`+marks(len(nos))+`)`+suffix, nos...)
 		if err != nil {
 			return nil, fmt.Errorf("read back orders: %w", err)
 		}
@@ -213,48 +220,88 @@ func sortOut(ctx context.Context, tx *sql.Tx, batch []order.Reservation, stored 
 // another order, as an ordinary order under the next request_seq if it was
 // accepted at least lifetime after the latest such order (the idempotency
 // record had expired: a new intent). renewed is false otherwise (nothing
-// written).
+// written). Orders stored under r's own orderNo are not "another order".
+// A duplicate key (another writer stored r or the next request_seq
+// meanwhile) stops the transaction with a retryable error.
 func insertRenewed(ctx context.Context, tx *sql.Tx, r order.Reservation, lifetime time.Duration) (renewed bool, err error) {
 	var seq sql.NullInt64
 	var latest sql.NullTime
 	if err := tx.QueryRowContext(ctx, `SELECT MAX(request_seq), MAX(created_at) FROM order_info
-		WHERE user_id = ? AND product_id = ? AND request_id = ?`, r.UserID, r.ProductID, r.RequestID).Scan(&seq, &latest); err != nil {
+		WHERE user_id = ? AND product_id = ? AND request_id = ? AND order_no <> ?`, r.UserID, r.ProductID, r.RequestID, r.OrderNo).Scan(&seq, &latest); err != nil {
 		return false, fmt.Errorf("read orders of request %s: %w", r.RequestID, err)
 	}
 	if !latest.Valid || r.AcceptedAt.Before(latest.Time.Add(lifetime-lifetimeSlack)) {
 		return false, nil
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, request_seq, product_id, quantity, amount, status, version, created_at, updated_at)
+	res, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, request_seq, product_id, quantity, amount, status, version, created_at, updated_at)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
 		r.OrderNo, r.UserID, r.RequestID, seq.Int64+1, r.ProductID, r.Quantity, r.Amount(), string(order.Processing), 1, r.AcceptedAt, r.AcceptedAt)
 	if err != nil {
-		return false, fmt.Errorf("insert renewed order: %w", err)
+		return false, raced("insert renewed order", err)
 	}
-	return true, nil
+	return true, mustAffect(res, 1, "insert renewed order")
 }
 
 // insertReused stores r FAILED (REQUEST_REUSED) under request_id
 // ReusedRequestPrefix+orderNo with its RELEASE flow, and returns its status
-// change for the outbox (the release consumer gives its units back).
+// change for the outbox (the release consumer gives its units back). Both
+// rows must be new: should r's orderNo be stored meanwhile (another writer
+// stored the same reservation), the insert fails with a duplicate key and
+// the transaction stops with a retryable error — the order that writer
+// stored is never given a RELEASE flow or a FAILED event.
 func insertReused(ctx context.Context, tx *sql.Tx, r order.Reservation) (OutboxMessage, error) {
-	_, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, close_reason, created_at, updated_at)
-		VALUES (?,?,?,?,?,?,?,?,?,?,NOW(3)) ON DUPLICATE KEY UPDATE id = id`,
+	res, err := tx.ExecContext(ctx, `INSERT INTO order_info (order_no, user_id, request_id, product_id, quantity, amount, status, version, close_reason, created_at, updated_at)
+		VALUES (?,?,?,?,?,?,?,?,?,?,NOW(3))`,
 		r.OrderNo, r.UserID, ReusedRequestPrefix+r.OrderNo, r.ProductID, r.Quantity, r.Amount(),
 		string(order.Failed), 1, "REQUEST_REUSED", r.AcceptedAt)
 	if err != nil {
-		return OutboxMessage{}, fmt.Errorf("insert reused order: %w", err)
+		return OutboxMessage{}, raced("insert reused order", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO stock_flow (biz_type, biz_no, product_id, quantity, reason) VALUES (?,?,?,0,?) ON DUPLICATE KEY UPDATE id = id`,
-		string(order.FlowRelease), r.OrderNo, r.ProductID, "requestId reused"); err != nil {
-		return OutboxMessage{}, fmt.Errorf("insert reused release flow: %w", err)
+	if err := mustAffect(res, 1, "insert reused order"); err != nil {
+		return OutboxMessage{}, err
+	}
+	res, err = tx.ExecContext(ctx, `INSERT INTO stock_flow (biz_type, biz_no, product_id, quantity, reason) VALUES (?,?,?,0,?)`,
+		string(order.FlowRelease), r.OrderNo, r.ProductID, "requestId reused")
+	if err != nil {
+		return OutboxMessage{}, raced("insert reused release flow", err)
+	}
+	if err := mustAffect(res, 1, "insert reused release flow"); err != nil {
+		return OutboxMessage{}, err
 	}
 	return StatusMessage(order.Event{OrderNo: r.OrderNo, UserID: r.UserID, ProductID: r.ProductID, Quantity: r.Quantity,
 		Amount: r.Amount(), From: order.Processing, Status: order.Failed, Version: 1, Reason: "REQUEST_REUSED", OccurredAt: time.Now().UTC()})
 }
 
+// raced wraps a failed insert: a duplicate key (a row another writer stored
+// after this transaction read) becomes errRacedAgain, which IsRetryable
+// accepts; other errors are returned as they are.
+func raced(what string, err error) error {
+	if IsDuplicate(err) {
+		return fmt.Errorf("%s: %w (%v)", what, errRacedAgain, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// mustAffect checks that a statement changed the want rows it meant to
+// change; fewer means another transaction got there first, and the
+// transaction stops with errRacedAgain (retryable) instead of going on from
+// a state it did not create.
+func mustAffect(res sql.Result, want int64, what string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s: rows affected: %w", what, err)
+	}
+	if n != want {
+		return fmt.Errorf("%s: %w: %d of %d rows changed", what, errRacedAgain, n, want)
+	}
+	return nil
+}
+
 // insertItems inserts the order_item rows (the price and name snapshot) of
-// fresh; names maps productId → product name.
-func insertItems(ctx context.Context, tx *sql.Tx, fresh []order.Reservation, names map[int64]string) error {
+// fresh (an item already stored is left as it is); names maps productId →
+// product name. It returns the items inserted.
+func insertItems(ctx context.Context, tx *sql.Tx, fresh []order.Reservation, names map[int64]string) (int64, error) {
+	var total int64
 	const itemCols = 6
 	for _, chunk := range chunks(len(fresh), MaxPlaceholders/itemCols) {
 		var b strings.Builder
@@ -268,11 +315,14 @@ func insertItems(ctx context.Context, tx *sql.Tx, fresh []order.Reservation, nam
 			args = append(args, r.OrderNo, r.ProductID, names[r.ProductID], r.UnitPrice, r.Quantity, r.Amount())
 		}
 		b.WriteString(` ON DUPLICATE KEY UPDATE id = id`)
-		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-			return fmt.Errorf("insert items: %w", err)
+		res, err := tx.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return total, fmt.Errorf("insert items: %w", err)
 		}
+		n, _ := res.RowsAffected()
+		total += n
 	}
-	return nil
+	return total, nil
 }
 
 // chunks splits n items into [lo, hi) ranges of at most size.
@@ -393,15 +443,41 @@ func (s *Store) CountOrders(ctx context.Context, productID int64) ([]StatusCount
 
 // ExistingOrders returns which of orderNos have an order_info row.
 func (s *Store) ExistingOrders(ctx context.Context, orderNos []string) (map[string]bool, error) {
+	out, err := s.ordersWhere(ctx, `SELECT order_no FROM order_info WHERE order_no IN (%s)`, orderNos)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: existing orders: %w", err)
+	}
+	return out, nil
+}
+
+// ReleasedOrders returns which of orderNos MySQL has released: the order is
+// CANCELLED or FAILED and has its RELEASE flow. The release consumer gives a
+// Redis reservation back only for these, so an event that names an order
+// MySQL still holds (WAITING_PAY, PAID) or never stored never frees its
+// units in Redis.
+func (s *Store) ReleasedOrders(ctx context.Context, orderNos []string) (map[string]bool, error) {
+	out, err := s.ordersWhere(ctx, `SELECT o.order_no FROM order_info o
+		JOIN stock_flow f ON f.biz_type = 'RELEASE' AND f.biz_no = o.order_no
+		WHERE o.order_no IN (%s) AND o.status IN ('CANCELLED', 'FAILED')`, orderNos)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: released orders: %w", err)
+	}
+	return out, nil
+}
+
+// ordersWhere runs query (one order_no column; %s takes the placeholders of
+// an IN list) over orderNos in chunks of 1,000 and returns the orderNos it
+// answered.
+func (s *Store) ordersWhere(ctx context.Context, query string, orderNos []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(orderNos))
 	for _, c := range chunks(len(orderNos), 1000) {
 		args := make([]any, 0, c[1]-c[0])
 		for _, no := range orderNos[c[0]:c[1]] {
 			args = append(args, no)
 		}
-		rows, err := s.DB.QueryContext(ctx, `SELECT order_no FROM order_info WHERE order_no IN (`+marks(len(args))+`)`, args...)
+		rows, err := s.DB.QueryContext(ctx, fmt.Sprintf(query, marks(len(args))), args...)
 		if err != nil {
-			return nil, fmt.Errorf("persistence: existing orders: %w", err)
+			return nil, err
 		}
 		for rows.Next() {
 			var no string

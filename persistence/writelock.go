@@ -64,14 +64,27 @@ var errBatchStockShort = errors.New("persistence: mysql stock short for the batc
 // requestId, seq) is taken between step 1 and the insert (two writers
 // holding the same pending entries; the loser waits on the winner's row
 // locks), the insert fails with a duplicate key, the whole transaction is
-// rolled back and done again the careful way, which also sorts out taken
-// requestIds: stored rows are Duplicates, and each remaining reservation
-// whose (user, product, requestId) belongs to another order is Renewed
-// (accepted at least lifetime after it: stored with the next request_seq
-// and locked like the others) or Reused (stored FAILED with
-// ReusedRequestPrefix and released), as InsertReservationsWithin decides.
-// A second race in the careful transaction returns an error that
-// IsRetryable accepts. names maps productId → product name for the item
+// rolled back and done again the careful way. The careful attempt decides
+// nothing from a read another writer's transaction could still change:
+//
+//   - it reads which of the batch are stored with a locking read (LOCK IN
+//     SHARE MODE), which waits for another writer's uncommitted rows of those
+//     orderNos and then sees them: stored rows are Duplicates;
+//   - a remaining reservation whose (user, product, requestId) belongs to
+//     another order — stored under another orderNo, or earlier in this batch
+//     — is Renewed (accepted at least lifetime after it: stored with the
+//     next request_seq and locked like the others) or Reused (stored FAILED
+//     with ReusedRequestPrefix and released), as InsertReservationsWithin
+//     decides; the reservation's own orderNo never counts as another order,
+//     so a writer that committed it meanwhile cannot make it "reused";
+//   - every insert of the attempt must create its row: a duplicate key (a
+//     row inserted by another writer after the locking read) stops the
+//     transaction with an error that IsRetryable accepts, and the next
+//     attempt finds the row stored.
+//
+// The order_info rows are inserted in orderNo order (stock rows in product
+// order), so two writers whose claimed batches overlap wait on each other
+// instead of deadlocking. names maps productId → product name for the item
 // snapshot.
 func (s *Store) InsertLockedReservations(ctx context.Context, batch []order.Reservation, names map[int64]string,
 	lifetime, payTimeout time.Duration) (LockedInsertResult, error) {
@@ -119,7 +132,7 @@ type freshOrder struct {
 // the taken (user, product, requestId) keys first.
 func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, names map[int64]string,
 	lifetime, payTimeout time.Duration, careful bool, res *LockedInsertResult) error {
-	stored, err := storedRequests(ctx, tx, batch)
+	stored, err := storedRequests(ctx, tx, batch, careful)
 	if err != nil {
 		return err
 	}
@@ -162,11 +175,11 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 		return err
 	}
 	if !careful {
-		got, err := takeStock(ctx, tx, claims)
+		ok, err := takeStockAll(ctx, tx, claims)
 		if err != nil {
 			return err
 		}
-		if slices.Contains(got, false) {
+		if !ok {
 			return errBatchStockShort
 		}
 	}
@@ -192,8 +205,13 @@ func storeLocked(ctx context.Context, tx *sql.Tx, fresh []freshOrder, group []*O
 	for k, f := range fresh {
 		rs[k] = f.r
 	}
-	if err := insertItems(ctx, tx, rs, names); err != nil {
+	n, err := insertItems(ctx, tx, rs, names)
+	if err != nil {
 		return err
+	}
+	if n != int64(len(rs)) {
+		// The orders were new in this transaction, so must their items be.
+		return fmt.Errorf("%w: %d of %d items of new orders already stored", errRacedAgain, int64(len(rs))-n, len(rs))
 	}
 	return lockOutcomes(ctx, tx, group, now)
 }
@@ -211,11 +229,18 @@ func (e retryableError) Error() string { return string(e) }
 
 // sortFresh returns the reservations of batch to store locked: those not
 // stored under their orderNo (stored; a stored one is a Duplicate). careful:
-// each of them whose (user, product, requestId) belongs to another order is
-// renewed (next request_seq) or reused (stored FAILED now; msgs holds its
-// status change), as sortOut decides for InsertReservationsWithin.
+// each of them whose (user, product, requestId) belongs to another order
+// (requestOwners, or an earlier reservation of the batch) is renewed (next
+// request_seq) or reused (stored FAILED now; msgs holds its status change),
+// as sortOut decides for InsertReservationsWithin.
 func sortFresh(ctx context.Context, tx *sql.Tx, batch []order.Reservation, stored map[string]string, lifetime time.Duration,
 	careful bool, res *LockedInsertResult) (fresh []freshOrder, msgs []OutboxMessage, err error) {
+	var owners map[requestKey][]requestOwner
+	if careful {
+		if owners, err = requestOwners(ctx, tx, batch, stored); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, r := range batch {
 		if _, ok := stored[r.OrderNo]; ok {
 			res.Duplicates++
@@ -225,15 +250,15 @@ func sortFresh(ctx context.Context, tx *sql.Tx, batch []order.Reservation, store
 			fresh = append(fresh, freshOrder{r: r})
 			continue
 		}
-		seq, taken, renew, err := requestTaken(ctx, tx, r, lifetime)
+		k := keyOf(r)
+		seq, taken, renew := requestTaken(owners[k], r, lifetime)
 		switch {
-		case err != nil:
-			return nil, nil, err
 		case !taken:
 			fresh = append(fresh, freshOrder{r: r})
 		case renew:
 			res.Renewed++
-			fresh = append(fresh, freshOrder{r: r, seq: seq + 1})
+			seq++
+			fresh = append(fresh, freshOrder{r: r, seq: seq})
 		default:
 			res.Reused++
 			m, err := insertReused(ctx, tx, r)
@@ -241,25 +266,106 @@ func sortFresh(ctx context.Context, tx *sql.Tx, batch []order.Reservation, store
 				return nil, nil, err
 			}
 			msgs = append(msgs, m)
+			continue
 		}
+		// A later reservation of the batch with the same key meets this one.
+		owners[k] = append(owners[k], requestOwner{orderNo: r.OrderNo, seq: seq, createdAt: r.AcceptedAt})
 	}
 	return fresh, msgs, nil
 }
 
-// requestTaken reports whether r's (user, product, requestId) belongs to
-// another order, its highest request_seq, and whether r was accepted at
-// least lifetime after the latest such order (a new intent: renew).
-func requestTaken(ctx context.Context, tx *sql.Tx, r order.Reservation, lifetime time.Duration) (seq int64, taken, renew bool, err error) {
-	var s sql.NullInt64
-	var latest sql.NullTime
-	if err := tx.QueryRowContext(ctx, `SELECT MAX(request_seq), MAX(created_at) FROM order_info
-		WHERE user_id = ? AND product_id = ? AND request_id = ?`, r.UserID, r.ProductID, r.RequestID).Scan(&s, &latest); err != nil {
-		return 0, false, false, fmt.Errorf("read orders of request %s: %w", r.RequestID, err)
+// requestKey is an order's (user, product, requestId).
+type requestKey struct {
+	user, product int64
+	request       string
+}
+
+func keyOf(r order.Reservation) requestKey { return requestKey{r.UserID, r.ProductID, r.RequestID} }
+
+// requestOwner is an order holding a requestKey: its orderNo, request_seq
+// and creation time.
+type requestOwner struct {
+	orderNo   string
+	seq       int64
+	createdAt time.Time
+}
+
+// requestOwners reads the stored orders of the (user, product, requestId)
+// of each reservation of batch not in stored (one statement of point
+// lookups on uk_user_product_request per chunk). The read does not lock: an
+// order it misses is another writer's uncommitted row, whose key the insert
+// then meets (a duplicate key: the attempt stops and is retried).
+func requestOwners(ctx context.Context, tx *sql.Tx, batch []order.Reservation, stored map[string]string) (map[requestKey][]requestOwner, error) {
+	owners := map[requestKey][]requestOwner{}
+	var keys []requestKey
+	seen := map[requestKey]bool{}
+	for _, r := range batch {
+		if _, ok := stored[r.OrderNo]; !ok && !seen[keyOf(r)] {
+			seen[keyOf(r)] = true
+			keys = append(keys, keyOf(r))
+		}
 	}
-	if !latest.Valid {
-		return 0, false, false, nil
+	const perStatement = 200
+	for _, chunk := range chunks(len(keys), perStatement) {
+		var b strings.Builder
+		args := make([]any, 0, 4*(chunk[1]-chunk[0]))
+		for i, k := range keys[chunk[0]:chunk[1]] {
+			if i > 0 {
+				b.WriteString(" UNION ALL ")
+			}
+			b.WriteString(`SELECT ? AS k, order_no, request_seq, created_at FROM order_info WHERE user_id = ? AND product_id = ? AND request_id = ?`)
+			args = append(args, chunk[0]+i, k.user, k.product, k.request)
+		}
+		if err := ownerRows(ctx, tx, b.String(), args, keys, owners); err != nil {
+			return nil, err
+		}
 	}
-	return s.Int64, true, !r.AcceptedAt.Before(latest.Time.Add(lifetime - lifetimeSlack)), nil
+	return owners, nil
+}
+
+// ownerRows runs one statement of requestOwners and adds its rows to owners.
+func ownerRows(ctx context.Context, tx *sql.Tx, query string, args []any, keys []requestKey, owners map[requestKey][]requestOwner) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read orders of the batch's requestIds: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i int
+		var o requestOwner
+		if err := rows.Scan(&i, &o.orderNo, &o.seq, &o.createdAt); err != nil {
+			return err
+		}
+		if i < 0 || i >= len(keys) {
+			return fmt.Errorf("read orders of the batch's requestIds: key index %d out of range", i)
+		}
+		owners[keys[i]] = append(owners[keys[i]], o)
+	}
+	return rows.Err()
+}
+
+// requestTaken reports whether r's (user, product, requestId) belongs to an
+// order of owners other than r's own orderNo, the highest request_seq among
+// them, and whether r was accepted at least lifetime after the latest of
+// them (a new intent: renew).
+func requestTaken(owners []requestOwner, r order.Reservation, lifetime time.Duration) (seq int64, taken, renew bool) {
+	var latest time.Time
+	for _, o := range owners {
+		if o.orderNo == r.OrderNo {
+			continue // r itself, stored by another writer since: not another order
+		}
+		if !taken || o.seq > seq {
+			seq = o.seq
+		}
+		if !taken || o.createdAt.After(latest) {
+			latest = o.createdAt
+		}
+		taken = true
+	}
+	if !taken {
+		return 0, false, false
+	}
+	return seq, true, !r.AcceptedAt.Before(latest.Add(lifetime - lifetimeSlack))
 }
 
 // lockedOrders builds the rows of fresh as locked at now: WAITING_PAY with
@@ -282,17 +388,24 @@ func lockedOrders(fresh []freshOrder, fit []bool, now, deadline time.Time) []*Or
 }
 
 // insertLockedOrders inserts the order_info rows of group (fresh[k] gives
-// group[k]'s request_seq) with plain multi-row INSERTs: a duplicate key
-// fails the statement.
+// group[k]'s request_seq) with plain multi-row INSERTs in orderNo order (two
+// writers inserting overlapping batches wait on each other's first common
+// row instead of each holding a row the other needs): a duplicate key fails
+// the statement, and every row must be inserted.
 func insertLockedOrders(ctx context.Context, tx *sql.Tx, fresh []freshOrder, group []*Order) error {
 	const cols = 13
-	for _, chunk := range chunks(len(group), MaxPlaceholders/cols) {
+	byNo := make([]int, len(group))
+	for i := range byNo {
+		byNo[i] = i
+	}
+	slices.SortFunc(byNo, func(a, b int) int { return strings.Compare(group[a].OrderNo, group[b].OrderNo) })
+	for _, chunk := range chunks(len(byNo), MaxPlaceholders/cols) {
 		var b strings.Builder
 		args := make([]any, 0, (chunk[1]-chunk[0])*cols)
 		b.WriteString(`INSERT INTO order_info (order_no, user_id, request_id, request_seq, product_id, quantity, amount, status,
 			version, close_reason, pay_deadline, created_at, updated_at) VALUES `)
-		for i := chunk[0]; i < chunk[1]; i++ {
-			if i > chunk[0] {
+		for n, i := range byNo[chunk[0]:chunk[1]] {
+			if n > 0 {
 				b.WriteByte(',')
 			}
 			o := group[i]
@@ -300,8 +413,12 @@ func insertLockedOrders(ctx context.Context, tx *sql.Tx, fresh []freshOrder, gro
 			args = append(args, o.OrderNo, o.UserID, o.RequestID, fresh[i].seq, o.ProductID, o.Quantity, o.Amount,
 				string(o.Status), o.Version, o.CloseReason, o.PayDeadline, o.CreatedAt, o.UpdatedAt)
 		}
-		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		res, err := tx.ExecContext(ctx, b.String(), args...)
+		if err != nil {
 			return fmt.Errorf("insert locked orders: %w", err)
+		}
+		if err := mustAffect(res, int64(chunk[1]-chunk[0]), "insert locked orders"); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,9 +1,11 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +51,7 @@ func TestCloseThroughput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		cpu0 := mysqlCPU()
 		stop := run(t, "sweeper", s.Run)
 		deadline := time.Now().Add(5*time.Second + 2*time.Minute)
 		for countQ(t, store, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, p.ID) > 0 {
@@ -58,11 +61,34 @@ func TestCloseThroughput(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		stop()
+		cpu := mysqlCPU() - cpu0
 		delays, span := closeDelays(t, store, p.ID)
 		q := func(f float64) time.Duration { return delays[min(len(delays)-1, int(f*float64(len(delays))))] }
-		t.Logf("workers %d: %d orders falling due at %.0f/s closed at %.0f orders/s; past the deadline p50 %s p95 %s p99 %s max %s",
-			workers, n, rate, float64(n)/span.Seconds(), q(0.5), q(0.95), q(0.99), delays[len(delays)-1])
+		t.Logf("workers %d: %d orders falling due at %.0f/s closed at %.0f orders/s; past the deadline p50 %s p95 %s p99 %s max %s; MySQL server CPU %.0f µs per order",
+			workers, n, rate, float64(n)/span.Seconds(), q(0.5), q(0.95), q(0.99), delays[len(delays)-1], cpu.Seconds()*1e6/float64(n))
 	}
+}
+
+// mysqlCPU is the test MySQL server's user + system CPU time so far, from
+// /proc of the pid in STAMPEDE_TEST_MYSQL_PIDFILE (scripts/testservices.sh
+// sets it); 0 when unknown. It includes whatever else the server does.
+func mysqlCPU() time.Duration {
+	raw, err := os.ReadFile(os.Getenv("STAMPEDE_TEST_MYSQL_PIDFILE"))
+	if err != nil {
+		return 0
+	}
+	stat, err := os.ReadFile("/proc/" + strings.TrimSpace(string(raw)) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	f := strings.Fields(string(stat[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 }
 
 // closeDelays returns the sorted close delays of pid's CANCELLED orders and

@@ -138,7 +138,8 @@ func NewConn(cfg ConnConfig) (*Conn, error) {
 // backoff while the broker is unreachable and returns ctx's error when ctx
 // ends, ErrConnClosed after Close, or at once a *QueueMismatchError (wrapped)
 // when the topology cannot be declared because a queue exists with other
-// arguments.
+// arguments, or a *VhostDeploymentError (wrapped) when the vhost belongs to
+// another deployment (TopologyConfig.Deployment).
 func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
 	bo := newBackoff(c.cfg.MinBackoff, c.cfg.MaxBackoff)
 	for attempt := 1; ; attempt++ {
@@ -150,8 +151,8 @@ func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
 			return ch, nil
 		}
 		var mm *QueueMismatchError
-		if errors.Is(err, ErrConnClosed) || ctx.Err() != nil || errors.As(err, &mm) {
-			return nil, err // a mismatched queue is a configuration error: no retry
+		if errors.Is(err, ErrConnClosed) || ctx.Err() != nil || errors.As(err, &mm) || errors.Is(err, ErrVhostDeployment) {
+			return nil, err // a mismatched queue or another deployment's vhost is a configuration error: no retry
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			c.log.Warn("amqp: cannot open channel, retrying", "attempt", attempt, "err", err)

@@ -507,8 +507,16 @@ func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
 
 // release gives a CANCELLED or FAILED order's Redis reservation back, once
 // (a per-order marker). A status batch (the sweeper's closes of one pass, one
-// product) gives back each of its orders in turn; a transient failure retries
-// the whole message, and the orders released before it are no-ops then.
+// product) gives back all of its orders in one Redis pipeline
+// (lua.ReleaseMany); a transient failure retries the whole message, and the
+// orders released before it are no-ops then.
+//
+// Defence in depth: only orders MySQL has released — CANCELLED or FAILED
+// with their RELEASE flow (persistence.Store.ReleasedOrders, one read per
+// message) — are given back. An event naming an order MySQL still holds
+// would otherwise let Redis sell a unit MySQL then refuses; such an order is
+// logged at error and counted (stampede_consumer_releases_refused_total),
+// and nothing of it changes.
 func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error) {
 	events := []order.Event{ev}
 	switch {
@@ -522,32 +530,58 @@ func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error)
 		e    order.Event
 	}
 	targets := make([]target, 0, len(events))
+	nos := make([]string, 0, len(events))
 	for _, e := range events {
 		_, shard, pid, err := order.ParseNo(e.OrderNo)
 		if err != nil || pid != e.ProductID || e.Quantity <= 0 || e.UserID <= 0 {
 			return discard, fmt.Errorf("consumer: release event %s does not match its orderNo or lacks user/quantity", e.EventID)
 		}
 		targets = append(targets, target{lua.ShardKeys(pid, shard), e})
+		nos = append(nos, e.OrderNo)
 	}
-	released := 0
+	released, err := c.store.ReleasedOrders(ctx, nos)
+	if err != nil {
+		return classify(err)
+	}
+	var calls []lua.ReleaseCall
+	refused := 0
 	for _, t := range targets {
-		start := time.Now()
-		ok, _, err := lua.Release(ctx, c.rdb, t.keys, t.e.OrderNo, t.e.UserID, t.e.Quantity, c.cfg.ReleaseMarkerTTL)
-		c.m.luaRelease.Observe(time.Since(start).Seconds())
-		if err != nil {
-			// ErrNotFound (the shard's stock hash is missing, e.g. Redis lost
-			// its data) is retried too: releasing into nothing would lose the
-			// units, and the product is reloaded by the gateway or an operator.
-			return retry, err
+		if !released[t.e.OrderNo] {
+			refused++
+			c.m.releaseRefused.Inc()
+			c.log.Error("consumer: release refused: MySQL has not released the order (not CANCELLED or FAILED with a RELEASE flow)",
+				"orderNo", t.e.OrderNo, "status", t.e.Status, "eventId", ev.EventID)
+			continue
 		}
-		if ok {
-			released++
+		calls = append(calls, lua.ReleaseCall{Keys: t.keys, OrderNo: t.e.OrderNo, UserID: t.e.UserID, Quantity: t.e.Quantity})
+	}
+	// One pipeline for the message's orders (a status batch holds a close
+	// pass's, up to 2,000): one round trip instead of one each.
+	start := time.Now()
+	err = lua.ReleaseMany(ctx, c.rdb, calls, c.cfg.ReleaseMarkerTTL)
+	for range calls { // the pipeline's time shared out: one observation per script call
+		c.m.luaRelease.Observe(time.Since(start).Seconds() / float64(len(calls)))
+	}
+	if err != nil {
+		// ErrNotFound (the shard's stock hash is missing, e.g. Redis lost
+		// its data) is retried too: releasing into nothing would lose the
+		// units, and the product is reloaded by the gateway or an operator.
+		// The orders released already are no-ops the next time (markers).
+		return retry, err
+	}
+	done := 0
+	for _, call := range calls {
+		if call.Released {
+			done++
 		}
 	}
-	if released == 0 {
-		return ackDuplicate, nil
+	switch {
+	case done > 0:
+		return ack, nil
+	case refused == len(targets):
+		return ackSkipped, nil
 	}
-	return ack, nil
+	return ackDuplicate, nil
 }
 
 // close applies an expired pay-timeout message: WAITING_PAY → CANCELLED if

@@ -61,6 +61,11 @@ type LostWritesReport struct {
 	Examined int      `json:"examined"`
 	Restored []string `json:"restored"`
 	Released []string `json:"released"`
+	// LiveReleased: product → live orders (PROCESSING, WAITING_PAY, PAID)
+	// whose release marker exists: Redis gave their units back although
+	// MySQL holds them. Not repaired (a release racing the repair could lose
+	// the units); reported for the operator.
+	LiveReleased map[int64][]string `json:"liveReleased,omitempty"`
 }
 
 // RepairLostWrites examines the recent orders of productIDs and repairs
@@ -71,7 +76,7 @@ func RepairLostWrites(ctx context.Context, rdb redis.UniversalClient, store *per
 	cfg.ReleaseMarkerTTL = cmp.Or(cfg.ReleaseMarkerTTL, 7*24*time.Hour)
 	cfg.ReleaseGrace = cmp.Or(cfg.ReleaseGrace, time.Minute)
 	cfg.MaxOrders = cmp.Or(cfg.MaxOrders, 200000)
-	rep := LostWritesReport{Restored: []string{}, Released: []string{}}
+	rep := LostWritesReport{Restored: []string{}, Released: []string{}, LiveReleased: map[int64][]string{}}
 	now, err := store.Now(ctx)
 	if err != nil {
 		return rep, err
@@ -127,6 +132,9 @@ func repairChunk(ctx context.Context, rdb redis.UniversalClient, orders []persis
 		r, ok := lua.ParseRequestRecord(rec)
 		lost := errors.Is(rerr, redis.Nil) || !ok || r.OrderNo != o.OrderNo
 		switch {
+		case !lost && live && marks[i].Val() == 1:
+			_, _, pid, _ := order.ParseNo(o.OrderNo)
+			rep.LiveReleased[pid] = append(rep.LiveReleased[pid], o.OrderNo)
 		case lost && live:
 			ttl := cfg.RequestTTL - now.Sub(o.CreatedAt)
 			if o.CreatedAt.Before(since) || ttl < time.Second {

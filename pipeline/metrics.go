@@ -35,12 +35,15 @@ import (
 //	consumer_in_flight_messages{handler}      messages this process is handling now (see below)
 //	consumer_lock_batch_messages              histogram: ORDER_CREATED messages per order-lock transaction (batch mode)
 //	consumer_lock_batch_splits_total          order-lock batches split in two to isolate a failing message
+//	consumer_releases_refused_total           release events of orders MySQL has not released (not CANCELLED/FAILED with a RELEASE flow): nothing given back
 //	lua_call_duration_seconds{script}         release script latency (defined in package lua, shared with package gateway)
 //	sweeper_closed_orders_total               WAITING_PAY → CANCELLED by the pay-deadline sweep
 //	sweeper_lost_closes_total                 due orders another closer changed between the sweep's read and its close (wasted attempts)
 //	sweeper_errors_total                      failed sweeper queries or closes
 //	sweeper_passes_total{pass,result}         pass close or reconcile: done, skipped (another sweeper holds the pass lock, or reconciled recently), error
 //	reconcile_drift{product}                  Redis available − (total + adjust − live units), from the last run
+//	reconcile_drift_unexplained{product}      the drift of a product with nothing in flight (no intake backlog, PROCESSING order or unpublished outbox row, unchanged for a round), else 0: the one to alert on
+//	reconcile_drift_escalations_total         settled drifts no repair explained, each logged once at error
 //	reconcile_intake_backlog_entries{product} intake entries not yet written, at the last run
 //	reconcile_runs_total{result}              ok, failed (some invariant did not hold), error
 //	reconcile_last_run_timestamp_seconds      end of the last reconciliation
@@ -93,17 +96,21 @@ type Metrics struct {
 	inFlight   *prometheus.GaugeVec
 	lockBatch  prometheus.Histogram
 	lockSplits prometheus.Counter
-	rejected   atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
+	// releaseRefused: release events of orders MySQL has not released.
+	releaseRefused prometheus.Counter
+	rejected       atomic.Int64 // messages rejected without requeue, for StateCollector's dlq_depth
 
-	sweeperClosed  prometheus.Counter
-	sweeperLost    prometheus.Counter
-	sweeperErrors  prometheus.Counter
-	outboxPurged   prometheus.Counter
-	sweeperPasses  *prometheus.CounterVec
-	drift          *prometheus.GaugeVec
-	reconBacklog   *prometheus.GaugeVec
-	reconRuns      *prometheus.CounterVec
-	reconLastRunAt prometheus.Gauge
+	sweeperClosed    prometheus.Counter
+	sweeperLost      prometheus.Counter
+	sweeperErrors    prometheus.Counter
+	outboxPurged     prometheus.Counter
+	sweeperPasses    *prometheus.CounterVec
+	drift            *prometheus.GaugeVec
+	unexplained      *prometheus.GaugeVec // product: drift no order in flight explains
+	driftEscalations prometheus.Counter
+	reconBacklog     *prometheus.GaugeVec
+	reconRuns        *prometheus.CounterVec
+	reconLastRunAt   prometheus.Gauge
 
 	amqpBlocked    *prometheus.GaugeVec   // connection (broker.go)
 	queueUnhealthy *prometheus.GaugeVec   // queue (broker.go)
@@ -289,6 +296,10 @@ func (m *Metrics) registerConsumer(reg prometheus.Registerer) {
 		Name: "stampede_consumer_lock_batch_splits_total",
 		Help: "Order-lock batches whose transaction failed with an error that was not an outage and were split in two to isolate the failing message.",
 	}))
+	m.releaseRefused = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_consumer_releases_refused_total",
+		Help: "Orders of release events whose units the release consumer did not give back in Redis because MySQL has not released them (not CANCELLED or FAILED with a RELEASE flow). Should stay 0; each is logged at error.",
+	}))
 	for _, h := range []string{ConsumerOrderLock, ConsumerStockRelease, ConsumerOrderClose} {
 		for _, o := range []string{OutcomeOK, OutcomeDuplicate, OutcomeRetry, OutcomeDeadLetter, OutcomeSkipped} {
 			m.consumer.WithLabelValues(h, o)
@@ -333,6 +344,14 @@ func (m *Metrics) registerReconcile(reg prometheus.Registerer) {
 		Name: "stampede_reconcile_drift",
 		Help: "Units of drift per product at the last reconciliation: Redis available − (total + adjustments − units of PROCESSING, WAITING_PAY and PAID orders). Non-zero while a sale runs (reservations on their way to MySQL, releases on their way to Redis); must return to 0 once the pipeline is idle.",
 	}, []string{"product"}))
+	m.unexplained = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stampede_reconcile_drift_unexplained",
+		Help: "The drift of a product that nothing in flight explains (no intake backlog, PROCESSING order or unpublished outbox row, and nothing of the product changed since the previous reconciliation), else 0. Alert on this one: stampede_reconcile_drift is non-zero throughout a live sale.",
+	}, []string{"product"}))
+	m.driftEscalations = metric.Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stampede_reconcile_drift_escalations_total",
+		Help: "Settled drifts (stampede_reconcile_drift_unexplained) that the sweeper's repair of writes Redis lost did not explain; each is logged once at error, again only if the product's drift changes.",
+	}))
 	m.reconBacklog = metric.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "stampede_reconcile_intake_backlog_entries",
 		Help: "Intake stream entries of a product not yet written by a writer, at the last reconciliation.",
@@ -385,6 +404,11 @@ func (m *Metrics) consumed(handler, outcome string) {
 // without requeue since it started.
 func (m *Metrics) Rejected() int64 { return m.rejected.Load() }
 
+// setUnexplained exports the drift of a product nothing in flight explains.
+func (m *Metrics) setUnexplained(productID, drift int64) {
+	m.unexplained.WithLabelValues(strconv.FormatInt(productID, 10)).Set(float64(drift))
+}
+
 func (m *Metrics) setDrift(productID, drift, backlog int64) {
 	p := strconv.FormatInt(productID, 10)
 	m.drift.WithLabelValues(p).Set(float64(drift))
@@ -419,6 +443,7 @@ func (m *Metrics) dropSale(productID int64) {
 // rounds exports.
 func (m *Metrics) resetRound() {
 	m.drift.Reset()
+	m.unexplained.Reset()
 	m.reconBacklog.Reset()
 	m.refundsPending.Reset()
 	m.refundOldest.Reset()

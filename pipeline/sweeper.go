@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 
 // SweeperConfig configures a Sweeper. Zero fields take the documented default.
 type SweeperConfig struct {
-	// Interval is the pause between two sweeps that found nothing more to
-	// do. Default 1s.
+	// Interval is the longest pause between two close passes of a part
+	// that found nothing more to do (the pass after one that closed less
+	// than a batch starts when the earliest pay deadline falls due, at least
+	// Interval/20 later), and the error backoff's start. Default 1s.
 	Interval time.Duration
 	// BatchSize is the most due orders closed per pass, in one transaction
 	// (persistence.Store.CloseDueBatch); a full pass is followed by the next
@@ -122,9 +125,11 @@ func (c *SweeperConfig) Validate() error {
 // scheduled, and each pass closes up to BatchSize due orders in one
 // set-based transaction (persistence.Store.CloseDuePart). A pass that
 // filled its batch is followed by the next at once, one that closed fewer by
-// the next after Interval/5, one that found nothing after Interval: an order
-// is closed within about Interval of its deadline when closes are rare, and
-// within a fraction of it while a sale's orders fall due by the thousand.
+// the next when the earliest pay deadline falls due (at least Interval/20
+// and at most Interval later: persistence.Store.NextDue): an order is closed
+// about one pass after its deadline, whether closes are rare or a sale's
+// orders fall due by the thousand. The closed orders' statuses are recorded
+// in Redis for replays by a goroutine of their own, off the passes' path.
 // With the per-message design it is the safety net under the delayed close
 // message, which can be late (a per-message TTL expires only at the head of
 // its queue) or lost with a broker. Every close is a conditional update from
@@ -160,7 +165,8 @@ func (c *SweeperConfig) Validate() error {
 // Its queries read every order and flow of every product, which costs the
 // drain and the closes most exactly when they are busiest; so a round that
 // falls due in the hot period of a sale — this sweeper's close passes closed
-// more than hotCloses orders in the last hotWindow, or some product has more
+// more than hotCloses orders in the last hotWindow, an order waits for its
+// close more than hotOverdue past its deadline, or some product has more
 // than hotBacklog intake entries not yet written — waits until it ends, at
 // most ReconcileDeferMax. The drift gauges are exported by the sweeper that
 // ran the last round; the others drop theirs when they skip, so a stale
@@ -170,10 +176,9 @@ type Sweeper struct {
 	store *persistence.Store
 	log   *slog.Logger
 	m     *Metrics
-	// unrepaired: product → the drift a lost-write scan found nothing to
-	// repair in; the product is not scanned again until its drift changes
-	// (reconcile rounds only, one goroutine).
-	unrepaired map[int64]int64
+	// drifts: product → what the reconcile rounds know of its drift
+	// (driftWatch; reconcile rounds only, one goroutine).
+	drifts map[int64]*driftWatch
 	// saleShown: the products whose sale series the last round exported
 	// (reconcile rounds only, one goroutine).
 	saleShown map[int64]bool
@@ -182,6 +187,8 @@ type Sweeper struct {
 	roundFails *FailureLog
 	// recent counts the orders the close passes closed lately (hot).
 	recent closeWindow
+	// statusq hands closed orders to statusLoop (set by Run when Redis is).
+	statusq chan []persistence.Order
 }
 
 // Advisory lock names (persistence.Store.TryLock scopes them per database).
@@ -216,6 +223,13 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	if s.cfg.Redis != nil && s.cfg.ReconcileInterval > 0 {
 		wg.Go(func() { s.reconcileLoop(ctx) })
 	}
+	var statuses sync.WaitGroup
+	if s.cfg.Redis != nil {
+		s.statusq = make(chan []persistence.Order, 2*s.cfg.Workers)
+		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer func() { stop(); statuses.Wait() }()
+		statuses.Go(func() { s.statusLoop(sctx) })
+	}
 	for part := range s.cfg.Workers {
 		wg.Go(func() { s.closeLoop(ctx, part) })
 	}
@@ -223,14 +237,17 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	return nil
 }
 
-// closeLoop runs the close passes of one part until ctx is cancelled. Failed
-// passes back off from Interval to ErrorBackoff; the first of a run of
-// failures and the recovery are logged, the rest counted
+// closeLoop runs the close passes of one part until ctx is cancelled. A
+// pass that filled its batch is followed by the next at once; one that
+// closed fewer by the next when the earliest pay deadline falls due
+// (untilNextDue); one skipped because another sweeper holds the part after
+// Interval. Failed passes back off from Interval to ErrorBackoff; the first
+// of a run of failures and the recovery are logged, the rest counted
 // (stampede_loop_failures_total{loop="sweeper_close"}).
 func (s *Sweeper) closeLoop(ctx context.Context, part int) {
 	fails := NewFailureLog("sweeper_close", "sweeper: close pass", s.log.With("part", part), s.m, s.cfg.Interval, s.cfg.ErrorBackoff)
 	for ctx.Err() == nil {
-		closed, more, err := s.sweepPart(ctx, part)
+		closed, more, skipped, err := s.sweepPart(ctx, part)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -238,14 +255,35 @@ func (s *Sweeper) closeLoop(ctx context.Context, part int) {
 			sleep(ctx, fails.Fail(err))
 		case more:
 			fails.OK()
-		case closed > 0:
-			fails.OK()
-			sleep(ctx, s.cfg.Interval/5)
+		case skipped:
+			sleep(ctx, s.cfg.Interval)
 		default:
 			fails.OK()
-			sleep(ctx, s.cfg.Interval)
+			sleep(ctx, s.untilNextDue(ctx, closed))
 		}
 	}
+}
+
+// closeGap is the shortest pause between two passes of a part that closed
+// less than a batch: orders fall due in bursts (a writer batch shares one
+// deadline), and a pass per burst costs its round trips for few orders.
+func (s *Sweeper) closeGap() time.Duration { return max(s.cfg.Interval/20, 5*time.Millisecond) }
+
+// untilNextDue is the pause before the next pass of a part whose pass closed
+// fewer due orders than a batch: until the earliest pay deadline of any
+// WAITING_PAY order (persistence.Store.NextDue, on the database clock),
+// within closeGap…Interval. Before, the pause was Interval/5 after a pass
+// that closed orders and Interval after one that found none, and an order
+// falling due just after a pass waited that long for the next.
+func (s *Sweeper) untilNextDue(ctx context.Context, closed int) time.Duration {
+	d, ok, err := s.store.NextDue(ctx)
+	switch {
+	case err != nil && closed > 0:
+		return s.cfg.Interval / 5
+	case err != nil || !ok:
+		return s.cfg.Interval
+	}
+	return min(max(d, s.closeGap()), s.cfg.Interval)
 }
 
 // Sweep runs one close pass over every part, one after another (see
@@ -253,7 +291,7 @@ func (s *Sweeper) closeLoop(ctx context.Context, part int) {
 // Errors: the first pass that failed (the others still run).
 func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 	for part := range s.cfg.Workers {
-		_, m, perr := s.sweepPart(ctx, part)
+		_, m, _, perr := s.sweepPart(ctx, part)
 		more = more || m
 		if err == nil {
 			err = perr
@@ -267,26 +305,26 @@ func (s *Sweeper) Sweep(ctx context.Context) (more bool, err error) {
 // only) purges SENT outbox rows past OutboxRetention (up to PurgeBatch). It
 // returns the orders closed; more reports that the batch was full and at
 // least one order was closed, or the purge was full, so more work may be due
-// at once. When another sweeper holds the lock it returns (0, false, nil) at
-// once and counts a skipped pass. A close lost to another closer (the close
+// at once. When another sweeper holds the lock it returns skipped at once
+// and counts a skipped pass. A close lost to another closer (the close
 // consumer, a payment) is normal and not an error; it counts in
 // stampede_sweeper_lost_closes_total.
 //
 // Errors: MySQL failed (taking the lock, reading the due orders, or every
 // close of the batch).
-func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more bool, err error) {
+func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more, skipped bool, err error) {
 	lock, ok, err := s.store.TryLock(ctx, closeLockName(part, s.cfg.Workers))
 	if err != nil {
 		if ctx.Err() != nil { // stopping: not a failure
-			return 0, false, nil
+			return 0, false, false, nil
 		}
 		s.m.sweeperErrors.Inc()
 		s.m.sweeperPasses.WithLabelValues("close", "error").Inc()
-		return 0, false, fmt.Errorf("sweeper: %w", err)
+		return 0, false, false, fmt.Errorf("sweeper: %w", err)
 	}
 	if !ok {
 		s.m.sweeperPasses.WithLabelValues("close", "skipped").Inc()
-		return 0, false, nil
+		return 0, false, true, nil
 	}
 	defer lock.Release()
 	closed, more, err = s.sweepLocked(ctx, part)
@@ -304,7 +342,7 @@ func (s *Sweeper) sweepPart(ctx context.Context, part int) (closed int, more boo
 		result = "error"
 	}
 	s.m.sweeperPasses.WithLabelValues("close", result).Inc()
-	return closed, more, err
+	return closed, more, false, err
 }
 
 // sweepLocked closes one batch of due orders of part with one set-based
@@ -315,7 +353,7 @@ func (s *Sweeper) sweepLocked(ctx context.Context, part int) (closed int, more b
 	orders, err := s.store.CloseDuePart(ctx, s.cfg.BatchSize, part, s.cfg.Workers)
 	if err == nil {
 		if s.cfg.Redis != nil && len(orders) > 0 {
-			_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log) // replays answer CANCELLED (statuscache.go)
+			s.cacheStatuses(ctx, orders) // replays answer CANCELLED (statuscache.go)
 		}
 		s.m.sweeperClosed.Add(float64(len(orders)))
 		return len(orders), len(orders) == s.cfg.BatchSize, nil
@@ -329,6 +367,43 @@ func (s *Sweeper) sweepLocked(ctx context.Context, part int) (closed int, more b
 	}
 	s.log.Warn("sweeper: batch close failed, closing the due orders one by one", "err", err)
 	return s.sweepOneByOne(ctx)
+}
+
+// cacheStatuses records the closed orders' status in Redis for replays
+// (CacheStatuses): handed to the status goroutine of Run, so the next pass
+// does not wait for Redis; done here when no such goroutine runs (Sweep
+// called directly) or its queue is full.
+func (s *Sweeper) cacheStatuses(ctx context.Context, orders []persistence.Order) {
+	if s.statusq != nil {
+		select {
+		case s.statusq <- orders:
+			return
+		default:
+		}
+	}
+	_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log)
+}
+
+// statusLoop records the statuses queued by cacheStatuses until ctx ends,
+// then those still queued (bounded by a few seconds).
+func (s *Sweeper) statusLoop(ctx context.Context) {
+	for {
+		select {
+		case orders := <-s.statusq:
+			_ = CacheStatuses(ctx, s.cfg.Redis, orders, s.log)
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			for {
+				select {
+				case orders := <-s.statusq:
+					_ = CacheStatuses(dctx, s.cfg.Redis, orders, s.log)
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // sweepOneByOne is the close pass one order per transaction, over every
@@ -375,10 +450,9 @@ func (s *Sweeper) sweepOneByOne(ctx context.Context) (closed int, more bool, err
 // reconcileLoop runs a reconciliation round each ReconcileInterval (the
 // first after one interval; one due in a sale's hot period waits for its end,
 // awaitCool) unless another sweeper runs or ran it (see Sweeper), and
-// exports the drift per product. A drift while the product has
-// no intake backlog and no PROCESSING order is logged at warn (a release on
-// its way to Redis can still explain it for a moment; a real drift stays, run
-// after run).
+// exports the drift per product. A drift that nothing in flight explains
+// (settledDrift) is repaired or escalated once (repairDrift), not logged
+// every round.
 func (s *Sweeper) reconcileLoop(ctx context.Context) {
 	s.roundFails = NewFailureLog("sweeper_reconcile", "sweeper: reconcile round", s.log, s.m, s.cfg.ReconcileInterval, s.cfg.ReconcileInterval)
 	for sleep(ctx, s.cfg.ReconcileInterval) {
@@ -453,7 +527,7 @@ func (s *Sweeper) ReconcileRound(ctx context.Context) (ran bool) {
 	}
 	rep, err := s.ReconcileOnce(ctx)
 	if err == nil {
-		s.repairLostWrites(ctx, rep)
+		s.repairDrift(ctx, s.settledDrift(ctx, rep))
 	}
 	result := "done"
 	if err != nil {
@@ -481,43 +555,131 @@ func (s *Sweeper) RepairLost(ctx context.Context) (LostReport, error) {
 	return rep, err
 }
 
-// repairLostWrites runs RepairLostWrites for the products of rep that drift
-// with nothing in flight (no intake backlog, no PROCESSING order): the
-// signature of writes Redis lost. It counts and logs what it repaired.
-func (s *Sweeper) repairLostWrites(ctx context.Context, rep Report) {
-	var pids []int64
-	drift := map[int64]int64{}
+// driftWatch is what the reconcile rounds remember of a drifting product.
+type driftWatch struct {
+	// print is the product as the last round read it (printOf).
+	print string
+	// escalated is the drift last escalated (0: none): the product is not
+	// scanned nor logged again until its drift changes.
+	escalated int64
+}
+
+// printOf is what of p changes while its orders move: Redis available,
+// MySQL stock, orders and units per status, intake backlog.
+func printOf(p ProductAudit) string {
+	sts := make([]string, 0, len(p.Orders))
+	for st := range p.Orders {
+		sts = append(sts, string(st))
+	}
+	slices.Sort(sts)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %d/%d/%d %d", p.RedisAvailable, p.MySQL.Available, p.MySQL.Locked, p.MySQL.Sold, p.IntakeBacklog)
+	for _, st := range sts {
+		fmt.Fprintf(&b, " %s:%v", st, p.Orders[order.Status(st)])
+	}
+	return b.String()
+}
+
+// settledDrift returns the products of rep whose drift nothing in flight
+// explains, and exports stampede_reconcile_drift_unexplained for every
+// product. A drift is in flight — orders on their way that will close it —
+// while the product has intake entries not yet written, a PROCESSING order
+// or unpublished outbox rows, or while anything of it changed since the
+// last round read it (a release on its way from the outbox to Redis, a
+// reservation written between this round's reads of Redis and MySQL): only
+// a product read twice, one round apart, with the same drift and nothing
+// moved, has a drift to repair or escalate. A live sale is therefore never
+// reported as drifting; its real drift is, once it is quiet.
+func (s *Sweeper) settledDrift(ctx context.Context, rep Report) []ProductAudit {
+	if s.drifts == nil {
+		s.drifts = map[int64]*driftWatch{}
+	}
+	seen := map[int64]bool{}
+	var settled []ProductAudit
 	for _, p := range rep.Products {
-		if p.Error == "" && p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
-			if d, seen := s.unrepaired[p.ProductID]; seen && d == p.Drift {
-				continue // scanned at this drift before, nothing to repair
-			}
-			pids = append(pids, p.ProductID)
-			drift[p.ProductID] = p.Drift
+		if p.Error != "" {
+			continue
 		}
+		seen[p.ProductID] = true
+		w := s.drifts[p.ProductID]
+		if p.Drift == 0 {
+			if w != nil && w.escalated != 0 {
+				s.log.Info("sweeper: drift resolved", "productId", p.ProductID, "was", w.escalated)
+			}
+			delete(s.drifts, p.ProductID)
+			s.m.setUnexplained(p.ProductID, 0)
+			continue
+		}
+		print := printOf(p)
+		quiet := w != nil && w.print == print && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0
+		if quiet {
+			pending, err := s.store.PendingOutboxFor(ctx, []int64{p.ProductID})
+			quiet = err == nil && pending == 0
+		}
+		if w == nil {
+			w = &driftWatch{}
+			s.drifts[p.ProductID] = w
+		}
+		w.print = print
+		if !quiet {
+			s.m.setUnexplained(p.ProductID, 0)
+			continue
+		}
+		s.m.setUnexplained(p.ProductID, p.Drift)
+		settled = append(settled, p)
+	}
+	for pid := range s.drifts {
+		if !seen[pid] {
+			delete(s.drifts, pid)
+		}
+	}
+	return settled
+}
+
+// repairDrift repairs or escalates the settled drift of products, once per
+// drift: RepairLostWrites first (the writes Redis lost); a product it
+// repaired something of is judged again by the next rounds; one it found
+// nothing to repair in is escalated — logged at error once, counted in
+// stampede_reconcile_drift_escalations_total — and left alone until its
+// drift changes. The escalation names the live orders whose units Redis gave
+// back (a release marker on an order MySQL holds): those are not repaired
+// automatically.
+func (s *Sweeper) repairDrift(ctx context.Context, products []ProductAudit) {
+	var pids []int64
+	var todo []ProductAudit
+	for _, p := range products {
+		if s.drifts[p.ProductID].escalated == p.Drift {
+			continue // escalated at this drift: nothing new
+		}
+		pids = append(pids, p.ProductID)
+		todo = append(todo, p)
 	}
 	if len(pids) == 0 {
 		return
 	}
-	if s.unrepaired == nil {
-		s.unrepaired = map[int64]int64{}
-	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReconcileTimeout)
 	defer cancel()
 	lw, err := RepairLostWrites(rctx, s.cfg.Redis, s.store, pids, LostWritesConfig{RequestTTL: s.cfg.RequestTTL})
-	if err == nil && len(lw.Restored)+len(lw.Released) == 0 {
-		for _, pid := range pids {
-			s.unrepaired[pid] = drift[pid]
-		}
-	}
 	s.m.repairs.WithLabelValues("restored").Add(float64(len(lw.Restored)))
 	s.m.repairs.WithLabelValues("released").Add(float64(len(lw.Released)))
 	if len(lw.Restored)+len(lw.Released) > 0 {
 		s.log.Warn("sweeper: repaired writes Redis lost", "products", pids, "examined", lw.Examined,
 			"restored", len(lw.Restored), "released", len(lw.Released), "orderNos", append(lw.Restored, lw.Released...))
+		return
 	}
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("sweeper: lost write repair failed", "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("sweeper: lost write repair failed", "err", err)
+		}
+		return
+	}
+	for _, p := range todo {
+		s.drifts[p.ProductID].escalated = p.Drift
+		s.m.driftEscalations.Inc()
+		s.log.Error("sweeper: drift with no order in flight that no repair explains; escalated once (logged again only if it changes)",
+			"productId", p.ProductID, "drift", p.Drift, "redisAvailable", p.RedisAvailable, "total", p.Total, "adjust", p.Adjust,
+			"mysql", p.MySQL, "examined", lw.Examined, "liveOrdersReleasedInRedis", len(lw.LiveReleased[p.ProductID]),
+			"examples", lw.LiveReleased[p.ProductID][:min(len(lw.LiveReleased[p.ProductID]), 10)])
 	}
 }
 
@@ -548,10 +710,6 @@ func (s *Sweeper) ReconcileOnce(ctx context.Context) (Report, error) {
 			continue
 		}
 		s.m.setDrift(p.ProductID, p.Drift, p.IntakeBacklog)
-		if p.Drift != 0 && p.IntakeBacklog == 0 && p.byStatus[order.Processing].Orders == 0 {
-			s.log.Warn("sweeper: reconcile drift with no order in flight", "productId", p.ProductID, "drift", p.Drift,
-				"redisAvailable", p.RedisAvailable, "total", p.Total, "adjust", p.Adjust)
-		}
 	}
 	s.exportSales(rep, time.Now())
 	if pending, oldest, err := s.store.RefundBacklog(rctx); err != nil {

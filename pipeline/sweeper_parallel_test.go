@@ -362,3 +362,47 @@ func TestReconcileDeferredWhileHot(t *testing.T) {
 		return passes("done")+passes("skipped") > 0, fmt.Sprintf("done %d, skipped %d", passes("done"), passes("skipped"))
 	})
 }
+
+// TestReconcileDeferredWhileClosesOverdue: a reconciliation round also waits
+// while orders wait for their close more than a second past their pay
+// deadline — close passes slowed down under load close few orders per
+// window, and the round's reads would slow them further (seen in the drain
+// scenario: a round's repair timing out in the middle of the closes). Here
+// the overdue orders are held by another transaction, so no pass closes
+// them; once it lets go, they close and the round runs.
+func TestReconcileDeferredWhileClosesOverdue(t *testing.T) {
+	e := newEnv(t)
+	p, _ := lockedOrders(t, e.store, e.gen, 10, 3, time.Hour)
+	if _, err := e.store.DB.Exec(`UPDATE order_info SET pay_deadline = NOW(3) - INTERVAL 5 SECOND WHERE product_id = ?`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.store.DB.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`SELECT id FROM order_info WHERE product_id = ? FOR UPDATE`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	m, reg := e.metrics()
+	s, err := pipeline.NewSweeper(e.store, pipeline.SweeperConfig{Interval: 20 * time.Millisecond, Redis: e.rdb, Metrics: m,
+		ReconcileInterval: 50 * time.Millisecond, ReconcileDeferMax: time.Minute, LostGrace: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "sweeper", s.Run)
+	passes := func(result string) int64 {
+		return int64(pipelinetest.Metric(t, reg, "stampede_sweeper_passes_total", "pass", "reconcile", "result", result))
+	}
+	pipelinetest.WaitFor(t, 10*time.Second, "reconcile rounds deferred", func() (bool, string) {
+		return passes("deferred") >= 5, fmt.Sprintf("deferred %d", passes("deferred"))
+	})
+	if n := passes("done") + passes("skipped"); n != 0 {
+		t.Fatalf("%d reconcile rounds ran or were skipped while orders were overdue, want 0", n)
+	}
+	tx.Rollback()
+	e.waitCount(10*time.Second, 3, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'CANCELLED'`, p.ID)
+	pipelinetest.WaitFor(t, 10*time.Second, "a reconcile round after the closes", func() (bool, string) {
+		return passes("done")+passes("skipped") > 0, fmt.Sprintf("done %d, skipped %d", passes("done"), passes("skipped"))
+	})
+}

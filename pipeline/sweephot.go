@@ -10,8 +10,10 @@ import (
 
 // The hot period of a sale (Sweeper): reconciliation rounds wait while this
 // sweeper's close passes closed more than hotCloses orders in the last
-// hotWindow, or while some product has more than hotBacklog intake entries not
-// yet written to MySQL. 1,000 closes in 5 s (200/s) is well above what a
+// hotWindow, while orders wait for their close more than hotOverdue past
+// their pay deadline (passes slowed down under load report few closes in the
+// window: the round's reads would then slow them further), or while some
+// product has more than hotBacklog intake entries not yet written to MySQL. 1,000 closes in 5 s (200/s) is well above what a
 // shop's unpaid orders add up to outside a sale and well below a sale's
 // close rate (thousands per second); 1,000 intake entries are a fraction of
 // a second of a drain.
@@ -19,6 +21,7 @@ const (
 	hotWindow  = 5 * time.Second
 	hotCloses  = 1000
 	hotBacklog = 1000
+	hotOverdue = time.Second
 )
 
 // closeWindow counts the orders closed in the last hotWindow. Safe for
@@ -64,11 +67,14 @@ func (w *closeWindow) prune(now time.Time) {
 }
 
 // hot reports whether a sale is in its hot period (see Sweeper) and why:
-// "closes" or "intake backlog" ("" when not). A failure to read the intake
+// "closes", "closes overdue" or "intake backlog" ("" when not). A failure to read the intake
 // backlog counts as not hot: the round then runs and reports the failure.
 func (s *Sweeper) hot(ctx context.Context) string {
 	if s.recent.since(time.Now()) > hotCloses {
 		return "closes"
+	}
+	if d, ok, err := s.store.NextDue(ctx); err == nil && ok && d < -hotOverdue {
+		return "closes overdue"
 	}
 	products, err := s.store.ListProducts(ctx)
 	if err != nil {

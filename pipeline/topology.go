@@ -32,6 +32,10 @@ const (
 	// deadline and is dead-lettered to order.EventsExchange with
 	// order.RoutePayTimeout when it expires.
 	QueuePayTimeoutDelay = order.PayTimeoutDelayQueue
+	// QueueDeployment is the marker of the deployment that owns the vhost
+	// (TopologyConfig.Deployment): a classic durable queue that no message
+	// is ever routed to, whose arguments carry the deployment identity.
+	QueueDeployment = "stampede.deployment"
 )
 
 // QueueType is the RabbitMQ type of Stampede's durable queues
@@ -87,6 +91,15 @@ type TopologyConfig struct {
 	// STAMPEDE_CONSUMER_MAX_ATTEMPTS), 1…100; quorum work queues get
 	// x-delivery-limit DeliveryLimit(MaxAttempts). Default 5.
 	MaxAttempts int
+	// Deployment is the deployment identity (persistence.Store.DeploymentID,
+	// the one the Redis DB carries too). When set, Declare first declares
+	// QueueDeployment with the identity in its arguments; RabbitMQ compares a
+	// queue's arguments on every declaration and refuses another value with
+	// PRECONDITION_FAILED, atomically, so the first deployment to declare
+	// owns the vhost and every other's declaration fails with a
+	// *VhostDeploymentError: two deployments never consume each other's
+	// events. Default "": no marker (tools, tests).
+	Deployment string
 }
 
 func (t TopologyConfig) withDefaults() TopologyConfig {
@@ -189,6 +202,11 @@ func (t TopologyConfig) Declare(ch *amqp.Channel) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	if t.Deployment != "" {
+		if err := declareDeployment(ch, t.Deployment); err != nil {
+			return err
+		}
+	}
 	if err := ch.ExchangeDeclare(order.EventsExchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("topology: declare exchange %s: %w", order.EventsExchange, err)
 	}
@@ -243,6 +261,47 @@ func (t TopologyConfig) declareOn(conn *amqp.Connection) error {
 		pch.Close()
 	}
 	return err
+}
+
+// ErrVhostDeployment: the vhost belongs to another deployment. A
+// *VhostDeploymentError says which.
+var ErrVhostDeployment = errors.New("topology: rabbitmq vhost belongs to another deployment")
+
+// VhostDeploymentError is an ErrVhostDeployment: QueueDeployment in Vhost
+// carries identity Theirs, not Ours.
+type VhostDeploymentError struct {
+	Vhost, Ours, Theirs string
+	Err                 error // the broker's PRECONDITION_FAILED
+}
+
+func (e *VhostDeploymentError) Error() string {
+	return fmt.Sprintf("topology: rabbitmq vhost %s belongs to deployment %s (queue %s), not to this database's %s",
+		e.Vhost, e.Theirs, QueueDeployment, e.Ours)
+}
+
+func (e *VhostDeploymentError) Unwrap() []error { return []error{ErrVhostDeployment, e.Err} }
+
+// deploymentArgs are QueueDeployment's arguments for identity id: a
+// dead-letter routing key that carries it (RabbitMQ checks
+// x-dead-letter-routing-key for equivalence and wants a dead-letter exchange
+// with it; the queue never holds a message to dead-letter).
+func deploymentArgs(id string) amqp.Table {
+	return amqp.Table{"x-queue-type": string(QueueClassic), "x-dead-letter-exchange": QueueDeployment,
+		"x-dead-letter-routing-key": id}
+}
+
+// declareDeployment declares QueueDeployment for identity id: created if
+// missing (the vhost is claimed), accepted if it carries id, refused with a
+// *VhostDeploymentError if it carries another identity (RabbitMQ closes ch).
+func declareDeployment(ch *amqp.Channel, id string) error {
+	_, err := ch.QueueDeclare(QueueDeployment, true, false, false, false, deploymentArgs(id))
+	if err == nil {
+		return nil
+	}
+	if e := parseInequivalent(err); e.arg == "x-dead-letter-routing-key" {
+		return &VhostDeploymentError{Vhost: e.vhost, Ours: id, Theirs: strings.Trim(e.current, "'"), Err: err}
+	}
+	return fmt.Errorf("topology: declare deployment marker %s: %w", QueueDeployment, err)
 }
 
 // QueueMismatchError is a queue declaration RabbitMQ refused with

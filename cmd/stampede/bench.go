@@ -65,6 +65,7 @@ type benchFlags struct {
 	drainOrders    int64
 	drainRate      float64
 	drainDesigns   string
+	drainProducts  string
 	drainPay       time.Duration
 	closedConns    int
 	ticketConns    string
@@ -420,6 +421,7 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&f.drainOrders, "drain-orders", 0, "drain: reservations accepted with the pipeline stopped, per design (default 50000)")
 	fs.Float64Var(&f.drainRate, "drain-rate", 0, "drain: rate they are accepted at, requests/s (default 12000)")
 	fs.BoolVar(&f.intakeAlone, "sustained-intake-alone", true, "sustained: first step the rates with the pipeline roles stopped (gateway + Redis alone) and report the full system's highest clean step as a ratio to that one (needs every role in the bench process)")
+	fs.StringVar(&f.drainProducts, "drain-products", "", "drain: comma-separated product counts to drain each design over, e.g. 1,16: the orders spread round robin over that many products (default 1: one hot product)")
 	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (writer, batch or message; default batch,writer: the previous design, then the writer design)")
 	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
 	fs.StringVar(&f.ticketConns, "ticket-conns", "", "tickets: comma-separated connection counts at which the interleaved rounds of bare /healthz and tickets are repeated (default 128,256,512,1024; 128,256 with --quick)")
@@ -504,6 +506,16 @@ func (f *benchFlags) params() (bench.Params, error) {
 			if d = strings.TrimSpace(d); d != "" {
 				p.DrainDesigns = append(p.DrainDesigns, d)
 			}
+		}
+	}
+	if f.drainProducts != "" {
+		p.DrainProducts = nil
+		for _, part := range strings.Split(f.drainProducts, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(part))
+			if err != nil {
+				return p, fmt.Errorf("bench: --drain-products %q: %w", f.drainProducts, err)
+			}
+			p.DrainProducts = append(p.DrainProducts, n)
 		}
 	}
 	p.SustainedIntakeAlone = f.intakeAlone

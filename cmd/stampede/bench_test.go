@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,6 +174,33 @@ func TestBenchFlagsOverrideParams(t *testing.T) {
 		f = benchFlags{drawReserve: -1, ticketConns: bad}
 		if _, err = f.params(); err == nil || !strings.Contains(err.Error(), "--ticket-conns") {
 			t.Fatalf("--ticket-conns %q: %v, want an error naming the flag", bad, err)
+		}
+	}
+}
+
+// --drain-products lists the product counts each design drains over; a bad
+// count is a usage error, not a run.
+func TestBenchDrainProducts(t *testing.T) {
+	parse := func(v string) (bench.Params, error) {
+		var f benchFlags
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		f.registerBenchFlags(fs)
+		if err := fs.Parse([]string{"--drain-products", v}); err != nil {
+			return bench.Params{}, err
+		}
+		_, p, _, err := f.resolve()
+		return p, err
+	}
+	p, err := parse("1, 16")
+	if err != nil || !slices.Equal(p.DrainProducts, []int{1, 16}) {
+		t.Fatalf("1,16: %v %v", p.DrainProducts, err)
+	}
+	if p, err := parse(""); err != nil || !slices.Equal(p.DrainProducts, []int{1}) {
+		t.Fatalf("default: %v %v", p.DrainProducts, err)
+	}
+	for _, bad := range []string{"0", "x", "1,65"} {
+		if _, err := parse(bad); err == nil {
+			t.Errorf("--drain-products %q accepted", bad)
 		}
 	}
 }

@@ -109,6 +109,10 @@ type Config struct {
 
 	command  string          // the subcommand parsed (parse)
 	explicit map[string]bool // flag names given as a flag or through their variable (parse)
+
+	// deployment is the database's deployment identity, set by serve after
+	// checkDeployment (not a setting): topology declares it on RabbitMQ.
+	deployment string
 }
 
 // Modes (Config.Mode).
@@ -673,7 +677,10 @@ func (c *Config) redisAddrs() []string {
 }
 
 // topology is what this process declares on RabbitMQ: the configured queue
-// type, and the consumers' retry budget as the quorum delivery limit.
+// type, the consumers' retry budget as the quorum delivery limit, and the
+// deployment identity once serve has read it (checkDeployment; the vhost's
+// marker queue carries it).
 func (c *Config) topology() pipeline.TopologyConfig {
-	return pipeline.TopologyConfig{QueueType: pipeline.QueueType(c.AMQPQueueType), MaxAttempts: c.ConsumerMaxAttempts}
+	return pipeline.TopologyConfig{QueueType: pipeline.QueueType(c.AMQPQueueType), MaxAttempts: c.ConsumerMaxAttempts,
+		Deployment: c.deployment}
 }

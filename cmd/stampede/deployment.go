@@ -18,17 +18,21 @@ import (
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/pipeline"
 )
 
 // checkDeployment compares this database's deployment identity with the
 // one the Redis DB carries (docs/production.md "Deployment identity"): an unmarked
 // Redis DB is claimed for this deployment, one that carries another identity
-// makes every role refuse to start with deploymentRefusal's explanation.
+// makes every role refuse to start with deploymentRefusal's explanation. It
+// records the identity in cfg, so the roles' RabbitMQ topology declares it
+// too (checkTopology, vhostRefusal).
 func checkDeployment(ctx context.Context, cfg *Config, store *persistence.Store, rdb redis.UniversalClient, log *slog.Logger) error {
 	ours, err := store.DeploymentID(ctx)
 	if err != nil {
 		return err
 	}
+	cfg.deployment = ours
 	claimed, err := lua.ClaimDeployment(ctx, rdb, ours)
 	var de *lua.DeploymentError
 	if errors.As(err, &de) {
@@ -57,6 +61,21 @@ func deploymentRefusal(cfg *Config, de *lua.DeploymentError) error {
 		"needed, stop that deployment and run `stampede redis-takeover` with this configuration (it refuses while the Redis DB "+
 		"holds reservations not yet written to a database, then deletes its Stampede keys and claims it)",
 		errWrongDeployment, cfg.RedisDB, cfg.RedisAddr, de.Theirs, de.Key, mysqlName(cfg.MySQLDSN), de.Ours)
+}
+
+// errWrongVhost marks a start refused because the RabbitMQ vhost belongs to
+// another deployment.
+var errWrongVhost = errors.New("rabbitmq vhost belongs to another deployment")
+
+// vhostRefusal is the error a role that uses RabbitMQ starts with on another
+// deployment's vhost: both identities and the ways out.
+func vhostRefusal(cfg *Config, de *pipeline.VhostDeploymentError) error {
+	return fmt.Errorf("%w: RabbitMQ vhost %q (STAMPEDE_AMQP_URL) carries deployment identity %s (marker queue %s), but this MySQL "+
+		"database (%s) is deployment %s. Refusing to start: the two deployments would consume each other's order events, give "+
+		"back each other's stock and push each other's statuses. Either point this deployment at a vhost of its own "+
+		"(STAMPEDE_AMQP_URL ending in /<vhost>), or, if the other deployment is gone, stop its processes, let its queues drain and "+
+		"delete its marker (`rabbitmqctl delete_queue -p %s %s`); the next start claims the vhost",
+		errWrongVhost, de.Vhost, de.Theirs, pipeline.QueueDeployment, mysqlName(cfg.MySQLDSN), de.Ours, de.Vhost, pipeline.QueueDeployment)
 }
 
 // mysqlName is "<database> at <address>" of dsn, for messages (no

@@ -18,13 +18,18 @@ import (
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/lua/luatest"
+	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
+	"github.com/stampede-sh/stampede/pipeline"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 	"github.com/stampede-sh/stampede/systest/ports"
 )
 
 // otherDeployment is serviceArgs with the MySQL database of another
-// deployment ("stampede_test_cmd_other") on the same Redis DB, and new
-// HTTP and push addresses.
+// deployment ("stampede_test_cmd_other") on the same Redis DB, a RabbitMQ
+// vhost of its own ("stampede_test_cmd_other": a vhost serves one
+// deployment, TestSecondDeploymentOnVhostRefused), and new HTTP and push
+// addresses.
 func otherDeployment(t *testing.T, ours []string) []string {
 	t.Helper()
 	persistencetest.New(t, "cmd_other")
@@ -35,6 +40,8 @@ func otherDeployment(t *testing.T, ours []string) []string {
 			out[i+1] = persistencetest.DSN("stampede_test_cmd_other") + "?parseTime=true"
 		case "--http-addr", "--push-addr":
 			out[i+1] = ports.Addr(t)
+		case "--amqp-url":
+			out[i+1] = pipelinetest.Vhost(t, "cmd_other")
 		}
 	}
 	return out
@@ -87,6 +94,20 @@ func (s *serving) ready(t *testing.T, base string) {
 }
 
 // stop cancels the run and waits for it.
+// ctxErr is the run's error if it ended already, else nil.
+func (s *serving) ctxErr() error {
+	select {
+	case s.err = <-s.done:
+		s.exited = true
+		if s.err == nil {
+			return errors.New("serve ended")
+		}
+		return s.err
+	default:
+		return nil
+	}
+}
+
 func (s *serving) stop(t *testing.T) {
 	t.Helper()
 	s.cancel()
@@ -352,4 +373,72 @@ func errorCode(body map[string]any) string {
 	e, _ := body["error"].(map[string]any)
 	c, _ := e["code"].(string)
 	return c
+}
+
+// TestSecondDeploymentOnVhostRefused: two deployments (two MySQL databases,
+// two Redis servers) configured with one RabbitMQ vhost. The first to start
+// a role that uses RabbitMQ claims the vhost (its marker queue carries the
+// identity); every RabbitMQ role of the other — gateway, relay, consumer,
+// push — refuses to start, naming both identities and the ways out, and
+// changes nothing. Once the first is gone and its marker deleted, the other
+// starts. Before, both started and consumed each other's release events.
+func TestSecondDeploymentOnVhostRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the roles")
+	}
+	ours := append(serviceArgs(t), "--jwt-secret", deploymentTestSecret)
+	theirs := otherDeployment(t, ours)
+	theirRedis := luatest.Private(t)
+	for i := 0; i+1 < len(theirs); i++ {
+		switch theirs[i] {
+		case "--amqp-url":
+			theirs[i+1] = flagValue(ours, "--amqp-url") // the same vhost
+		case "--redis-addr":
+			theirs[i+1] = theirRedis.Options().Addr
+		case "--redis-db":
+			theirs[i+1] = "0"
+		}
+	}
+	ctx := context.Background()
+	theirStore, err := persistence.Open(ctx, persistencetest.DSN("stampede_test_cmd_other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirStore.Close()
+	theirID, err := theirStore.DeploymentID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveUntil("gateway", theirs)
+	srv.ready(t, "http://"+flagValue(theirs, "--http-addr"))
+
+	for _, role := range []string{"gateway", "relay", "consumer", "push"} {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := run(rctx, append([]string{"serve", "--roles", role}, ours...), io.Discard)
+		cancel()
+		if !errors.Is(err, errWrongVhost) {
+			t.Fatalf("serve --roles %s on their vhost: %v, want a refusal", role, err)
+		}
+		for _, want := range []string{theirID, "stampede_test_cmd at", "STAMPEDE_AMQP_URL", "rabbitmqctl delete_queue -p stampede_test_cmd stampede.deployment"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refusal of %s lacks %q: %v", role, want, err)
+			}
+		}
+		if role == "relay" {
+			t.Logf("refusal: %v", err)
+		}
+	}
+	// Theirs is untouched: it declares its topology again as the owner.
+	if err := srv.ctxErr(); err != nil {
+		t.Fatalf("their gateway stopped: %v", err)
+	}
+	srv.stop(t)
+	// Handed over: their marker deleted, ours claims the vhost and starts.
+	ch := pipelinetest.Channel(t, flagValue(ours, "--amqp-url"))
+	if _, err := ch.QueueDelete(pipeline.QueueDeployment, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	mine := serveUntil("gateway", ours)
+	defer mine.stop(t)
+	mine.ready(t, "http://"+flagValue(ours, "--http-addr"))
 }

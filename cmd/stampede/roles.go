@@ -26,7 +26,7 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		}
 		return err
 	}
-	if roles["gateway"] || roles["relay"] || roles["consumer"] {
+	if roles["gateway"] || roles["relay"] || roles["consumer"] || roles["push"] {
 		if err := checkTopology(ctx, b.cfg); err != nil {
 			return fail(err)
 		}
@@ -283,9 +283,10 @@ func (b *roleBuilder) push() error {
 
 // checkTopology declares the configured topology once at start-up, so that a
 // queue of the other type (or with another delivery limit) stops the process
-// with pipeline.QueueMismatchError's explanation instead of every role
-// retrying forever. A broker that does not answer within 3s is not an error
-// here: the roles wait for it with backoff.
+// with pipeline.QueueMismatchError's explanation, and a vhost that belongs to
+// another deployment with vhostRefusal's, instead of every role retrying
+// forever. A broker that does not answer within 3s is not an error here: the
+// roles wait for it with backoff.
 func checkTopology(ctx context.Context, cfg *Config) error {
 	conn, err := pipeline.NewConn(pipeline.ConnConfig{URL: cfg.AMQPURL, Name: "stampede-topology-check", Topology: cfg.topology(),
 		MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
@@ -299,6 +300,10 @@ func checkTopology(ctx context.Context, cfg *Config) error {
 	var mm *pipeline.QueueMismatchError
 	if errors.As(err, &mm) {
 		return err
+	}
+	var de *pipeline.VhostDeploymentError
+	if errors.As(err, &de) {
+		return vhostRefusal(cfg, de)
 	}
 	if err == nil {
 		ch.Close()

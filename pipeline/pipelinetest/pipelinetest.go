@@ -33,8 +33,9 @@ func BaseURL() string {
 // Vhost returns the AMQP URL of vhost "stampede_test_<name>" on the test
 // broker. The vhost is created with `rabbitmqctl add_vhost` and opened to the
 // URL's user (`set_permissions … ".*" ".*" ".*"`) if the broker refuses a
-// connection to it; then every queue of pipeline.Topology and the events
-// exchange are deleted in it, so the test starts from an empty topology.
+// connection to it; then every queue of pipeline.Topology, the deployment
+// marker (pipeline.QueueDeployment) and the events exchange are deleted in
+// it, so the test starts from an empty topology owned by no deployment.
 // Tests that share a name must not run in parallel.
 func Vhost(t testing.TB, name string) string {
 	t.Helper()
@@ -79,7 +80,7 @@ func EmptyVhost(name string) (string, error) {
 		return "", fmt.Errorf("pipelinetest: channel on %s: %w", vhost, err)
 	}
 	defer ch.Close()
-	for _, q := range pipeline.Topology() {
+	for _, q := range append(pipeline.Topology(), pipeline.QueueSpec{Name: pipeline.QueueDeployment}) {
 		if _, err := ch.QueueDelete(q.Name, false, false, false); err != nil {
 			return "", fmt.Errorf("pipelinetest: delete queue %s in %s: %w", q.Name, vhost, err)
 		}
