@@ -175,6 +175,15 @@ func insertLocked(ctx context.Context, tx *sql.Tx, batch []order.Reservation, na
 		return err
 	}
 	if !careful {
+		// The per-user limit (userlimit.go) first: a claim past it makes
+		// the batch decide order by order, as one stock does not cover.
+		over, err := overLimit(ctx, tx, claims)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(over, true) {
+			return errBatchStockShort
+		}
 		ok, err := takeStockAll(ctx, tx, claims)
 		if err != nil {
 			return err
