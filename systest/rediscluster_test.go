@@ -361,15 +361,15 @@ func (c *redisCluster) stop() {
 	}
 }
 
-// clusterDB is the MySQL database (and RabbitMQ vhost) of the cluster tests:
-// their own, so they may run while other system tests use theirs.
+// clusterDB labels the MySQL database (and RabbitMQ vhost) of the cluster
+// tests.
 const clusterDB = "cluster"
 
 // newClusterEnv is newEnv against a fresh 3-master Redis Cluster: redisAddr
 // is the three seed addresses (the processes make a cluster client from
 // them), rdb a *redis.ClusterClient, redis nil (the fault helpers that stop
 // or restart the private redis-server cannot be used). MySQL database and
-// RabbitMQ vhost are "stampede_test_cluster".
+// RabbitMQ vhost are the test's own of label "cluster".
 func newClusterEnv(t *testing.T) (*env, *redisCluster) {
 	t.Helper()
 	e := baseEnv(t, clusterDB)

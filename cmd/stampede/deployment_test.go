@@ -23,7 +23,7 @@ import (
 )
 
 // otherDeployment is serviceArgs with the MySQL database of another
-// deployment ("stampede_test_cmd_other") on the same Redis DB, and new
+// deployment (the test's database "cmd_other") on the same Redis DB, and new
 // HTTP and push addresses.
 func otherDeployment(t *testing.T, ours []string) []string {
 	t.Helper()
@@ -32,7 +32,7 @@ func otherDeployment(t *testing.T, ours []string) []string {
 	for i := 0; i+1 < len(out); i++ {
 		switch out[i] {
 		case "--mysql-dsn":
-			out[i+1] = persistencetest.DSN("stampede_test_cmd_other") + "?parseTime=true"
+			out[i+1] = persistencetest.DSNFor(t, "cmd_other") + "?parseTime=true"
 		case "--http-addr", "--push-addr":
 			out[i+1] = ports.Addr(t)
 		}
@@ -174,7 +174,7 @@ func TestWrongRedisDBRefused(t *testing.T) {
 		if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errWrongDeployment) {
 			t.Fatalf("serve --roles %s on their Redis DB: %v, want a refusal", role, err)
 		}
-		for _, want := range []string{theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", "stampede_test_cmd at"} {
+		for _, want := range []string{theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", persistencetest.NameFor(t, "cmd") + " at"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("refusal of %s lacks %q: %v", role, want, err)
 			}
@@ -229,7 +229,7 @@ func demoProcessRefused(t *testing.T, ours []string, theirID string) {
 		t.Fatalf("stampede demo --once on their Redis DB: %v, want exit status 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	msg := stderr.String()
-	for _, want := range []string{"stampede: " + errWrongDeployment.Error(), theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", "stampede_test_cmd at"} {
+	for _, want := range []string{"stampede: " + errWrongDeployment.Error(), theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", persistencetest.NameFor(t, "cmd") + " at"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("demo's stderr lacks %q:\n%s", want, msg)
 		}

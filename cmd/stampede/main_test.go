@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -39,15 +40,15 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// serviceArgs points the binary at this package's own MySQL database, Redis
+// serviceArgs points the binary at the test's own MySQL database, Redis
 // database and RabbitMQ vhost.
 func serviceArgs(t *testing.T) []string {
 	t.Helper()
 	persistencetest.New(t, "cmd") // created, migrated and emptied
-	luatest.New(t, luatest.DBCmd)
+	rdb := luatest.New(t, luatest.DBCmd)
 	return []string{
-		"--mysql-dsn", persistencetest.DSN("stampede_test_cmd") + "?parseTime=true",
-		"--redis-addr", luatest.Addr(), "--redis-db", "5",
+		"--mysql-dsn", persistencetest.DSNFor(t, "cmd") + "?parseTime=true",
+		"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(rdb.Options().DB),
 		"--amqp-url", pipelinetest.Vhost(t, "cmd"),
 		"--http-addr", ports.Addr(t),
 		"--push-addr", ports.Addr(t),

@@ -1,0 +1,161 @@
+package persistencetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stampede-sh/stampede/persistence"
+)
+
+// product stores a product in s.
+func product(t *testing.T, s *persistence.Store) {
+	t.Helper()
+	now := time.Now()
+	if _, err := s.CreateProduct(context.Background(), persistence.Product{Name: "p", Price: 1, Total: 1, MaxPerOrder: 1,
+		SaleStart: now, SaleEnd: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// databases lists the server's databases.
+func databases(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT schema_name FROM information_schema.schemata`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func admin(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// On a server that is not the run's own, a test's database is dropped when
+// the test ends; the developer's databases, and databases that only look
+// like the tests' (an older fixed name, a recent one of another run), are
+// never touched; a database of this naming older than Lease is dropped.
+func TestExternalServerDropsOnlyWhatTheTestsCreated(t *testing.T) {
+	t.Setenv("STAMPEDE_TEST_OWNED", "")
+	db := admin(t)
+	suffix := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
+	mine := "mydev_keep_" + suffix
+	fixed := "stampede_test_cmd_" + suffix // an older run's fixed name: not this naming
+	recent := "stampede_test_other_" + time.Now().UTC().Format("20060102150405") + "_" + suffix
+	old := "stampede_test_old_" + time.Now().Add(-Lease-time.Hour).UTC().Format("20060102150405") + "_" + suffix
+	for _, n := range []string{mine, fixed, recent, old} {
+		if _, err := db.Exec("CREATE DATABASE `" + n + "`"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{mine, fixed, recent, old} {
+			db.Exec("DROP DATABASE IF EXISTS `" + n + "`")
+		}
+	})
+	if _, err := db.Exec("CREATE TABLE `" + mine + "`.keep (v INT)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO `" + mine + "`.keep VALUES (42)"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sweepLeftBehind(context.Background(), db, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	t.Run("test", func(t *testing.T) {
+		s := New(t, "probe")
+		name = Name(s)
+		if !nameRE.MatchString(name) {
+			t.Fatalf("database %q is not of this package's naming", name)
+		}
+		product(t, s)
+	})
+	have := databases(t, db)
+	for _, n := range []string{mine, fixed, recent} {
+		if !slices.Contains(have, n) {
+			t.Errorf("database %s was dropped: the tests did not create it", n)
+		}
+	}
+	if slices.Contains(have, old) {
+		t.Errorf("database %s, left behind by a run more than %v ago, is still there", old, Lease)
+	}
+	if slices.Contains(have, name) {
+		t.Errorf("the test's database %s is still there after the test", name)
+	}
+	var v int
+	if err := db.QueryRow("SELECT v FROM `" + mine + "`.keep").Scan(&v); err != nil || v != 42 {
+		t.Errorf("the developer's row: %d %v", v, err)
+	}
+}
+
+// On the run's own server the databases are pooled: the next test gets the
+// last one's database, migrated and empty, without creating another.
+func TestOwnedServerPoolsDatabases(t *testing.T) {
+	t.Setenv("STAMPEDE_TEST_OWNED", serverAddr())
+	var first, second string
+	t.Run("first", func(t *testing.T) {
+		s := New(t, "pool")
+		first = Name(s)
+		product(t, s)
+	})
+	t.Run("second", func(t *testing.T) {
+		s := New(t, "pool")
+		second = Name(s)
+		var n int
+		if err := s.DB.QueryRow(`SELECT COUNT(*) FROM product`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("pooled database holds %d products (%v), want none", n, err)
+		}
+	})
+	if first != second {
+		t.Fatalf("second test got %s, want the pooled %s", second, first)
+	}
+}
+
+// Two tests at once, and two labels in one test, never share a database.
+func TestParallelTestsNeverShare(t *testing.T) {
+	names := make(chan string, 3)
+	for i := range 2 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			names <- Name(New(t, "shared_label"))
+			if i == 0 {
+				names <- Name(New(t, "other_label"))
+			}
+		})
+	}
+	t.Cleanup(func() {
+		close(names)
+		seen := map[string]bool{}
+		for n := range names {
+			if seen[n] {
+				t.Errorf("database %s handed out twice", n)
+			}
+			seen[n] = true
+		}
+	})
+}
