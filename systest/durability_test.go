@@ -119,6 +119,7 @@ func TestFailoverSentinelNone(t *testing.T) {
 }
 
 func sentinelFailover(t *testing.T, level string) {
+	t.Parallel()
 	g := startSentinelGroup(t)
 	e := baseEnv(t, durabilityDB)
 	e.redisAddr = g.addrs()
@@ -185,6 +186,7 @@ func TestFailoverClusterReplicated(t *testing.T) { clusterFailover(t, "replicate
 func TestFailoverClusterNone(t *testing.T) { clusterFailover(t, "none") }
 
 func clusterFailover(t *testing.T, level string) {
+	t.Parallel()
 	e := baseEnv(t, durabilityDB)
 	cl := startRedisClusterWith(t, durabilityClusterPorts, 1, 2000)
 	var masters []string

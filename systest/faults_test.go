@@ -49,6 +49,7 @@ func count202(intents []*intent) (accepted int, other map[int]int) {
 // wait (NEW/RETRY); after it returns every row ends SENT, consumers see
 // 2,000 distinct events, 2,000 orders WAITING_PAY.
 func TestFault01RabbitMQStoppedMidSale(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	broker := e.amqpProxy()
@@ -113,6 +114,7 @@ func sum(m map[string]int64) int64 {
 // 2. RabbitMQ connections force-closed mid-run (every connection reset, new
 // ones accepted at once), twice: relay and consumers reconnect, nothing lost.
 func TestFault02RabbitMQConnectionsForceClosed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	broker := e.amqpProxy()
@@ -154,6 +156,7 @@ func TestFault02RabbitMQConnectionsForceClosed(t *testing.T) {
 // 3. MySQL unavailable for 10 s during a sale: writers, relay and consumers
 // back off and finish; every 202 ends WAITING_PAY exactly once.
 func TestFault03MySQLUnavailable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	db := e.mysqlProxy()
@@ -200,6 +203,7 @@ func TestFault03MySQLUnavailable(t *testing.T) {
 // intervention (SPEC §5.5). An outage is not a poison message: it must not
 // use up the messages' retry budget and dead-letter them.
 func TestFault03bMySQLUnreachableFromConsumers30s(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.lockDesign = "batch"                         // the order-lock consumer's ORDER_CREATED path
 	e.serve("app", "gateway,writer,relay,sweeper") // direct to MySQL
@@ -241,6 +245,7 @@ func TestFault03bMySQLUnreachableFromConsumers30s(t *testing.T) {
 // second writer runs in this process with ClaimIdle 2s; the killed one is a
 // real `stampede serve --roles writer` process.
 func TestFault04WriterKilledWithPendingEntries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.serve("app", "gateway,relay,consumer,sweeper")
 	// A batch that waits 15s to fill: the writer holds what it read.
@@ -307,6 +312,7 @@ func TestFault04WriterKilledWithPendingEntries(t *testing.T) {
 // ORDER_CREATED messages: the unacknowledged ones are redelivered to another
 // consumer, stock is locked once per order.
 func TestFault05ConsumerKilledMidTransaction(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	e.serve("app", "gateway,writer,relay,sweeper")
@@ -357,6 +363,7 @@ func TestFault05ConsumerKilledMidTransaction(t *testing.T) {
 // rows are published again by a relay process once their lease ends, and
 // the consumers apply each event once.
 func TestFault06RelayDiesAfterConfirm(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
 	app := e.serve("app", "gateway,writer,consumer,sweeper")
@@ -423,6 +430,7 @@ func TestFault06RelayDiesAfterConfirm(t *testing.T) {
 // 7. SCRIPT FLUSH and a Redis restart between orders: no client sees
 // NOSCRIPT or a 5xx once the gateway is ready; stock exact.
 func TestFault07ScriptFlushAndRedisRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	app := e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
@@ -501,6 +509,7 @@ func TestFault07ScriptFlushAndRedisRestart(t *testing.T) {
 // 8. Redis stopped: the gateway answers 503 UNAVAILABLE with Retry-After
 // fast, nothing is half-reserved; after the restart orders flow again.
 func TestFault08RedisStopped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
@@ -575,6 +584,7 @@ func TestFault08RedisStopped(t *testing.T) {
 // then the dead-letter queue), and a copy of an ORDER_CREATED already
 // applied (acked as a duplicate). The 1,000 are processed; no hot loop.
 func TestFault09PoisonMessages(t *testing.T) {
+	t.Parallel()
 	const maxAttempts = 5 // issue 4: N, the consumer's default MaxAttempts
 	e := newEnv(t)
 	e.lockDesign = "batch" // the order-lock consumer's ORDER_CREATED path
@@ -734,6 +744,7 @@ func checkDLQ(t *testing.T, url string, want map[string][2]int) {
 // restarted: every 202 the buyers got ends WAITING_PAY; replays of their
 // requestIds return the same orderNo.
 func TestFault10GatewayKilledThreeTimes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.serve("pipeline", "writer,relay,consumer,sweeper")
 	gw := e.serve("gateway-1", "gateway")

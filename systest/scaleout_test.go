@@ -63,6 +63,7 @@ const (
 // at the head of the delay queue (a per-message TTL expires only at the head)
 // would hold back any close message until the sweepers are done.
 func scaleOut(t *testing.T, queueType string) {
+	t.Parallel()
 	start := time.Now()
 	e := newEnvFor(t, "scaleout_"+queueType)
 	var extra []string
