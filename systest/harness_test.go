@@ -700,6 +700,9 @@ func (e *env) orders(pid int64) map[string]orderRow {
 		}
 		out[r.orderNo] = r
 	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
 	return out
 }
 
@@ -776,6 +779,9 @@ func (e *env) outboxCounts() map[string]int64 {
 		var n int64
 		rows.Scan(&s, &n)
 		out[s] = n
+	}
+	if rows.Err() != nil {
+		return map[string]int64{} // as for a failed query: the caller polls again
 	}
 	return out
 }

@@ -233,6 +233,9 @@ func scaleOut(t *testing.T, queueType string) {
 			}
 		}
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	rows.Close()
 	for no, w := range want {
 		if got[no] != w {
@@ -449,6 +452,9 @@ func (e *env) checkConsumedOnce(consumers []*proc, timeouts int) {
 		var n int
 		rows.Scan(&name, &n)
 		names[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	rows.Close()
 	switch {
