@@ -11,7 +11,7 @@
 # servers of the run's own, scripts/testservices.sh; unset: the loopback
 # defaults). On them it claims a Redis database only while it is empty
 # (lua/luatest's claim, the same key and script) and creates the MySQL
-# database and the vhost "stampede_test_e2e_<UTC time>_<random>"; at the end
+# database and the vhost "stampede_test_e2e_<UTC yymmddhhmm><random>"; at the end
 # it empties and gives back that Redis database and drops that database and
 # vhost — nothing it did not create. Needs Go and Node ≥ 20.19, redis-cli, a
 # mariadb or mysql client and rabbitmqctl for the broker.
@@ -68,7 +68,7 @@ MYSQL_PORT=${E2E_MYSQL_PORT:-${BASH_REMATCH[5]}}
 	{ echo "e2e: cannot read STAMPEDE_TEST_AMQP_URL=$AMQP_URL" >&2; exit 1; }
 AMQP_USER=${BASH_REMATCH[2]:-guest} AMQP_PASS=${BASH_REMATCH[4]:-guest} AMQP_HOST=${BASH_REMATCH[5]}
 AMQP_PORT=${E2E_AMQP_PORT:-${BASH_REMATCH[6]:-5672}}
-NAME=stampede_test_e2e_$(date -u +%Y%m%d%H%M%S)_$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+NAME=stampede_test_e2e_$(date -u +%y%m%d%H%M)$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 rmq=(rabbitmqctl -q)
 [[ -n ${E2E_RABBIT_NODE:-} ]] && rmq+=(-n "$E2E_RABBIT_NODE")
 mysql_cli=()

@@ -264,6 +264,27 @@ func New(t testing.TB, label int) *redis.Client {
 	return c
 }
 
+// Flush empties the database of c, a client New returned, and keeps it the
+// test's: a FLUSHDB of its own would give the database away (an empty
+// database is free to claim) while the test still uses it.
+func Flush(ctx context.Context, c *redis.Client) error {
+	opts := c.Options()
+	var d *Database
+	testsMu.Lock()
+	for _, dbs := range tests {
+		for _, x := range dbs {
+			if x.Addr == opts.Addr && x.DB == opts.DB {
+				d = x
+			}
+		}
+	}
+	testsMu.Unlock()
+	if d == nil {
+		return fmt.Errorf("luatest: redis db %d at %s is no test's database (luatest.New)", opts.DB, opts.Addr)
+	}
+	return d.Flush(ctx)
+}
+
 // release gives back every database of test t.
 func release(t testing.TB) {
 	testsMu.Lock()

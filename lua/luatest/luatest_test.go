@@ -169,6 +169,10 @@ func TestNewOneDatabasePerLabelAndTest(t *testing.T) {
 			t.Fatal("a second New with the same label did not empty the database")
 		}
 		a.Set(ctx, "stampede:x", "1", 0)
+		if err := Flush(ctx, a); err != nil || a.Exists(ctx, "stampede:x").Val() != 0 || a.Exists(ctx, ClaimKey).Val() != 1 {
+			t.Fatalf("Flush: %v; want the data gone and the claim kept", err)
+		}
+		a.Set(ctx, "stampede:x", "1", 0)
 	})
 	for _, db := range []int{first, second} {
 		if n := dbs[db].DBSize(ctx).Val(); n != 0 {

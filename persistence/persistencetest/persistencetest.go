@@ -1,5 +1,7 @@
 // Package persistencetest gives tests a migrated MySQL database of their
-// own: one the package created ("stampede_test_<label>_<UTC time>_<random>"),
+// own: one the package created ("stampede_test_<label>_<UTC yymmddhhmm><6
+// random hex digits>", short enough that a lock name scoped by it, such as
+// "stampede.sweeper.close.<database>", stays within MySQL's 64 characters),
 // emptied between uses, never one it did not create. Use it only from
 // _test.go files.
 //
@@ -85,8 +87,11 @@ var pool struct {
 }
 
 // nameRE matches the databases this package creates: label, creation time
-// (UTC, to the second), random suffix.
-var nameRE = regexp.MustCompile(`^stampede_test_[a-z0-9_]*_(\d{14})_[0-9a-f]{6}$`)
+// (UTC, to the minute), random suffix.
+var nameRE = regexp.MustCompile(`^stampede_test_[a-z0-9_]*_(\d{10})[0-9a-f]{6}$`)
+
+// nameTime is the layout of the creation time in a name.
+const nameTime = "0601021504"
 
 // newName is a fresh database name for label.
 func newName(label string) string {
@@ -102,7 +107,7 @@ func newName(label string) string {
 	if len(clean) > 24 {
 		clean = clean[:24]
 	}
-	return fmt.Sprintf("stampede_test_%s_%s_%06x", clean, time.Now().UTC().Format("20060102150405"), rand.Uint32()&0xffffff)
+	return fmt.Sprintf("stampede_test_%s_%s%06x", clean, time.Now().UTC().Format(nameTime), rand.Uint32()&0xffffff)
 }
 
 // serverAddr is the host:port of the test server.
@@ -169,14 +174,20 @@ func Acquire(ctx context.Context, label string) (*Database, error) {
 }
 
 // Release empties d and gives it back: on the run's own server it is
-// truncated and pooled, on any other server dropped.
+// truncated and pooled, on any other server dropped. Sessions still on d (a
+// failed test's pinned connection holding an advisory lock or an open
+// transaction, which would block the truncation and hold the lock for the
+// next user) are killed first.
 func (d *Database) Release(ctx context.Context) error {
+	db, err := server()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := killSessions(ctx, db, d.Name); err != nil {
+		return err
+	}
 	if !d.owned {
-		db, err := server()
-		if err != nil {
-			return err
-		}
-		defer db.Close()
 		if _, err := db.ExecContext(ctx, "DROP DATABASE `"+d.Name+"`"); err != nil {
 			return fmt.Errorf("persistencetest: drop %s: %w", d.Name, err)
 		}
@@ -188,6 +199,33 @@ func (d *Database) Release(ctx context.Context) error {
 	pool.mu.Lock()
 	pool.idle = append(pool.idle, d)
 	pool.mu.Unlock()
+	return nil
+}
+
+// killSessions kills every session whose current database is name.
+func killSessions(ctx context.Context, db *sql.DB, name string) error {
+	rows, err := db.QueryContext(ctx, `SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()`, name)
+	if err != nil {
+		return fmt.Errorf("persistencetest: sessions on %s: %w", name, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		// A session that ended meanwhile: "Unknown thread id", fine.
+		_, _ = db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+	}
 	return nil
 }
 
@@ -226,7 +264,7 @@ func sweepLeftBehind(ctx context.Context, db *sql.DB, now time.Time) error {
 			return err
 		}
 		if m := nameRE.FindStringSubmatch(name); m != nil {
-			if at, err := time.Parse("20060102150405", m[1]); err == nil && now.Sub(at) > Lease {
+			if at, err := time.Parse(nameTime, m[1]); err == nil && now.Sub(at) > Lease {
 				old = append(old, name)
 			}
 		}

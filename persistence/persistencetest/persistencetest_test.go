@@ -64,8 +64,8 @@ func TestExternalServerDropsOnlyWhatTheTestsCreated(t *testing.T) {
 	suffix := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
 	mine := "mydev_keep_" + suffix
 	fixed := "stampede_test_cmd_" + suffix // an older run's fixed name: not this naming
-	recent := "stampede_test_other_" + time.Now().UTC().Format("20060102150405") + "_" + suffix
-	old := "stampede_test_old_" + time.Now().Add(-Lease-time.Hour).UTC().Format("20060102150405") + "_" + suffix
+	recent := "stampede_test_other_" + time.Now().UTC().Format(nameTime) + suffix
+	old := "stampede_test_old_" + time.Now().Add(-Lease-time.Hour).UTC().Format(nameTime) + suffix
 	for _, n := range []string{mine, fixed, recent, old} {
 		if _, err := db.Exec("CREATE DATABASE `" + n + "`"); err != nil {
 			t.Fatal(err)
@@ -114,7 +114,10 @@ func TestExternalServerDropsOnlyWhatTheTestsCreated(t *testing.T) {
 }
 
 // On the run's own server the databases are pooled: the next test gets the
-// last one's database, migrated and empty, without creating another.
+// last one's database, migrated and empty, without creating another — also
+// when the last one left a pinned connection holding an advisory lock and an
+// open transaction (a test that failed before its cleanup), which would
+// block the truncation and keep the lock from the next test's sweepers.
 func TestOwnedServerPoolsDatabases(t *testing.T) {
 	t.Setenv("STAMPEDE_TEST_OWNED", serverAddr())
 	var first, second string
@@ -122,6 +125,18 @@ func TestOwnedServerPoolsDatabases(t *testing.T) {
 		s := New(t, "pool")
 		first = Name(s)
 		product(t, s)
+		ctx := context.Background()
+		if _, ok, err := s.TryLock(ctx, "sweeper.close"); !ok || err != nil {
+			t.Fatalf("lock: %v %v", ok, err)
+		}
+		tx, err := s.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(`UPDATE product SET name = 'held'`); err != nil {
+			t.Fatal(err)
+		}
+		// Neither the lock nor the transaction is ever released.
 	})
 	t.Run("second", func(t *testing.T) {
 		s := New(t, "pool")
@@ -130,6 +145,11 @@ func TestOwnedServerPoolsDatabases(t *testing.T) {
 		if err := s.DB.QueryRow(`SELECT COUNT(*) FROM product`).Scan(&n); err != nil || n != 0 {
 			t.Fatalf("pooled database holds %d products (%v), want none", n, err)
 		}
+		l, ok, err := s.TryLock(context.Background(), "sweeper.close")
+		if !ok || err != nil {
+			t.Fatalf("the last test's lock is still held: %v %v", ok, err)
+		}
+		l.Release()
 	})
 	if first != second {
 		t.Fatalf("second test got %s, want the pooled %s", second, first)

@@ -1,6 +1,6 @@
 // Package pipelinetest gives tests a RabbitMQ vhost of their own and small
 // polling helpers. A test's vhost is one this package created
-// ("stampede_test_<label>_<UTC time>_<random>"), never one it did not
+// ("stampede_test_<label>_<UTC yymmddhhmm><6 random hex digits>"), never one it did not
 // create: on the broker of the run's own (STAMPEDE_TEST_OWNED) vhosts are
 // pooled within a test process and emptied between tests; on any other
 // broker each is deleted when its test ends. Use it only from _test.go
@@ -54,7 +54,7 @@ const VhostLease = 3 * time.Hour
 
 // vhostRE matches the vhosts this package creates: label, creation time
 // (UTC, to the second), random suffix.
-var vhostRE = regexp.MustCompile(`^stampede_test_[a-z0-9_]*_(\d{14})_[0-9a-f]{6}$`)
+var vhostRE = regexp.MustCompile(`^stampede_test_[a-z0-9_]*_(\d{10})[0-9a-f]{6}$`)
 
 var vhostPool struct {
 	mu    sync.Mutex
@@ -63,7 +63,7 @@ var vhostPool struct {
 }
 
 // TestVhost is a vhost of the test broker created by this package
-// ("stampede_test_<label>_<UTC time>_<random>") for one user at a time.
+// ("stampede_test_<label>_<UTC yymmddhhmm><6 random hex digits>") for one user at a time.
 type TestVhost struct {
 	Name  string
 	URL   string // the broker URL with this vhost
@@ -164,6 +164,10 @@ func (v *TestVhost) Release() error {
 	return nil
 }
 
+// vhostTime is the layout of the creation time in a vhost name (UTC, to the
+// minute), as persistencetest's database names.
+const vhostTime = "0601021504"
+
 // newVhostName is a fresh vhost name for label.
 func newVhostName(label string) string {
 	clean := strings.Map(func(r rune) rune {
@@ -178,7 +182,7 @@ func newVhostName(label string) string {
 	if len(clean) > 24 {
 		clean = clean[:24]
 	}
-	return fmt.Sprintf("stampede_test_%s_%s_%06x", clean, time.Now().UTC().Format("20060102150405"), rand.Uint32()&0xffffff)
+	return fmt.Sprintf("stampede_test_%s_%s%06x", clean, time.Now().UTC().Format(vhostTime), rand.Uint32()&0xffffff)
 }
 
 // sweepVhosts deletes the vhosts of this package's naming created more than
@@ -193,7 +197,7 @@ func sweepVhosts(now time.Time) error {
 		if m == nil {
 			continue
 		}
-		if at, err := time.Parse("20060102150405", m[1]); err == nil && now.Sub(at) > VhostLease {
+		if at, err := time.Parse(vhostTime, m[1]); err == nil && now.Sub(at) > VhostLease {
 			if err := rabbitmqctl("delete_vhost", name); err != nil {
 				return err
 			}

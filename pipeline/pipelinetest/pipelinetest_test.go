@@ -27,8 +27,8 @@ func TestExternalBrokerDeletesOnlyWhatTheTestsCreated(t *testing.T) {
 	t.Setenv("STAMPEDE_TEST_OWNED", "")
 	suffix := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
 	mine := "mydev_keep_" + suffix
-	recent := "stampede_test_other_" + time.Now().UTC().Format("20060102150405") + "_" + suffix
-	old := "stampede_test_old_" + time.Now().Add(-VhostLease-time.Hour).UTC().Format("20060102150405") + "_" + suffix
+	recent := "stampede_test_other_" + time.Now().UTC().Format(vhostTime) + suffix
+	old := "stampede_test_old_" + time.Now().Add(-VhostLease-time.Hour).UTC().Format(vhostTime) + suffix
 	defs := fmt.Sprintf(`{"vhosts": [{"name": %q}, {"name": %q}, {"name": %q}]}`, mine, recent, old)
 	if err := rabbitmqctlIn([]byte(defs), "import_definitions"); err != nil {
 		t.Fatal(err)
