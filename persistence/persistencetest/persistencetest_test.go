@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,26 +157,40 @@ func TestOwnedServerPoolsDatabases(t *testing.T) {
 	}
 }
 
-// Two tests at once, and two labels in one test, never share a database.
-func TestParallelTestsNeverShare(t *testing.T) {
-	names := make(chan string, 3)
-	for i := range 2 {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			t.Parallel()
-			names <- Name(New(t, "shared_label"))
-			if i == 0 {
-				names <- Name(New(t, "other_label"))
-			}
-		})
+// Databases held at once are distinct, whether acquired at once (parallel
+// tests) or from the pool, and two labels of one test are two databases.
+func TestHeldDatabasesNeverShared(t *testing.T) {
+	t.Setenv("STAMPEDE_TEST_OWNED", serverAddr()) // the pool in play
+	ctx := context.Background()
+	held := make([]*Database, 6)
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			held[i], errs[i] = Acquire(ctx, "shared_label")
+		}()
 	}
-	t.Cleanup(func() {
-		close(names)
-		seen := map[string]bool{}
-		for n := range names {
-			if seen[n] {
-				t.Errorf("database %s handed out twice", n)
-			}
-			seen[n] = true
+	wg.Wait()
+	seen := map[string]bool{}
+	for i, d := range held {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if seen[d.Name] {
+			t.Errorf("database %s held twice at once", d.Name)
+		}
+		seen[d.Name] = true
+	}
+	for _, d := range held {
+		if err := d.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("two labels", func(t *testing.T) {
+		if a, b := Name(New(t, "one")), Name(New(t, "two")); a == b {
+			t.Fatalf("labels one and two share %s", a)
 		}
 	})
 }
