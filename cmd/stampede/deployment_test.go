@@ -152,6 +152,7 @@ const deploymentTestSecret = "deployment-test-secret-0123456789abcdef"
 // deployment's writer stored it. Before identities every role started and
 // the demo's product 1 took over the other product 1's hash.
 func TestWrongRedisDBRefused(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("starts the roles")
 	}
@@ -287,6 +288,7 @@ func checkTakeover(t *testing.T, rdb *redis.Client, ours, theirs []string, their
 // NOT_ADMITTED, and a ticket is given again. Before, the products came
 // back with their rooms off and every buyer ordered directly.
 func TestTakeoverReloadsRooms(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("starts the roles")
 	}

@@ -59,6 +59,7 @@ func serviceArgs(t *testing.T) []string {
 // real services: 1,000 buyers and repeated clicks for 100 units, pays,
 // cancels and timeouts, and the SPEC §5 audit. It fails if any invariant does.
 func TestDemoOnce(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

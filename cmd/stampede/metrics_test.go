@@ -108,6 +108,7 @@ func (s scrape) value(name string, want ...string) float64 {
 // checks that the alert rules and the dashboard only use series the binary
 // registers.
 func TestMetricsDuringSale(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

@@ -131,6 +131,7 @@ type intent struct {
 // during the shutdown, and its replay answers that orderNo; the
 // reconciliation is clean.
 func TestSigtermDrainsAndRestartLosesNothing(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end, builds and runs the binary")
 	}
