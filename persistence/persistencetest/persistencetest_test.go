@@ -45,6 +45,24 @@ func databases(t *testing.T, db *sql.DB) []string {
 	return out
 }
 
+// dropPooled makes the databases pooled in test t dropped when it ends: the
+// test forces the pool (STAMPEDE_TEST_OWNED) on a server that may be a
+// developer's.
+func dropPooled(t *testing.T) {
+	db := admin(t)
+	t.Cleanup(func() {
+		pool.mu.Lock()
+		idle := pool.idle
+		pool.idle = nil
+		pool.mu.Unlock()
+		for _, d := range idle {
+			if _, err := db.Exec("DROP DATABASE IF EXISTS `" + d.Name + "`"); err != nil {
+				t.Errorf("left behind: %v", err)
+			}
+		}
+	})
+}
+
 func admin(t *testing.T) *sql.DB {
 	t.Helper()
 	db, err := server()
@@ -121,6 +139,7 @@ func TestExternalServerDropsOnlyWhatTheTestsCreated(t *testing.T) {
 // block the truncation and keep the lock from the next test's sweepers.
 func TestOwnedServerPoolsDatabases(t *testing.T) {
 	t.Setenv("STAMPEDE_TEST_OWNED", serverAddr())
+	dropPooled(t)
 	var first, second string
 	t.Run("first", func(t *testing.T) {
 		s := New(t, "pool")
@@ -161,6 +180,7 @@ func TestOwnedServerPoolsDatabases(t *testing.T) {
 // tests) or from the pool, and two labels of one test are two databases.
 func TestHeldDatabasesNeverShared(t *testing.T) {
 	t.Setenv("STAMPEDE_TEST_OWNED", serverAddr()) // the pool in play
+	dropPooled(t)
 	ctx := context.Background()
 	held := make([]*Database, 6)
 	errs := make([]error, len(held))

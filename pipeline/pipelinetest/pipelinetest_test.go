@@ -35,7 +35,9 @@ func TestExternalBrokerDeletesOnlyWhatTheTestsCreated(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, v := range []string{mine, recent} {
-			_ = rabbitmqctl("delete_vhost", v)
+			if err := rabbitmqctl("delete_vhost", v); err != nil {
+				t.Errorf("left behind: %v", err)
+			}
 		}
 	})
 	if err := sweepVhosts(time.Now()); err != nil {
@@ -78,6 +80,19 @@ func TestOwnedBrokerPoolsVhosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("STAMPEDE_TEST_OWNED", u.Host)
+	// The broker may be a developer's, owned only for this test: the
+	// vhosts pooled here are deleted at its end.
+	t.Cleanup(func() {
+		vhostPool.mu.Lock()
+		idle := vhostPool.idle
+		vhostPool.idle = nil
+		vhostPool.mu.Unlock()
+		for _, v := range idle {
+			if err := rabbitmqctl("delete_vhost", v.Name); err != nil {
+				t.Errorf("left behind: %v", err)
+			}
+		}
+	})
 	var first, second string
 	t.Run("first", func(t *testing.T) {
 		first = Vhost(t, "pool")
