@@ -108,9 +108,18 @@ EOF
 
 	# MariaDB: a data directory of its own, root over TCP with no password.
 	mkdir -p "$DIR/mysql"
-	mariadb-install-db --no-defaults --auth-root-authentication-method=normal --user="$(id -un)" \
-		--datadir="$DIR/mysql/data" --skip-test-db >"$DIR/mysql/install.log" 2>&1 ||
-		die "mariadb-install-db failed: $(tail -5 "$DIR/mysql/install.log")"
+	# Once more after a failure (one of two runs started at the same moment
+	# failed here once); then its log is kept next to DIR, which goes.
+	local try
+	for try in 1 2; do
+		rm -rf "$DIR/mysql/data"
+		mariadb-install-db --no-defaults --auth-root-authentication-method=normal --user="$(id -un)" \
+			--datadir="$DIR/mysql/data" --skip-test-db >"$DIR/mysql/install.log" 2>&1 && break
+		if ((try == 2)); then
+			cp "$DIR/mysql/install.log" "$DIR.mariadb-install.log"
+			die "mariadb-install-db failed twice (log: $DIR.mariadb-install.log): $(grep -E 'ERROR|rror:|failed' "$DIR/mysql/install.log" | head -n 10)"
+		fi
+	done
 	local start="$(mariadbd_bin) --no-defaults --datadir=$DIR/mysql/data --port=$mysql_port --bind-address=127.0.0.1 --socket=$DIR/mysql/sock --pid-file=$DIR/mysql/pid --user=$(id -un) --skip-log-bin --innodb-buffer-pool-size=512M --innodb-log-file-size=256M --innodb-flush-log-at-trx-commit=2 --max-connections=2000 --log-error=$DIR/mysql/err"
 	echo "setsid $start </dev/null >/dev/null 2>&1 &" >"$DIR/mysql/start.sh"
 	sh "$DIR/mysql/start.sh"
