@@ -280,8 +280,13 @@ func rabbitmqctlIn(stdin []byte, args ...string) error {
 	return err
 }
 
+// ctlTimeout bounds one rabbitmqctl call: it boots an Erlang node each time,
+// and with two test runs and other work on 2 cores (load 34) a vhost's
+// import_definitions took longer than a minute.
+const ctlTimeout = 3 * time.Minute
+
 func ctl(stdin []byte, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "rabbitmqctl", args...)
 	if stdin != nil {
