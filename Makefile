@@ -22,20 +22,27 @@ migrate: services build
 demo: services build
 	STAMPEDE_MODE=development bin/stampede demo $(ARGS)
 
-# Everything CI runs: the docs check first (seconds: a broken page fails
-# before the long suites start), Go tests (race detector on), the client's
-# unit tests and the browser end-to-end test (installs Debian's chromium and
-# the client's npm packages when they are missing).
-test: docs-check test-go test-client test-e2e
+# Everything CI runs (scripts/test.sh): the docs check first (seconds: a
+# broken page fails before the long suites start), lint, go vet and the Go
+# tests (race detector on, system tests included), a short fuzz run, the
+# client's unit tests and the browser end-to-end test (installs Debian's
+# chromium and the client's npm packages when they are missing). The tests
+# run on Redis, MariaDB and RabbitMQ servers of the run's own, started once
+# and stopped at the end (scripts/testservices.sh), never on the servers of
+# the default ports; STAMPEDE_TEST_SERVICES=external uses those (or the
+# STAMPEDE_TEST_* addresses) in namespaces the tests create. The phases'
+# times are printed at the end.
+test:
+	bash scripts/test.sh
 
 # The docs check (docs/doc.go): every relative link and anchor of README.md,
 # docs/*.md and */README.md resolves, every make target and stampede command
 # of their shell blocks exists, every figure cites a report in bench/results
-# that exists, and docs/configuration.md matches the flags. No services;
-# -race so that test-go reuses the build. go test ./... runs these tests too.
+# that exists, and docs/configuration.md matches the flags. No services and
+# no race detector: seconds with a warm build cache. go test ./... runs these
+# tests too.
 docs-check:
-	$(GO) test -race -count=1 ./docs/
-	$(GO) test -race -count=1 -run '^(TestDocsCommands|TestConfigurationPage)' ./cmd/stampede/
+	bash scripts/test.sh docs
 
 # Regenerate docs/configuration.md from the flag definitions of
 # cmd/stampede/config.go, after adding or changing a setting.
@@ -46,11 +53,9 @@ docs:
 funclen:
 	$(GO) run ./scripts/funclen $(ARGS)
 
-test-go: services lint
-	bash scripts/tools.sh
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 40m ./...
-	$(MAKE) test-fuzz
+# go vet and go test -race ./... on test servers of their own (as in make test).
+test-go:
+	bash scripts/test.sh go
 
 # The house rules (.golangci.yml: a small linter set, depguard's import
 # direction); gofmt and a tidy go.mod first, which golangci-lint does not check.
@@ -60,28 +65,25 @@ lint:
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
-# A short run of the order decoder/handler fuzz target (issue 5): no panic, no
-# 5xx, no reservation on rejected input. -parallel 1 keeps it to one core. A
-# count, not a duration: with -fuzztime=10s go1.26's fuzz coordinator can
-# report its own deadline as a failure on a loaded machine ("context deadline
-# exceeded", no input written; golang/go#75804, fixed in go1.27); 15,000
-# inputs are about 10 s here.
-test-fuzz: services
-	$(GO) test -run='^$$' -fuzz=FuzzCreateOrder -fuzztime=15000x -parallel 1 ./gateway/
+# A short run of the order decoder/handler fuzz target (scripts/test.sh fuzz:
+# what it checks, and why a count of inputs).
+test-fuzz:
+	bash scripts/test.sh fuzz
 
-# npm install, not npm ci: vite's lock file names an optional Windows-only
-# package that this registry does not serve, which npm ci refuses.
+# The client's packages exactly as package-lock.json names them (npm ci),
+# again whenever the lock file changes. The lock file keeps vite's optional
+# Windows-only dependency (never installed here), which npm ci requires.
 client/node_modules/.package-lock.json: client/package-lock.json
-	cd client && npm install --no-audit --no-fund --loglevel=error
+	cd client && npm ci --no-audit --no-fund --loglevel=error
 
-test-client: client/node_modules/.package-lock.json
-	cd client && npm test
+test-client:
+	bash scripts/test.sh client
 
-test-e2e: services client/node_modules/.package-lock.json
-	bash client/e2e/run.sh
+test-e2e:
+	bash scripts/test.sh e2e
 
-test-short: services
-	$(GO) test -count=1 -short ./...
+test-short:
+	bash scripts/test.sh short
 
 # The benchmarks run on their own MySQL database, RabbitMQ vhost and Redis
 # database, so the products and orders they leave never mix with the demo's

@@ -38,7 +38,7 @@ func (h *lookupCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // Redis client counts request-record reads.
 func gatewayWithCounter(t *testing.T, e *env, node int, mods ...func(*Config)) (*Server, *lookupCounter, *env) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: luatest.Addr(), DB: luatest.DBGateway})
+	rdb := redis.NewClient(&redis.Options{Addr: luatest.Addr(), DB: e.rdb.Options().DB})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := new(lookupCounter)
 	rdb.AddHook(h)

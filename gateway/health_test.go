@@ -139,7 +139,7 @@ func TestBreakerRecovers(t *testing.T) {
 func TestCreateOrderWithoutMySQL(t *testing.T) {
 	e := newEnv(t)
 	pid := e.product(openSale(10))
-	down, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_gateway"))
+	down, err := persistence.Open(context.Background(), persistencetest.DSNFor(t, "gateway"))
 	if err != nil {
 		t.Fatal(err)
 	}

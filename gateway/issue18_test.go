@@ -163,7 +163,7 @@ func TestReplayStormReadsNoMySQL(t *testing.T) {
 	}
 	e.record(nos[0])
 	e.lock(nos[0]) // one of them WAITING_PAY, reported to Redis as the consumer does
-	down, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_gateway"))
+	down, err := persistence.Open(context.Background(), persistencetest.DSNFor(t, "gateway"))
 	if err != nil {
 		t.Fatal(err)
 	}

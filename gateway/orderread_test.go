@@ -157,7 +157,7 @@ func TestOrderNotFoundPathsCostTheSame(t *testing.T) {
 	// The reads are counted on a gateway whose store has one MySQL
 	// connection: its session's Com_select counts that gateway's selects
 	// and nothing else (other packages' tests share the server).
-	one, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_gateway"))
+	one, err := persistence.Open(context.Background(), persistencetest.DSN(persistencetest.Name(e.store)))
 	if err != nil {
 		t.Fatal(err)
 	}

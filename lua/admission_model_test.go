@@ -200,7 +200,7 @@ func newRoomModel(t *rapid.T, rdb *redis.Client, pid int64) *roomModel {
 		TransferID:   func(int64, int) string { tid, _ := m.token(); return "x" + tid }}
 	m.saga = &lua.AdmissionSaga{RDB: m.fault, Do: do, Reserve: m.stock.Reserve, NewToken: m.token}
 	now := time.Now()
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
+	if err := luatest.Flush(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.stock.LoadProduct(lua.Product{ID: pid, Total: m.total, Shards: m.shards, Price: 100, PerUserLimit: limit,

@@ -3,6 +3,7 @@ package persistence_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -99,7 +100,8 @@ func TestMapSubject(t *testing.T) {
 // a user is refused.
 func TestLeastPrivilegeUser(t *testing.T) {
 	s := persistencetest.New(t, "persistence")
-	const user, pass = "stampede_test_dml", "dml-test-0123456789"
+	// A user of the test's own: the server may be a developer's, or another run's.
+	user, pass := fmt.Sprintf("stampede_test_dml_%06x", rand.Uint32()&0xffffff), "dml-test-0123456789"
 	// Every host form a loopback connection may match (MariaDB's anonymous
 	// ''@'localhost' would otherwise win over '%').
 	hosts := []string{"%", "localhost", "127.0.0.1"}
@@ -107,7 +109,7 @@ func TestLeastPrivilegeUser(t *testing.T) {
 		for _, q := range []string{
 			"DROP USER IF EXISTS '" + user + "'@'" + h + "'",
 			"CREATE USER '" + user + "'@'" + h + "' IDENTIFIED BY '" + pass + "'",
-			"GRANT SELECT, INSERT, UPDATE, DELETE ON stampede_test_persistence.* TO '" + user + "'@'" + h + "'",
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON `" + persistencetest.Name(s) + "`.* TO '" + user + "'@'" + h + "'",
 		} {
 			if _, err := s.DB.Exec(q); err != nil {
 				t.Skipf("cannot manage users on this server (%v)", err)
@@ -119,7 +121,7 @@ func TestLeastPrivilegeUser(t *testing.T) {
 			s.DB.Exec("DROP USER IF EXISTS '" + user + "'@'" + h + "'")
 		}
 	})
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_persistence"))
+	cfg, err := mysql.ParseDSN(persistencetest.DSNFor(t, "persistence"))
 	if err != nil {
 		t.Fatal(err)
 	}

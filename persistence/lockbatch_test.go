@@ -92,7 +92,7 @@ func TestPayDeadlineStartsAfterLockWait(t *testing.T) {
 func TestLockWaitSurfacesAsLockWait(t *testing.T) {
 	s := persistencetest.New(t, "persistence")
 	_, nos := processing(t, s, 10, 1, 1)
-	short, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_persistence")+"?innodb_lock_wait_timeout=1")
+	short, err := persistence.Open(context.Background(), persistencetest.DSNFor(t, "persistence")+"?innodb_lock_wait_timeout=1")
 	if err != nil {
 		t.Fatal(err)
 	}

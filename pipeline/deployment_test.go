@@ -32,7 +32,7 @@ func TestSecondDeploymentOnVhostRefused(t *testing.T) {
 	start := time.Now()
 	err := declareWith(t, url, pipeline.TopologyConfig{Deployment: b})
 	var de *pipeline.VhostDeploymentError
-	if !errors.As(err, &de) || !errors.Is(err, pipeline.ErrVhostDeployment) || de.Theirs != a || de.Ours != b || de.Vhost != "stampede_test_deployment" {
+	if !errors.As(err, &de) || !errors.Is(err, pipeline.ErrVhostDeployment) || de.Theirs != a || de.Ours != b || de.Vhost != pipelinetest.VhostName(t, "deployment") {
 		t.Fatalf("second deployment: %v (%+v), want a refusal naming %s", err, de, a)
 	}
 	if d := time.Since(start); d > 5*time.Second {

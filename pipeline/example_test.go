@@ -23,18 +23,32 @@ import (
 // the order-lock consumer locks the stock and the order waits for payment.
 // Each Run returns nil once ctx is cancelled, after draining its in-flight
 // work. (A real main reads its addresses from its config and cancels on
-// Ctrl-C, signal.NotifyContext; this one runs on the package's test
-// services and stops after the purchase.)
+// Ctrl-C, signal.NotifyContext; this one runs on a MySQL database, a
+// RabbitMQ vhost and a Redis database of its own on the test services and
+// stops after the purchase.)
 func Example() {
-	mysqlDSN := persistencetest.DSN("stampede_test_example")
-	amqpURL, err := pipelinetest.EmptyVhost("example")
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	mysqlDB, err := persistencetest.Acquire(ctx, "example")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	store, err := persistence.Open(ctx, mysqlDSN)
+	defer mysqlDB.Release(context.Background())
+	vhost, err := pipelinetest.AcquireVhost("example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer vhost.Release()
+	amqpURL := vhost.URL
+	redisDB, err := luatest.Claim(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer redisDB.Release(context.Background())
+	store, err := persistence.Open(ctx, mysqlDB.DSN())
 	if err != nil {
 		fmt.Println("mysql:", err)
 		return
@@ -44,9 +58,8 @@ func Example() {
 		fmt.Println("migrate:", err)
 		return
 	}
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{luatest.Addr()}, DB: luatest.DBPipeline})
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{redisDB.Addr}, DB: redisDB.DB})
 	defer rdb.Close()
-	rdb.FlushDB(ctx) // the package's Redis database: no other test's streams
 	// Publishers and consumers on separate connections (flow control).
 	pub, err := pipeline.NewConn(pipeline.ConnConfig{URL: amqpURL, Name: "stampede-relay"})
 	if err != nil {

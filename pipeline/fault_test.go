@@ -86,7 +86,7 @@ func TestPipelineSurvivesDroppedConnections(t *testing.T) {
 	e.reserve(p, k, 1, 10, 1)
 	e.waitCount(10*time.Second, 10, `SELECT COUNT(*) FROM order_info WHERE status = 'WAITING_PAY'`)
 
-	out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", "stampede_test_pipeline", "test: dropped connections").CombinedOutput()
+	out, err := exec.Command("rabbitmqctl", "close_all_connections", "-p", pipelinetest.VhostName(t, "pipeline"), "test: dropped connections").CombinedOutput()
 	if err != nil {
 		t.Fatalf("rabbitmqctl close_all_connections: %v\n%s", err, out)
 	}

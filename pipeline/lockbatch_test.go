@@ -13,13 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
-	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
-	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
@@ -429,11 +426,11 @@ func TestLockBatchChildProcess(t *testing.T) {
 	if url == "" {
 		t.Skip("run by TestLockBatchKilledAfterCommit")
 	}
-	store, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_pipeline"))
+	store, err := persistence.Open(context.Background(), os.Getenv(childMySQLEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: luatest.Addr(), DB: luatest.DBPipeline})
+	rdb := childRedis(t)
 	conn, err := pipeline.NewConn(pipeline.ConnConfig{URL: url, Topology: pipeline.TopologyConfig{QueueType: pipeline.QueueType(os.Getenv(childEnv + "_TYPE"))}})
 	if err != nil {
 		t.Fatal(err)
@@ -469,7 +466,7 @@ func testLockBatchKilledAfterCommit(t *testing.T, qt pipeline.QueueType) {
 	e.publishCreated(bodies...)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLockBatchChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+e.amqpURL, childEnv+"_TYPE="+string(qt))
+	cmd.Env = append(e.childEnviron(), childEnv+"="+e.amqpURL, childEnv+"_TYPE="+string(qt))
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !strings.Contains(ee.String(), "killed") {

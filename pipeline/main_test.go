@@ -83,10 +83,10 @@ func newEnv(t *testing.T) *env {
 }
 
 // forEachQueueType runs test once per queue type, as subtests "classic" and
-// "quorum" (one after the other: they share the test vhost).
+// "quorum", at the same time (each has databases and a vhost of its own).
 func forEachQueueType(t *testing.T, test func(t *testing.T, qt pipeline.QueueType)) {
 	for _, qt := range []pipeline.QueueType{pipeline.QueueClassic, pipeline.QueueQuorum} {
-		t.Run(string(qt), func(t *testing.T) { test(t, qt) })
+		t.Run(string(qt), func(t *testing.T) { t.Parallel(); test(t, qt) })
 	}
 }
 

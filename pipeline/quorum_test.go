@@ -131,9 +131,9 @@ func TestQueueTypeMismatchError(t *testing.T) {
 			}
 			msg := err.Error()
 			t.Logf("%s", msg)
-			for _, s := range []string{"queue " + pipeline.QueueOrderCreated + " in vhost stampede_test_pipeline", "already exists as a " + string(tc.existing) + " queue",
+			for _, s := range []string{"queue " + pipeline.QueueOrderCreated + " in vhost " + pipelinetest.VhostName(t, "pipeline"), "already exists as a " + string(tc.existing) + " queue",
 				"configured queue type is " + string(tc.configured), "STAMPEDE_AMQP_QUEUE_TYPE=" + string(tc.existing),
-				"rabbitmqctl delete_queue -p stampede_test_pipeline " + pipeline.QueueOrderCreated, "PRECONDITION_FAILED"} {
+				"rabbitmqctl delete_queue -p " + pipelinetest.VhostName(t, "pipeline") + " " + pipeline.QueueOrderCreated, "PRECONDITION_FAILED"} {
 				if !strings.Contains(msg, s) {
 					t.Errorf("message lacks %q: %s", s, msg)
 				}

@@ -121,7 +121,7 @@ func TestSweepersShareWithoutWaste(t *testing.T) {
 // the next sweeper; a released lock is free too, and a held one is not.
 func TestSweeperLockDiesWithItsHolder(t *testing.T) {
 	store := persistencetest.New(t, "sweeplock")
-	other, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_sweeplock"))
+	other, err := persistence.Open(context.Background(), persistencetest.DSNFor(t, "sweeplock"))
 	if err != nil {
 		t.Fatal(err)
 	}

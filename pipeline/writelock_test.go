@@ -16,10 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
-	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
-	"github.com/stampede-sh/stampede/persistence/persistencetest"
 	"github.com/stampede-sh/stampede/pipeline"
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
@@ -109,11 +107,11 @@ func TestWriterLockChildProcess(t *testing.T) {
 	if os.Getenv(writerChildEnv) == "" {
 		t.Skip("run by TestWriterLockKilledAfterCommit")
 	}
-	store, err := persistence.Open(context.Background(), persistencetest.DSN("stampede_test_pipeline"))
+	store, err := persistence.Open(context.Background(), os.Getenv(childMySQLEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: luatest.Addr(), DB: luatest.DBPipeline})
+	rdb := childRedis(t)
 	w, err := pipeline.NewWriter(store, rdb, pipeline.WriterConfig{Consumer: "doomed", BatchSize: 500, BatchWait: 300 * time.Millisecond,
 		LockOrders: true, PayTimeout: time.Hour, AfterCommit: func(int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }})
 	if err != nil {
@@ -134,7 +132,7 @@ func TestWriterLockKilledAfterCommit(t *testing.T) {
 	p, k := e.product(100, 100)
 	nos := e.reserve(p, k, 1, 50, 1)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWriterLockChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), writerChildEnv+"=1")
+	cmd.Env = append(e.childEnviron(), writerChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !strings.Contains(ee.String(), "killed") {

@@ -19,10 +19,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/stampede-sh/stampede/lua"
-	"github.com/stampede-sh/stampede/lua/luatest"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/persistence/persistencetest"
@@ -55,11 +53,11 @@ type writerChildSpec struct {
 	LockWaitMS int           `json:"lockWaitMs"`
 }
 
-// writerModelDSN is the pipeline test database's DSN with the session's
-// lock wait timeout set to lockWait whole seconds.
-func writerModelDSN(t testing.TB, lockWait int) string {
+// writerModelDSN is dsn (the test's database) with the session's lock wait
+// timeout set to lockWait whole seconds.
+func writerModelDSN(t testing.TB, dsn string, lockWait int) string {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_pipeline"))
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +81,11 @@ func TestWriterModelChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		t.Fatal(err)
 	}
-	store, err := persistence.Open(context.Background(), writerModelDSN(t, max(1, spec.LockWaitMS/1000)))
+	store, err := persistence.Open(context.Background(), writerModelDSN(t, os.Getenv(childMySQLEnv), max(1, spec.LockWaitMS/1000)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: luatest.Addr(), DB: luatest.DBPipeline})
+	rdb := childRedis(t)
 	var mu sync.Mutex
 	commits := 0
 	w, err := pipeline.NewWriter(store, rdb, pipeline.WriterConfig{Consumer: spec.Consumer, BatchSize: spec.BatchSize,
@@ -190,7 +188,7 @@ func (e *env) writerModelRun(t *testing.T, seed uint64) {
 	batch := []int{20, 60, 150}[rng.IntN(3)]
 	t.Logf("seed %d: %d writers + 1 child writer killed after a commit, claim idle %s, batch %d", seed, writers, claimIdle, batch)
 
-	wstore, err := persistence.Open(ctx, writerModelDSN(t, 1))
+	wstore, err := persistence.Open(ctx, writerModelDSN(t, persistencetest.DSN(persistencetest.Name(e.store)), 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +266,7 @@ func (e *env) startChildWriter(t *testing.T, spec writerChildSpec) *exec.Cmd {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWriterModelChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), writerChildModelEnv+"="+string(raw))
+	cmd.Env = append(e.childEnviron(), writerChildModelEnv+"="+string(raw))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +289,7 @@ func (f *faultLog) String() string {
 
 // injectFaults holds stock rows and crosses stock locks until ctx ends.
 func (e *env) injectFaults(ctx context.Context, rng *rand.Rand, pids []int64, log *faultLog) {
-	db, err := sql.Open("mysql", writerModelDSN(e.t, 2))
+	db, err := sql.Open("mysql", writerModelDSN(e.t, persistencetest.DSN(persistencetest.Name(e.store)), 2))
 	if err != nil {
 		e.t.Error(err)
 		return

@@ -109,7 +109,7 @@ func TestTwoInstances(t *testing.T) {
 
 // When the RabbitMQ connection drops, the hub reconnects with backoff and
 // re-sends snapshots, so a change whose event was lost still reaches the
-// socket. Not parallel: it closes every connection of the test vhost.
+// socket. It closes every connection of the test vhost.
 func TestReconnectResyncs(t *testing.T) {
 	ex := exchangeName(t)
 	snap := newMemSnapshots()
@@ -123,7 +123,7 @@ func TestReconnectResyncs(t *testing.T) {
 	// A change whose event is lost (never published): only a resync can bring it.
 	snap.put(Snapshot{OrderNo: no, UserID: 9, Status: order.WaitingPay, Version: 2, UpdatedAt: time.Now()}, true)
 	c.quiet(50 * time.Millisecond)
-	out, err := exec.Command("rabbitmqctl", "close_all_connections", "--vhost", testVhost, "push reconnect test").CombinedOutput()
+	out, err := exec.Command("rabbitmqctl", "close_all_connections", "--vhost", vhostName(t), "push reconnect test").CombinedOutput()
 	if err != nil {
 		t.Fatalf("rabbitmqctl close_all_connections: %v: %s", err, out)
 	}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/order"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
 func TestMain(m *testing.M) {
@@ -40,52 +39,31 @@ func token(t testing.TB, uid int64) string {
 
 // ---------------------------------------------------------------- RabbitMQ
 
-const testVhost = "stampede_test_push"
+// vhosts holds each running test's vhost URL (amqpURL).
+var vhosts sync.Map
 
-var (
-	vhostOnce sync.Once
-	vhostURL  string
-	vhostErr  error
-)
-
-// amqpURL returns the URL of the package's own RabbitMQ vhost, creating it
-// with rabbitmqctl if it is missing. STAMPEDE_TEST_AMQP_URL overrides the
-// broker (its vhost path is replaced).
+// amqpURL returns the URL of the test's own RabbitMQ vhost on the test
+// broker (pipelinetest.Vhost: STAMPEDE_TEST_AMQP_URL), the same one for
+// every call of one test.
 func amqpURL(t testing.TB) string {
 	t.Helper()
-	vhostOnce.Do(func() {
-		base := os.Getenv("STAMPEDE_TEST_AMQP_URL")
-		if base == "" {
-			base = "amqp://guest:guest@127.0.0.1:5672/"
-		}
-		u, err := amqp.ParseURI(base)
-		if err != nil {
-			vhostErr = err
-			return
-		}
-		u.Vhost = testVhost
-		vhostURL = u.String()
-		if c, err := amqp.Dial(vhostURL); err == nil {
-			c.Close()
-			return
-		}
-		for _, args := range [][]string{{"add_vhost", testVhost}, {"set_permissions", "-p", testVhost, u.Username, ".*", ".*", ".*"}} {
-			if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil && !strings.Contains(string(out), "already exists") {
-				vhostErr = fmt.Errorf("rabbitmqctl %v: %v: %s", args, err, out)
-				return
-			}
-		}
-		c, err := amqp.Dial(vhostURL)
-		if err != nil {
-			vhostErr = fmt.Errorf("dial %s after creating the vhost: %w (is RabbitMQ running? try `make services`)", vhostURL, err)
-			return
-		}
-		c.Close()
-	})
-	if vhostErr != nil {
-		t.Fatal(vhostErr)
+	if u, ok := vhosts.Load(t); ok {
+		return u.(string)
 	}
-	return vhostURL
+	u := pipelinetest.Vhost(t, "push")
+	vhosts.Store(t, u)
+	t.Cleanup(func() { vhosts.Delete(t) })
+	return u
+}
+
+// vhostName is the name of the test's vhost (amqpURL).
+func vhostName(t testing.TB) string {
+	t.Helper()
+	u, err := amqp.ParseURI(amqpURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Vhost
 }
 
 // exchangeName is a fresh topic exchange for one test.

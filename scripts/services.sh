@@ -4,6 +4,10 @@
 # `stampede_bench` and vhosts `stampede_bench`, `stampede_bench_push`). Idempotent; takes well under a second when
 # everything is already up.
 #
+# With --binaries it only installs the three servers' Debian packages where
+# their binaries are missing and starts nothing: `make test` runs servers of
+# its own (scripts/testservices.sh) and needs only the binaries.
+#
 # For each service, in order:
 #   1. something already answers on the port  -> use it;
 #   2. Docker engine running + deploy/services.compose.yml -> docker compose up -d <svc>;
@@ -256,6 +260,16 @@ reset_bench() {
 }
 
 # ---------------------------------------------------------------- main
+
+if [[ ${1:-} == --binaries ]]; then
+	ensure_binary redis-server redis-server
+	ensure_binary redis-cli redis-tools
+	ensure_binary rabbitmq-server rabbitmq-server
+	ensure_binary /usr/sbin/mariadbd mariadb-server
+	ensure_binary mariadb-install-db mariadb-server
+	ensure_binary mariadb mariadb-client
+	exit 0
+fi
 
 ensure redis redis redis_up start_redis_local 30
 ensure rabbitmq rabbitmq rabbitmq_up start_rabbitmq_local 60

@@ -26,11 +26,16 @@ var (
 	alarmNodeOnce sync.Once
 	alarmNode     *rabbitCluster
 	alarmNodeErr  error
+	// alarmNodeTurn is held by the test using the node: its alarms and its
+	// broken supervisors are node-wide, so those tests take turns (while
+	// running in parallel with every other system test).
+	alarmNodeTurn = make(chan struct{}, 1)
 )
 
 // sharedRabbitNode is one private RabbitMQ node for the alarm tests (its
 // alarms must never reach the shared broker), started on first use and
-// stopped after every test ran; each test gets a vhost of its own.
+// stopped after every test ran; each test gets a vhost of its own and the
+// node to itself until it ends.
 func sharedRabbitNode(t *testing.T, vhost string) (*rabbitCluster, string) {
 	t.Helper()
 	if testing.Short() {
@@ -39,6 +44,8 @@ func sharedRabbitNode(t *testing.T, vhost string) (*rabbitCluster, string) {
 	if _, err := exec.LookPath("rabbitmq-server"); err != nil {
 		t.Skip("rabbitmq-server not installed: the alarm tests need a private node")
 	}
+	alarmNodeTurn <- struct{}{}
+	t.Cleanup(func() { <-alarmNodeTurn })
 	alarmNodeOnce.Do(func() {
 		alarmNode, alarmNodeErr = startRabbitNodes("a", 1)
 		if alarmNode != nil {
@@ -107,6 +114,7 @@ const (
 )
 
 func alarmDuringDrain(t *testing.T, a alarm) {
+	t.Parallel()
 	rc, url := sharedRabbitNode(t, "stampede_alarm_"+a.kind)
 	node := rc.nodes[0]
 	e := newEnvFor(t, "alarm")

@@ -30,6 +30,7 @@ import (
 // answered intent must be exactly one order, no buyer may see a 5xx or a
 // transport error, and Redis stock must never go negative.
 func TestScaleRedisCluster(t *testing.T) {
+	t.Parallel()
 	e, cl := newClusterEnv(t)
 	cs := startClusterSale(t, e, cl, clusterSaleSpec{products: 30, stock: 8, buyers: 16, hotShards: 8, hotStock: 96, hotBuyers: 192})
 	cs.run(saleRun{workers: 24})
@@ -46,6 +47,7 @@ func TestScaleRedisCluster(t *testing.T) {
 // must end on the new master and both products must go on selling after
 // their move.
 func TestScaleRedisClusterSlotMove(t *testing.T) {
+	t.Parallel()
 	e, cl := newClusterEnv(t)
 	cs := startClusterSale(t, e, cl, clusterSaleSpec{products: 12, stock: 8, buyers: 16, hotShards: 6, hotStock: 120, hotBuyers: 240,
 		busyStock: 150, busyBuyers: 300, gatewayArgs: []string{"--reserve-pipeline", "32"}})

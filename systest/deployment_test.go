@@ -16,6 +16,7 @@ import (
 // once a role started; a master that carries another deployment's identity
 // makes the next process refuse to start, naming both.
 func TestClusterDeploymentIdentity(t *testing.T) {
+	t.Parallel()
 	e, cl := newClusterEnv(t)
 	app := e.serve("app", "gateway")
 	e.waitReady(60 * time.Second)

@@ -119,6 +119,7 @@ func TestFailoverSentinelNone(t *testing.T) {
 }
 
 func sentinelFailover(t *testing.T, level string) {
+	t.Parallel()
 	g := startSentinelGroup(t)
 	e := baseEnv(t, durabilityDB)
 	e.redisAddr = g.addrs()
@@ -170,9 +171,6 @@ func sentinelFailover(t *testing.T, level string) {
 	}
 }
 
-// durabilityClusterPorts: 3 masters and their 3 replicas (issue 13).
-var durabilityClusterPorts = []int{7000, 7001, 7002, 7003, 7004, 7005}
-
 // TestFailoverClusterReplicated: the same sale on a 3-master Redis Cluster
 // with one replica per master; the master of the product's slot has its
 // replica cut off, then is killed with SIGKILL; the cluster promotes the
@@ -185,8 +183,9 @@ func TestFailoverClusterReplicated(t *testing.T) { clusterFailover(t, "replicate
 func TestFailoverClusterNone(t *testing.T) { clusterFailover(t, "none") }
 
 func clusterFailover(t *testing.T, level string) {
+	t.Parallel()
 	e := baseEnv(t, durabilityDB)
-	cl := startRedisClusterWith(t, durabilityClusterPorts, 1, 2000)
+	cl := startRedisClusterWith(t, 6, 1, 2000) // 3 masters and their 3 replicas (issue 13)
 	var masters []string
 	for _, n := range cl.nodes {
 		if info, _ := n.rdb.Info(e.ctx, "replication").Result(); strings.Contains(info, "role:master") {

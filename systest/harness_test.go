@@ -73,9 +73,9 @@ func binary(t *testing.T) string {
 	return binPath
 }
 
-// env is one fault test's world: its own MySQL database (shared name,
-// tests run one after the other), its own redis-server, its own vhost, and
-// the processes it started.
+// env is one system test's world: its own MySQL database and vhost on the
+// test servers (persistencetest, pipelinetest), its own redis-server, and
+// the processes it started; so the system tests run in parallel.
 type env struct {
 	t     *testing.T
 	ctx   context.Context
@@ -94,7 +94,7 @@ type env struct {
 	// bases are the base URLs of every gateway process when several run
 	// (serveGateways); buyers are spread over them. Empty: base only.
 	bases  []string
-	dbName string // MySQL database and RabbitMQ vhost suffix ("faults")
+	dbName string // the label of the test's MySQL database and RabbitMQ vhost ("faults")
 
 	client *http.Client
 	admin  string
@@ -118,9 +118,8 @@ func newEnv(t *testing.T) *env {
 	return newEnvFor(t, "faults")
 }
 
-// newEnvFor is newEnv on MySQL database and RabbitMQ vhost
-// "stampede_test_<name>", so tests with distinct names may run while others
-// use theirs.
+// newEnvFor is newEnv on a MySQL database and a RabbitMQ vhost of the
+// test's own, labelled name.
 func newEnvFor(t *testing.T, name string) *env {
 	t.Helper()
 	e := baseEnv(t, name)
@@ -144,7 +143,7 @@ func baseEnv(t *testing.T, name string) *env {
 	e.store = persistencetest.New(t, name)
 	e.directAMQ = pipelinetest.Vhost(t, name)
 	e.amqpURL = e.directAMQ
-	e.mysqlDSN = dsnFor(name, "")
+	e.mysqlDSN = dsnFor(persistencetest.DSNFor(t, name), "")
 	e.httpAddr = ports.Addr(t)
 	e.base = "http://" + e.httpAddr
 	e.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -153,10 +152,9 @@ func baseEnv(t *testing.T, name string) *env {
 	return e
 }
 
-// dsnFor is the DSN of database "stampede_test_<name>", through addr if not
-// empty.
-func dsnFor(name, addr string) string {
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_" + name))
+// dsnFor is dsn with parseTime, through addr if not empty.
+func dsnFor(dsn, addr string) string {
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		panic(err)
 	}
@@ -174,7 +172,8 @@ func (e *env) mysqlProxy() *Proxy {
 	if name == "" {
 		name = "faults"
 	}
-	cfg, err := mysql.ParseDSN(persistencetest.DSN("stampede_test_" + name))
+	dsn := persistencetest.DSNFor(e.t, name)
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -183,7 +182,7 @@ func (e *env) mysqlProxy() *Proxy {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { p.Close() })
-	e.mysqlDSN = dsnFor(name, p.Addr())
+	e.mysqlDSN = dsnFor(dsn, p.Addr())
 	return p
 }
 
@@ -701,6 +700,9 @@ func (e *env) orders(pid int64) map[string]orderRow {
 		}
 		out[r.orderNo] = r
 	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
 	return out
 }
 
@@ -777,6 +779,9 @@ func (e *env) outboxCounts() map[string]int64 {
 		var n int64
 		rows.Scan(&s, &n)
 		out[s] = n
+	}
+	if rows.Err() != nil {
+		return map[string]int64{} // as for a failed query: the caller polls again
 	}
 	return out
 }

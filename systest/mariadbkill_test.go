@@ -1,58 +1,125 @@
 package systest
 
 import (
+	"database/sql"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
-	"strconv"
+	"os/user"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
-// The MariaDB server the tests use, for the test that kills it: the file
-// holding its pid and the shell command that starts it again (both unset:
-// the test is skipped; it must never be a server others share).
-const (
-	mysqlPidFileEnv = "STAMPEDE_TEST_MYSQL_PIDFILE"
-	mysqlRestartEnv = "STAMPEDE_TEST_MYSQL_RESTART"
-)
+// mariadbServer is a MariaDB server of one test's own (mariadb-install-db
+// and mariadbd in a temporary directory, on a port of systest/ports): the
+// test that kills MariaDB kills this one, never a server others use.
+type mariadbServer struct {
+	t    *testing.T
+	bin  string
+	dir  string
+	port string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
 
-// killMySQL SIGKILLs the test MariaDB server and returns a function that
-// starts it again and waits until it answers.
-func (e *env) killMySQL() (restart func()) {
-	e.t.Helper()
-	pidFile, restartCmd := os.Getenv(mysqlPidFileEnv), os.Getenv(mysqlRestartEnv)
-	if pidFile == "" || restartCmd == "" {
-		e.t.Skipf("set %s and %s to a private MariaDB server to kill", mysqlPidFileEnv, mysqlRestartEnv)
+// startMariaDB installs and starts a MariaDB server for t; it is killed when
+// the test ends. The test is skipped where the MariaDB server binaries are
+// missing.
+func startMariaDB(t *testing.T) *mariadbServer {
+	t.Helper()
+	bin := lookBin("mariadbd", "/usr/sbin/mariadbd")
+	install := lookBin("mariadb-install-db", "/usr/bin/mariadb-install-db")
+	if bin == "" || install == "" {
+		t.Skip("mariadbd and mariadb-install-db not installed: the kill test needs a MariaDB server of its own")
 	}
-	raw, err := os.ReadFile(pidFile)
+	u, err := user.Current()
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	_, port, _ := net.SplitHostPort(ports.Addr(t))
+	m := &mariadbServer{t: t, bin: bin, dir: t.TempDir(), port: port}
+	out, err := exec.Command(install, "--no-defaults", "--auth-root-authentication-method=normal", "--user="+u.Username,
+		"--datadir="+filepath.Join(m.dir, "data"), "--skip-test-db").CombinedOutput()
 	if err != nil {
-		e.t.Fatalf("pid file %s: %v", pidFile, err)
+		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		e.t.Fatalf("kill mariadbd %d: %v", pid, err)
+	m.start()
+	t.Cleanup(m.kill)
+	return m
+}
+
+// lookBin is name's path on PATH, else fallback if it exists, else "".
+func lookBin(name, fallback string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
 	}
-	pipelinetest.WaitFor(e.t, 10*time.Second, "mariadbd gone", func() (bool, string) {
-		return syscall.Kill(pid, 0) != nil, fmt.Sprint(pid)
-	})
-	return func() {
-		e.t.Helper()
-		if out, err := exec.Command("sh", "-c", restartCmd).CombinedOutput(); err != nil {
-			e.t.Fatalf("restart MariaDB (%s): %v\n%s", restartCmd, err, out)
+	if _, err := os.Stat(fallback); err == nil {
+		return fallback
+	}
+	return ""
+}
+
+// dsn is the server's DSN without a database (root, no password).
+func (m *mariadbServer) dsn() string { return "root@tcp(127.0.0.1:" + m.port + ")/" }
+
+// start runs mariadbd on the server's directory and port and waits until it
+// answers.
+func (m *mariadbServer) start() {
+	m.t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	cmd := exec.Command(m.bin, "--no-defaults", "--datadir="+filepath.Join(m.dir, "data"), "--port="+m.port,
+		"--bind-address=127.0.0.1", "--socket="+filepath.Join(m.dir, "sock"), "--user="+u.Username, "--skip-log-bin",
+		"--innodb-buffer-pool-size=256M", "--innodb-flush-log-at-trx-commit=2", "--max-connections=1000",
+		"--log-error="+filepath.Join(m.dir, "err"))
+	if err := cmd.Start(); err != nil {
+		m.t.Fatalf("mariadbd: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	m.mu.Lock()
+	m.cmd, m.done = cmd, done
+	m.mu.Unlock()
+	db, err := sql.Open("mysql", m.dsn())
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer db.Close()
+	pipelinetest.WaitFor(m.t, 60*time.Second, "the test's MariaDB answering", func() (bool, string) {
+		err := db.Ping()
+		if err != nil {
+			log, _ := os.ReadFile(filepath.Join(m.dir, "err"))
+			return false, fmt.Sprintf("%v\n%s", err, tail(string(log), 5))
 		}
-		pipelinetest.WaitFor(e.t, 60*time.Second, "MariaDB answering again", func() (bool, string) {
-			err := e.store.DB.PingContext(e.ctx)
-			return err == nil, fmt.Sprint(err)
-		})
+		return true, ""
+	})
+}
+
+// kill SIGKILLs the server and waits for its exit.
+func (m *mariadbServer) kill() {
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		m.t.Errorf("mariadbd %d did not exit within 30 s of SIGKILL", cmd.Process.Pid)
 	}
 }
 
@@ -63,6 +130,13 @@ func (e *env) killMySQL() (restart func()) {
 // whose commit the kill cut is rolled back by crash recovery and written
 // again; one whose commit landed before the kill is found stored.
 func TestMariaDBKilledMidBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("system test: starts a MariaDB server of its own")
+	}
+	my := startMariaDB(t)
+	// Every database of this test on that server (persistencetest reads
+	// the variable): no other test's server is touched.
+	t.Setenv("STAMPEDE_TEST_MYSQL_DSN", my.dsn())
 	e := newEnvFor(t, "mariadbkill")
 	app := e.serve("app", allButPush)
 	e.waitReady(30 * time.Second)
@@ -79,10 +153,14 @@ func TestMariaDBKilledMidBatch(t *testing.T) {
 	waitAccepted(t, &accepted, 800, 60*time.Second)
 	stored := e.count(`SELECT COUNT(*) FROM order_info WHERE product_id = ?`, pid)
 	acceptedAtKill := accepted.Load()
-	restart := e.killMySQL()
+	my.kill()
 	killedAt := time.Now()
 	time.Sleep(3 * time.Second)
-	restart()
+	my.start()
+	pipelinetest.WaitFor(t, 60*time.Second, "MariaDB answering the store again", func() (bool, string) {
+		err := e.store.DB.PingContext(e.ctx)
+		return err == nil, fmt.Sprint(err)
+	})
 	upAt := time.Now()
 	<-saleDone
 	t.Logf("MariaDB killed after %d accepted (%d stored just before), back %s later; %d accepted in all",

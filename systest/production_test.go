@@ -53,6 +53,7 @@ func cleanEnv() []string {
 // secret, or with the demo login, naming the setting; development logs one
 // warning line.
 func TestProductionRefusesUnsafeStart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("system test")
 	}
@@ -158,6 +159,7 @@ const prodAdminSub = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
 // JWT split across fasthttp's 200-byte log tail leaves no piece in the log;
 // then a sale that must pass the SPEC §5 audit.
 func TestProductionMode(t *testing.T) {
+	t.Parallel()
 	r := startProduction(t)
 	t.Run("admins by group only", r.admins)
 	t.Run("no demo login", r.noDemoLogin)

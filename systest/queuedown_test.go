@@ -19,6 +19,7 @@ import (
 // failure invisible), the events wait in the outbox, and once the queue runs
 // again every order reaches WAITING_PAY and /readyz is ready.
 func TestQuorumQueueDownNamedByReadiness(t *testing.T) {
+	t.Parallel()
 	const vhost = "stampede_queue_down"
 	rc, url := sharedRabbitNode(t, vhost)
 	node := rc.nodes[0]

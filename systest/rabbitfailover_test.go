@@ -24,6 +24,7 @@ import (
 // channel that published while the queue had no leader, even after a new
 // leader is elected (pipeline Relay.awaitConfirms).
 func TestRabbitClusterLeaderKilled(t *testing.T) {
+	t.Parallel()
 	rc := sharedRabbitCluster(t)
 	e := newEnvFor(t, "rabbitcluster")
 	e.amqpURL, e.directAMQ = rc.urls(), rc.nodes[0].url()

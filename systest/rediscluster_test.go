@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,17 +14,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stampede-sh/stampede/systest/ports"
 )
 
-// A real 3-master Redis Cluster on loopback for the scale-out tests.
-
-// clusterPorts are the fixed client ports of the test cluster (issue 8); each
-// node also listens on its cluster bus port, client port + 10000.
-var clusterPorts = []int{7000, 7001, 7002}
+// A real 3-master Redis Cluster on loopback for the scale-out tests, on
+// ports of its own (systest/ports: tests, and test runs, at once never share
+// a node).
 
 // clusterConfName is the cluster-config-file name of the node on port: it
-// marks a node as started by this harness, so a node left over by a killed
-// run can be recognised and shut down.
+// marks a node as started by this harness.
 func clusterConfName(port int) string { return fmt.Sprintf("stampede-systest-node-%d.conf", port) }
 
 // redisCluster is a running test cluster: one redis-server per port, all
@@ -43,6 +41,7 @@ type redisCluster struct {
 type clusterNode struct {
 	c    *redisCluster
 	port int
+	bus  int // cluster bus port (cluster-port)
 	dir  string
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -52,35 +51,35 @@ type clusterNode struct {
 
 func (n *clusterNode) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
 
-// startRedisCluster starts redis-server 7 in cluster mode on clusterPorts
-// (config file, logs and dumps in t.TempDir(), no persistence), joins them
-// with `redis-cli --cluster create … --cluster-replicas 0` and waits until
-// every node reports cluster_state:ok and knows the whole slot map. A port
-// held by a node of an earlier, killed run of this harness is freed first;
-// any other holder fails the test with the port and what answers there. The
-// nodes are killed and their files removed when the test ends.
+// startRedisCluster starts three redis-server 7 in cluster mode, each on a
+// client port and a cluster bus port of its own (systest/ports; config
+// file, logs and dumps in t.TempDir(), no persistence), joins them with
+// `redis-cli --cluster create … --cluster-replicas 0` and waits until every
+// node reports cluster_state:ok and knows the whole slot map. The nodes are
+// killed and their files removed when the test ends.
 func startRedisCluster(t *testing.T) *redisCluster {
-	return startRedisClusterWith(t, clusterPorts, 0, 5000)
+	return startRedisClusterWith(t, 3, 0, 5000)
 }
 
-// startRedisClusterWith is startRedisCluster on ports with replicas
-// replicas per master (redis-cli assigns them: len(ports)/(replicas+1)
-// masters) and cluster-node-timeout nodeTimeout ms (also how long a dead
-// master takes to be failed over).
-func startRedisClusterWith(t *testing.T, ports []int, replicas, nodeTimeout int) *redisCluster {
+// startRedisClusterWith is startRedisCluster with nodes nodes, replicas
+// replicas per master (redis-cli assigns them: nodes/(replicas+1) masters)
+// and cluster-node-timeout nodeTimeout ms (also how long a dead master takes
+// to be failed over).
+func startRedisClusterWith(t *testing.T, nodes, replicas, nodeTimeout int) *redisCluster {
 	t.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Fatalf("redis cluster test needs %s on PATH: %v", bin, err)
 		}
 	}
-	for _, p := range ports {
-		freeClusterPort(t, p)
+	free, err := ports.Free(2 * nodes)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c := &redisCluster{t: t, dir: t.TempDir(), masters: len(ports) / (replicas + 1), nodeTimeout: nodeTimeout}
+	c := &redisCluster{t: t, dir: t.TempDir(), masters: nodes / (replicas + 1), nodeTimeout: nodeTimeout}
 	t.Cleanup(c.stop)
-	for _, p := range ports {
-		c.nodes = append(c.nodes, c.startNode(p))
+	for i := range nodes {
+		c.nodes = append(c.nodes, c.startNode(free[2*i], free[2*i+1]))
 	}
 	args := []string{"--cluster", "create"}
 	for _, n := range c.nodes {
@@ -106,56 +105,9 @@ func startRedisClusterWith(t *testing.T, ports []int, replicas, nodeTimeout int)
 	return c
 }
 
-// freeClusterPort makes sure port and its bus port are free. A listener that
-// is a redis-server of this harness (its cluster-config-file is ours) is
-// shut down and its directory removed; anything else fails the test.
-func freeClusterPort(t *testing.T, port int) {
-	t.Helper()
-	for _, p := range []int{port, port + 10000} {
-		if portFree(p) {
-			continue
-		}
-		// Who is there? Ask the client port.
-		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), DialTimeout: time.Second,
-			ReadTimeout: time.Second, MaxRetries: -1})
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		cfg, err := c.ConfigGet(ctx, "cluster-config-file").Result()
-		if err != nil || filepath.Base(cfg["cluster-config-file"]) != clusterConfName(port) {
-			cancel()
-			c.Close()
-			t.Fatalf("port %d is taken by another process (not a node of this test's Redis Cluster: %v %v); the Redis Cluster test needs ports %v and their bus ports +10000 free",
-				p, cfg, err, clusterPorts)
-		}
-		dir, _ := c.ConfigGet(ctx, "dir").Result()
-		t.Logf("port %d: shutting down a stale test cluster node left by an earlier run (dir %s)", port, dir["dir"])
-		c.Do(ctx, "SHUTDOWN", "NOSAVE") // answers with a closed connection
-		c.Close()
-		cancel()
-		if d := dir["dir"]; d != "" && strings.HasPrefix(d, os.TempDir()) {
-			os.RemoveAll(d)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for !portFree(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("port %d: stale test cluster node did not shut down", p)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-}
-
-func portFree(port int) bool {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
-}
-
-func (c *redisCluster) startNode(port int) *clusterNode {
+func (c *redisCluster) startNode(port, bus int) *clusterNode {
 	c.t.Helper()
-	n := &clusterNode{c: c, port: port, dir: filepath.Join(c.dir, strconv.Itoa(port))}
+	n := &clusterNode{c: c, port: port, bus: bus, dir: filepath.Join(c.dir, strconv.Itoa(port))}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
@@ -171,7 +123,7 @@ func (n *clusterNode) start() {
 	port := n.port
 	n.done = make(chan struct{})
 	n.cmd = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, clusterConfName(port)),
+		"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(n.bus), "--cluster-config-file", filepath.Join(n.dir, clusterConfName(port)),
 		"--cluster-node-timeout", strconv.Itoa(c.nodeTimeout), "--save", "", "--appendonly", "no", "--dir", n.dir,
 		"--daemonize", "no", "--logfile", filepath.Join(n.dir, "redis.log"))
 	if err := n.cmd.Start(); err != nil {
@@ -361,15 +313,15 @@ func (c *redisCluster) stop() {
 	}
 }
 
-// clusterDB is the MySQL database (and RabbitMQ vhost) of the cluster tests:
-// their own, so they may run while other system tests use theirs.
+// clusterDB labels the MySQL database (and RabbitMQ vhost) of the cluster
+// tests.
 const clusterDB = "cluster"
 
 // newClusterEnv is newEnv against a fresh 3-master Redis Cluster: redisAddr
 // is the three seed addresses (the processes make a cluster client from
 // them), rdb a *redis.ClusterClient, redis nil (the fault helpers that stop
 // or restart the private redis-server cannot be used). MySQL database and
-// RabbitMQ vhost are "stampede_test_cluster".
+// RabbitMQ vhost are the test's own of label "cluster".
 func newClusterEnv(t *testing.T) (*env, *redisCluster) {
 	t.Helper()
 	e := baseEnv(t, clusterDB)

@@ -63,6 +63,7 @@ const (
 // at the head of the delay queue (a per-message TTL expires only at the head)
 // would hold back any close message until the sweepers are done.
 func scaleOut(t *testing.T, queueType string) {
+	t.Parallel()
 	start := time.Now()
 	e := newEnvFor(t, "scaleout_"+queueType)
 	var extra []string
@@ -231,6 +232,9 @@ func scaleOut(t *testing.T, queueType string) {
 				t.Errorf("order %s (%d/%s) matches no answered intent", no, user, req)
 			}
 		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	rows.Close()
 	for no, w := range want {
@@ -448,6 +452,9 @@ func (e *env) checkConsumedOnce(consumers []*proc, timeouts int) {
 		var n int
 		rows.Scan(&name, &n)
 		names[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	rows.Close()
 	switch {

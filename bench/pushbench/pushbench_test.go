@@ -5,49 +5,21 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 	"github.com/stampede-sh/stampede/push"
 )
 
-const testVhost = "stampede_test_pushbench"
-
-// testAMQPURL returns the URL of this package's RabbitMQ vhost, creating it
-// with rabbitmqctl if missing. STAMPEDE_TEST_AMQP_URL overrides the broker.
+// testAMQPURL returns the URL of the test's own RabbitMQ vhost on the test
+// broker (pipelinetest.Vhost: STAMPEDE_TEST_AMQP_URL).
 func testAMQPURL(t *testing.T) string {
 	t.Helper()
-	base := os.Getenv("STAMPEDE_TEST_AMQP_URL")
-	if base == "" {
-		base = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	u, err := amqp.ParseURI(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Vhost = testVhost
-	url := u.String()
-	if c, err := amqp.Dial(url); err == nil {
-		c.Close()
-		return url
-	}
-	for _, args := range [][]string{{"add_vhost", testVhost}, {"set_permissions", "-p", testVhost, u.Username, ".*", ".*", ".*"}} {
-		if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil && !strings.Contains(string(out), "already exists") {
-			t.Fatalf("rabbitmqctl %v: %v: %s", args, err, out)
-		}
-	}
-	c, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatalf("dial %s: %v (is RabbitMQ running?)", url, err)
-	}
-	c.Close()
-	return url
+	return pipelinetest.Vhost(t, "pushbench")
 }
 
 type noSnapshots struct{}

@@ -32,7 +32,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium } from 'playwright-core'
-import { BASE, WAIT_MS, api, check, finish, step, until } from './harness.mjs'
+import { BASE, WAIT_MS, api, check, finish, step, until, watchPage } from './harness.mjs'
 
 const ADMIN_TOKEN = process.env.STAMPEDE_ADMIN_TOKEN || ''
 const PUSH_URL = process.env.STAMPEDE_PUSH_URL || ''
@@ -107,6 +107,7 @@ async function main() {
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-sync'],
   })
   const page = context.pages()[0] ?? (await context.newPage())
+  watchPage(page)
   const logs = []
   page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`))
   page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`))

@@ -47,7 +47,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium } from 'playwright-core'
-import { BASE, WAIT_MS, api, call, check, finish, sleep, step, until } from './harness.mjs'
+import { BASE, WAIT_MS, answer, api, call, check, finish, noteAnswer, sleep, step, until, watchPage } from './harness.mjs'
 
 const ADMIN_TOKEN = process.env.STAMPEDE_ADMIN_TOKEN || ''
 const PUSH_URL = process.env.STAMPEDE_PUSH_URL || ''
@@ -74,6 +74,7 @@ async function payCallback(payment) {
     signal: AbortSignal.timeout(10_000),
   })
   const text = await res.text()
+  noteAnswer('POST', '/api/payments/callback', res.status, text)
   return { status: res.status, data: text ? JSON.parse(text) : null }
 }
 const iso = (ms) => new Date(ms).toISOString()
@@ -81,13 +82,7 @@ const iso = (ms) => new Date(ms).toISOString()
 async function waitReady() {
   for (const base of LIMITED ? [BASE, LIMITED] : [BASE]) {
     await until(
-      async () => {
-        try {
-          return (await fetch(`${base}/readyz`, { signal: AbortSignal.timeout(5000) })).ok
-        } catch {
-          return false // not up yet
-        }
-      },
+      async () => (await answer(`${base}/readyz`))?.ok ?? false, // null: not up yet
       `${base}/readyz`,
       { timeoutMs: Math.max(WAIT_MS, 180_000), intervalMs: 500 },
     )
@@ -112,6 +107,7 @@ async function signedInBrowser(prefix, token, userId, viewport) {
   }
   try {
     const page = ctx.pages()[0] ?? (await ctx.newPage())
+    watchPage(page)
     page.setDefaultTimeout(WAIT_MS)
     await page.addInitScript(
       ([t, u, pu]) => {
@@ -150,6 +146,7 @@ async function main() {
     ],
   })
   const page = context.pages()[0] ?? (await context.newPage())
+  watchPage(page)
   const logs = []
   page.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`))
   page.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`))

@@ -45,6 +45,7 @@ func TestBenchWithoutURLNeedsInProcessStart(t *testing.T) {
 // started in this process, on this package's own databases and vhost, and
 // requires every audit to pass. It asserts nothing about speed.
 func TestBenchQuick(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

@@ -26,8 +26,8 @@ import (
 )
 
 // otherDeployment is serviceArgs with the MySQL database of another
-// deployment ("stampede_test_cmd_other") on the same Redis DB, a RabbitMQ
-// vhost of its own ("stampede_test_cmd_other": a vhost serves one
+// deployment (the test's database "cmd_other") on the same Redis DB, a
+// RabbitMQ vhost of its own (label "cmd_other": a vhost serves one
 // deployment, TestSecondDeploymentOnVhostRefused), and new HTTP and push
 // addresses.
 func otherDeployment(t *testing.T, ours []string) []string {
@@ -37,7 +37,7 @@ func otherDeployment(t *testing.T, ours []string) []string {
 	for i := 0; i+1 < len(out); i++ {
 		switch out[i] {
 		case "--mysql-dsn":
-			out[i+1] = persistencetest.DSN("stampede_test_cmd_other") + "?parseTime=true"
+			out[i+1] = persistencetest.DSNFor(t, "cmd_other") + "?parseTime=true"
 		case "--http-addr", "--push-addr":
 			out[i+1] = ports.Addr(t)
 		case "--amqp-url":
@@ -173,6 +173,7 @@ const deploymentTestSecret = "deployment-test-secret-0123456789abcdef"
 // deployment's writer stored it. Before identities every role started and
 // the demo's product 1 took over the other product 1's hash.
 func TestWrongRedisDBRefused(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("starts the roles")
 	}
@@ -195,7 +196,7 @@ func TestWrongRedisDBRefused(t *testing.T) {
 		if err == nil || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errWrongDeployment) {
 			t.Fatalf("serve --roles %s on their Redis DB: %v, want a refusal", role, err)
 		}
-		for _, want := range []string{theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", "stampede_test_cmd at"} {
+		for _, want := range []string{theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", persistencetest.NameFor(t, "cmd") + " at"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("refusal of %s lacks %q: %v", role, want, err)
 			}
@@ -250,7 +251,7 @@ func demoProcessRefused(t *testing.T, ours []string, theirID string) {
 		t.Fatalf("stampede demo --once on their Redis DB: %v, want exit status 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	msg := stderr.String()
-	for _, want := range []string{"stampede: " + errWrongDeployment.Error(), theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", "stampede_test_cmd at"} {
+	for _, want := range []string{"stampede: " + errWrongDeployment.Error(), theirID, "STAMPEDE_REDIS_DB", "stampede redis-takeover", persistencetest.NameFor(t, "cmd") + " at"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("demo's stderr lacks %q:\n%s", want, msg)
 		}
@@ -308,6 +309,7 @@ func checkTakeover(t *testing.T, rdb *redis.Client, ours, theirs []string, their
 // NOT_ADMITTED, and a ticket is given again. Before, the products came
 // back with their rooms off and every buyer ordered directly.
 func TestTakeoverReloadsRooms(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("starts the roles")
 	}
@@ -337,7 +339,7 @@ func TestTakeoverReloadsRooms(t *testing.T) {
 	}
 	gw.stop(t)
 
-	if err := rdb.FlushDB(ctx).Err(); err != nil { // the Redis loss
+	if err := luatest.Flush(ctx, rdb); err != nil { // the Redis loss (FLUSHDB; the test keeps its claim)
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -400,7 +402,7 @@ func TestSecondDeploymentOnVhostRefused(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	theirStore, err := persistence.Open(ctx, persistencetest.DSN("stampede_test_cmd_other"))
+	theirStore, err := persistence.Open(ctx, persistencetest.DSNFor(t, "cmd_other"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +421,8 @@ func TestSecondDeploymentOnVhostRefused(t *testing.T) {
 		if !errors.Is(err, errWrongVhost) {
 			t.Fatalf("serve --roles %s on their vhost: %v, want a refusal", role, err)
 		}
-		for _, want := range []string{theirID, "stampede_test_cmd at", "STAMPEDE_AMQP_URL", "rabbitmqctl delete_queue -p stampede_test_cmd stampede.deployment"} {
+		vhost, db := pipelinetest.VhostName(t, "cmd"), persistencetest.NameFor(t, "cmd")
+		for _, want := range []string{theirID, db + " at", "STAMPEDE_AMQP_URL", "rabbitmqctl delete_queue -p " + vhost + " stampede.deployment"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("refusal of %s lacks %q: %v", role, want, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -39,15 +40,15 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// serviceArgs points the binary at this package's own MySQL database, Redis
+// serviceArgs points the binary at the test's own MySQL database, Redis
 // database and RabbitMQ vhost.
 func serviceArgs(t *testing.T) []string {
 	t.Helper()
 	persistencetest.New(t, "cmd") // created, migrated and emptied
-	luatest.New(t, luatest.DBCmd)
+	rdb := luatest.New(t, luatest.DBCmd)
 	return []string{
-		"--mysql-dsn", persistencetest.DSN("stampede_test_cmd") + "?parseTime=true",
-		"--redis-addr", luatest.Addr(), "--redis-db", "5",
+		"--mysql-dsn", persistencetest.DSNFor(t, "cmd") + "?parseTime=true",
+		"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(rdb.Options().DB),
 		"--amqp-url", pipelinetest.Vhost(t, "cmd"),
 		"--http-addr", ports.Addr(t),
 		"--push-addr", ports.Addr(t),
@@ -58,6 +59,7 @@ func serviceArgs(t *testing.T) []string {
 // real services: 1,000 buyers and repeated clicks for 100 units, pays,
 // cancels and timeouts, and the SPEC §5 audit. It fails if any invariant does.
 func TestDemoOnce(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}

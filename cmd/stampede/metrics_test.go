@@ -30,10 +30,10 @@ import (
 	"github.com/stampede-sh/stampede/systest/ports"
 )
 
-// Redis databases of this package's tests besides luatest.DBCmd.
+// Labels of Redis databases of this package's tests besides luatest.DBCmd.
 const (
-	redisDBSigterm = luatest.DBCmd + 8 // 13
-	redisDBMetrics = luatest.DBCmd + 9 // 14
+	redisDBSigterm = luatest.DBCmd + 8
+	redisDBMetrics = luatest.DBCmd + 9
 )
 
 const alertsFile = "../../deploy/prometheus/alerts.yml"
@@ -108,6 +108,7 @@ func (s scrape) value(name string, want ...string) float64 {
 // checks that the alert rules and the dashboard only use series the binary
 // registers.
 func TestMetricsDuringSale(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
@@ -118,8 +119,8 @@ func TestMetricsDuringSale(t *testing.T) {
 	amqpURL := pipelinetest.Vhost(t, "metrics")
 	httpAddr, pprofAddr, metricsAddr := ports.Addr(t), ports.Addr(t), ports.Addr(t)
 	cfg, err := parse("serve", []string{"--migrate", "--pprof-addr", pprofAddr, "--metrics-addr", metricsAddr,
-		"--mysql-dsn", persistencetest.DSN("stampede_test_metrics") + "?parseTime=true",
-		"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(redisDBMetrics),
+		"--mysql-dsn", persistencetest.DSNFor(t, "metrics") + "?parseTime=true",
+		"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(rdb.Options().DB),
 		"--amqp-url", amqpURL, "--http-addr", httpAddr, "--push-addr", ports.Addr(t),
 		"--reconcile-interval", "300ms", "--sweep-interval", "200ms",
 	}, nil)

@@ -27,6 +27,9 @@ func (a *app) startRoles(ctx context.Context, g *errgroup.Group, roles map[strin
 		return err
 	}
 	if roles["gateway"] || roles["relay"] || roles["consumer"] || roles["push"] {
+		if err := checkVhost(ctx, b.cfg); err != nil { // vhost.go
+			return fail(err)
+		}
 		if err := checkTopology(ctx, b.cfg); err != nil {
 			return fail(err)
 		}

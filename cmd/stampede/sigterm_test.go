@@ -131,6 +131,7 @@ type intent struct {
 // during the shutdown, and its replay answers that orderNo; the
 // reconciliation is clean.
 func TestSigtermDrainsAndRestartLosesNothing(t *testing.T) {
+	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
 		t.Skip("end-to-end, builds and runs the binary")
 	}
@@ -149,8 +150,8 @@ func TestSigtermDrainsAndRestartLosesNothing(t *testing.T) {
 	base := "http://" + httpAddr
 	args := func(node int) []string {
 		return []string{"--migrate",
-			"--mysql-dsn", persistencetest.DSN("stampede_test_sigterm") + "?parseTime=true",
-			"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(redisDBSigterm),
+			"--mysql-dsn", persistencetest.DSNFor(t, "sigterm") + "?parseTime=true",
+			"--redis-addr", luatest.Addr(), "--redis-db", fmt.Sprint(rdb.Options().DB),
 			"--amqp-url", amqpURL, "--http-addr", httpAddr, "--push-addr", ports.Addr(t),
 			"--jwt-secret", secret, "--shutdown-timeout", shutdownTimeout.String(),
 			"--node-id", fmt.Sprint(node), "--log-level", "warn",
