@@ -516,7 +516,11 @@ func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
 // message) — are given back. An event naming an order MySQL still holds
 // would otherwise let Redis sell a unit MySQL then refuses; such an order is
 // logged at error and counted (stampede_consumer_releases_refused_total),
-// and nothing of it changes.
+// nothing of it changes, and the message goes to the dead-letter queue at
+// once after the message's other orders are given back (the refusal is no
+// transient failure: the event came from a committed outbox row, so a retry
+// would read the same rows; in the DLQ an operator sees it, and a replay
+// gives back nothing twice).
 func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error) {
 	events := []order.Event{ev}
 	switch {
@@ -569,17 +573,14 @@ func (c *Consumer) release(ctx context.Context, ev order.Event) (verdict, error)
 		// The orders released already are no-ops the next time (markers).
 		return retry, err
 	}
-	done := 0
+	if refused > 0 {
+		return discard, fmt.Errorf("consumer: release refused for %d of %d orders: MySQL has not released them (not CANCELLED or FAILED with a RELEASE flow)",
+			refused, len(targets))
+	}
 	for _, call := range calls {
 		if call.Released {
-			done++
+			return ack, nil
 		}
-	}
-	switch {
-	case done > 0:
-		return ack, nil
-	case refused == len(targets):
-		return ackSkipped, nil
 	}
 	return ackDuplicate, nil
 }

@@ -203,7 +203,7 @@ func (t TopologyConfig) Declare(ch *amqp.Channel) error {
 		return err
 	}
 	if t.Deployment != "" {
-		if err := declareDeployment(ch, t.Deployment); err != nil {
+		if err := t.declareDeployment(ch); err != nil {
 			return err
 		}
 	}
@@ -281,25 +281,33 @@ func (e *VhostDeploymentError) Error() string {
 
 func (e *VhostDeploymentError) Unwrap() []error { return []error{ErrVhostDeployment, e.Err} }
 
-// deploymentArgs are QueueDeployment's arguments for identity id: a
-// dead-letter routing key that carries it (RabbitMQ checks
-// x-dead-letter-routing-key for equivalence and wants a dead-letter exchange
-// with it; the queue never holds a message to dead-letter).
-func deploymentArgs(id string) amqp.Table {
-	return amqp.Table{"x-queue-type": string(QueueClassic), "x-dead-letter-exchange": QueueDeployment,
+// deploymentArgs are QueueDeployment's arguments for identity id and queue
+// type qt: a dead-letter routing key that carries the identity (RabbitMQ
+// checks x-dead-letter-routing-key for equivalence and wants a dead-letter
+// exchange with it; the queue never holds a message to dead-letter). The
+// marker has the topology's queue type: a quorum marker is replicated like
+// the work queues, so losing the node that created it does not stop every
+// process's channel setup (a classic queue is declared on its home node
+// only: NOT_FOUND "home node ... is down" until that node returns).
+func deploymentArgs(id string, qt QueueType) amqp.Table {
+	return amqp.Table{"x-queue-type": string(qt), "x-dead-letter-exchange": QueueDeployment,
 		"x-dead-letter-routing-key": id}
 }
 
 // declareDeployment declares QueueDeployment for identity id: created if
 // missing (the vhost is claimed), accepted if it carries id, refused with a
-// *VhostDeploymentError if it carries another identity (RabbitMQ closes ch).
-func declareDeployment(ch *amqp.Channel, id string) error {
-	_, err := ch.QueueDeclare(QueueDeployment, true, false, false, false, deploymentArgs(id))
+// *VhostDeploymentError if it carries another identity, with a
+// *QueueMismatchError if it has another queue type (RabbitMQ closes ch).
+func (t TopologyConfig) declareDeployment(ch *amqp.Channel) error {
+	_, err := ch.QueueDeclare(QueueDeployment, true, false, false, false, deploymentArgs(t.Deployment, t.QueueType))
 	if err == nil {
 		return nil
 	}
-	if e := parseInequivalent(err); e.arg == "x-dead-letter-routing-key" {
-		return &VhostDeploymentError{Vhost: e.vhost, Ours: id, Theirs: strings.Trim(e.current, "'"), Err: err}
+	switch e := parseInequivalent(err); e.arg {
+	case "x-dead-letter-routing-key":
+		return &VhostDeploymentError{Vhost: e.vhost, Ours: t.Deployment, Theirs: strings.Trim(e.current, "'"), Err: err}
+	case "x-queue-type":
+		return t.declareError(QueueDeployment, err)
 	}
 	return fmt.Errorf("topology: declare deployment marker %s: %w", QueueDeployment, err)
 }
