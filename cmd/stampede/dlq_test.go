@@ -32,10 +32,20 @@ func TestDLQCommand(t *testing.T) {
 			amqpURL = args[i+1]
 		}
 	}
+	// Published with a confirm: the list below must find it in the queue
+	// (a quorum queue counts a message once its leader has it committed;
+	// an unconfirmed publish may not be there yet on a loaded machine).
 	ch := pipelinetest.Channel(t, amqpURL)
-	if err := ch.PublishWithContext(ctx, "", pipeline.QueueDLQ, false, false, amqp.Publishing{MessageId: "junk-1",
-		Body: []byte("{"), Headers: amqp.Table{pipeline.HeaderReason: "decode", pipeline.HeaderAttempts: int32(1)}}); err != nil {
+	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", pipeline.QueueDLQ, true, false, amqp.Publishing{MessageId: "junk-1",
+		Body: []byte("{"), Headers: amqp.Table{pipeline.HeaderReason: "decode", pipeline.HeaderAttempts: int32(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+		t.Fatalf("publish to %s not confirmed: %v", pipeline.QueueDLQ, err)
 	}
 	out.Reset()
 	if err := run(ctx, append([]string{"dlq", "list"}, args...), &out); err != nil ||
