@@ -417,9 +417,15 @@ func (w *Writer) poll(ctx context.Context, streams map[string]*streamState, in c
 		return nil
 	}
 	cmds := make([]*redis.XStreamSliceCmd, len(due))
-	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// Not cancelled by shutdown: Redis makes entries pending the moment it
+	// answers XREADGROUP, so a read abandoned mid-flight would leave them
+	// delivered to this writer and never written (pending until another
+	// writer's claim). The reads do not block; FlushTimeout bounds them.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FlushTimeout)
+	defer cancel()
+	_, err := w.rdb.Pipelined(rctx, func(p redis.Pipeliner) error {
 		for i, s := range due {
-			cmds[i] = p.XReadGroup(ctx, &redis.XReadGroupArgs{Group: w.cfg.Group, Consumer: w.cfg.Consumer,
+			cmds[i] = p.XReadGroup(rctx, &redis.XReadGroupArgs{Group: w.cfg.Group, Consumer: w.cfg.Consumer,
 				Streams: []string{s.name, ">"}, Count: int64(w.cfg.BatchSize), Block: -1})
 		}
 		return nil
@@ -458,8 +464,12 @@ func (w *Writer) claim(ctx context.Context, streams map[string]*streamState, in 
 		}
 		start := "0-0"
 		for page := 0; page < 20; page++ { // bounded work per round; the rest next round
-			msgs, next, err := w.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: s.name, Group: w.cfg.Group,
+			// Not cancelled by shutdown, like poll's reads: a claim Redis
+			// answered moves the entries to this writer.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.FlushTimeout)
+			msgs, next, err := w.rdb.XAutoClaim(cctx, &redis.XAutoClaimArgs{Stream: s.name, Group: w.cfg.Group,
 				Consumer: w.cfg.Consumer, MinIdle: w.cfg.ClaimIdle, Start: start, Count: int64(w.cfg.BatchSize)}).Result()
+			cancel()
 			if isNoGroup(err) {
 				s.ready, s.next = false, time.Time{}
 				break
