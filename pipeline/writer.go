@@ -566,15 +566,26 @@ func (w *Writer) flushLoop(ctx context.Context, in <-chan entry) {
 }
 
 // finalFlush writes what is left after ctx was cancelled, with a fresh
-// context. What it cannot write stays pending for another writer.
+// context bounded by FlushTimeout, retrying transient failures (a deadlock
+// with another writer, a lock wait timeout) with backoff within that bound.
+// What it cannot write stays pending for another writer.
 func (w *Writer) finalFlush(batch []entry) {
 	if len(batch) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.FlushTimeout)
 	defer cancel()
-	if err := w.write(ctx, batch); err != nil {
-		w.log.Warn("writer: final flush failed; entries stay pending for another writer", "entries", len(batch), "err", err)
+	bo := newBackoff(w.cfg.RetryMin, w.cfg.RetryMax)
+	for attempt := 1; ; attempt++ {
+		err := w.write(ctx, batch)
+		if err == nil {
+			return
+		}
+		if !persistence.IsRetryable(err) || ctx.Err() != nil {
+			w.log.Warn("writer: final flush failed; entries stay pending for another writer", "entries", len(batch), "attempts", attempt, "err", err)
+			return
+		}
+		sleep(ctx, bo.next())
 	}
 }
 
