@@ -73,7 +73,7 @@ type Env struct {
 	// settled replaces the count of a product's orders past PROCESSING in
 	// tests of this package.
 	settled func(ctx context.Context, productID int64) (int64, error)
-	// audit replaces the SPEC §5 audit in tests of this package.
+	// audit replaces the docs/spec.md §5 audit in tests of this package.
 	audit func(ctx context.Context, productID int64) (pipeline.Report, error)
 }
 

@@ -65,7 +65,7 @@ type ConsumerConfig struct {
 	// closes unpaid orders from its (status, pay_deadline) scan.
 	PerMessageLock bool
 	// PayTimeout is how long a locked order waits for payment: its
-	// pay_deadline is the database's now + PayTimeout (SPEC §7,
+	// pay_deadline is the database's now + PayTimeout (docs/spec.md §7,
 	// STAMPEDE_PAY_TIMEOUT). Default 15m.
 	PayTimeout time.Duration
 	// ReleaseMarkerTTL is the life of the Redis marker that makes a release
@@ -167,7 +167,7 @@ func (c *ConsumerConfig) Validate() error {
 }
 
 // Consumer runs the order-lock, stock-release and order-close handlers
-// (SPEC §1 "consumer"), each on its own channel with manual acknowledgement:
+// (docs/spec.md §1 "consumer"), each on its own channel with manual acknowledgement:
 // a message is acked only after the MySQL commit or the Redis script that
 // applied it returned, so a consumer killed mid-way gets its messages
 // redelivered and the consume log / release marker / conditional update
@@ -392,7 +392,7 @@ func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v ver
 	// An outage (the dependency did not answer) is no fault of the
 	// message: it waits in a delay queue without spending its attempt
 	// budget, so an outage of any length never dead-letters good orders
-	// (SPEC §5.5). Only failures the dependency answered count.
+	// (docs/spec.md §5.5). Only failures the dependency answered count.
 	outage := v == retry && isOutage(err)
 	if v == retry && !outage && attempt >= c.cfg.MaxAttempts {
 		v, err = discard, fmt.Errorf("out of attempts (%d): %w", attempt, err)

@@ -94,7 +94,7 @@ func (c *RelayConfig) Validate() error {
 	return nil
 }
 
-// Relay publishes the transactional outbox to RabbitMQ (SPEC §1 "relay").
+// Relay publishes the transactional outbox to RabbitMQ (docs/spec.md §1 "relay").
 //
 // Each round it claims due rows with persistence.Store.ClaimOutbox (FOR
 // UPDATE SKIP LOCKED plus a lease, so any number of relays share the work),

@@ -120,7 +120,7 @@ func (c *SweeperConfig) Validate() error {
 }
 
 // Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
-// database clock (SPEC §1 "sweeper"). With the batch order-lock design (the
+// database clock (docs/spec.md §1 "sweeper"). With the batch order-lock design (the
 // default) it is the closer of unpaid orders: no delayed close message is
 // scheduled, and each pass closes up to BatchSize due orders in one
 // set-based transaction (persistence.Store.CloseDuePart). A pass that

@@ -99,7 +99,7 @@ type WriterConfig struct {
 	LockOrders bool
 	// PayTimeout is how long a locked order waits for payment (with
 	// LockOrders): its pay_deadline is the database's clock after the stock
-	// locks + PayTimeout (SPEC §7, STAMPEDE_PAY_TIMEOUT). Default 15m.
+	// locks + PayTimeout (docs/spec.md §7, STAMPEDE_PAY_TIMEOUT). Default 15m.
 	PayTimeout time.Duration
 	// AfterCommit, if set, runs after a batch's MySQL transaction committed
 	// and before its entries are acknowledged, with the number of
@@ -167,7 +167,7 @@ func (c *WriterConfig) Validate() error {
 	return nil
 }
 
-// Writer turns intake stream entries into order rows (SPEC §1 "writer").
+// Writer turns intake stream entries into order rows (docs/spec.md §1 "writer").
 //
 // It finds the streams in the Redis set lua.StreamsKey (the gateway adds
 // every shard's intake stream when a product is created) and joins each

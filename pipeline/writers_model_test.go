@@ -122,7 +122,7 @@ type requestKeyM struct {
 	request       string
 }
 
-// The writers' model (docs/durability.md, SPEC §5 invariants 4, 5, 7 and
+// The writers' model (docs/durability.md, docs/spec.md §5 invariants 4, 5, 7 and
 // 2–3 through Reconcile): 2–4 locking writers on the same intake streams
 // (goroutines) plus one child writer process that dies by SIGKILL between a
 // commit and its XACK, with short stale-entry claim times, so that writers

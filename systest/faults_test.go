@@ -205,7 +205,7 @@ func TestFault03MySQLUnavailable(t *testing.T) {
 // 3b. MySQL unreachable from the consumers for 30 s (a partition: the
 // writer and relay still reach it, so ORDER_CREATED events keep arriving):
 // once it is back, every 202 must still end WAITING_PAY without
-// intervention (SPEC §5.5). An outage is not a poison message: it must not
+// intervention (docs/spec.md §5.5). An outage is not a poison message: it must not
 // use up the messages' retry budget and dead-letter them.
 func TestFault03bMySQLUnreachableFromConsumers30s(t *testing.T) {
 	t.Parallel()

@@ -18,7 +18,7 @@ import (
 
 // Config is every setting of the stampede binary. Each field is read from its
 // environment variable and may be overridden by the flag of the same name
-// (SPEC §7). docs/configuration.md, generated from bind (make docs), lists
+// (docs/spec.md §7). docs/configuration.md, generated from bind (make docs), lists
 // them all.
 type Config struct {
 	Mode                string        // STAMPEDE_MODE, -mode: "production" (serve's default) or "development" (demo, bench: demo login and checkout, built-in keys)

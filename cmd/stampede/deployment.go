@@ -156,7 +156,7 @@ func runTakeover(ctx context.Context, args []string, stdout io.Writer) error {
 
 // reloadProducts loads every product of store into an emptied Redis DB:
 // each stock shard with its share of the units not taken by an order in
-// PROCESSING, WAITING_PAY or PAID (SPEC §5.2), and the sale's current terms
+// PROCESSING, WAITING_PAY or PAID (docs/spec.md §5.2), and the sale's current terms
 // (pause included), and the waiting room a product had on (its stored terms
 // and commitment, persistence.Store.Room): a drop stays behind its room, it
 // does not open to whoever orders first. The room's line and draw entries

@@ -57,7 +57,7 @@ func serviceArgs(t *testing.T) []string {
 
 // TestDemoOnce runs the main job end to end through the HTTP API against the
 // real services: 1,000 buyers and repeated clicks for 100 units, pays,
-// cancels and timeouts, and the SPEC §5 audit. It fails if any invariant does.
+// cancels and timeouts, and the docs/spec.md §5 audit. It fails if any invariant does.
 func TestDemoOnce(t *testing.T) {
 	t.Parallel() // the test's own databases, vhost and ports
 	if testing.Short() {
