@@ -1,9 +1,9 @@
 package pipeline_test
 
-// End-to-end tests of issue 18 through a real gateway (in process, on an
-// in-memory listener) and the real pipeline: requestId scope across
-// products, fault isolation of a corrupt product, a replay after the
-// idempotency record expired.
+// End-to-end tests through a real gateway (in process, on an in-memory
+// listener) and the real pipeline: requestId scope across products, fault
+// isolation of a corrupt product, a replay after the idempotency record
+// expired.
 
 import (
 	"bytes"
