@@ -100,22 +100,10 @@ type ConsumerConfig struct {
 	Logger *slog.Logger
 	// Metrics receives the consumer's series. Default: private, unregistered.
 	Metrics *Metrics
-
-	// BeforeHandle, if set, runs before each decoded message's handler with
-	// the handler name, the event and the delivery attempt (1, 2, …). A
-	// non-nil error replaces the handling: it counts as transient unless it
-	// wraps ErrPoison. It exists for fault injection; leave it nil in
-	// production.
-	BeforeHandle func(handler string, ev order.Event, attempt int) error
-	// AfterLockCommit, if set, runs after an order-lock batch committed and
-	// before any of its messages is acknowledged, with the number of events
-	// applied. It exists for fault injection (a process killed right there);
-	// leave it nil in production.
-	AfterLockCommit func(events int)
 }
 
 // ErrPoison marks an error as permanent for the consumer: the message goes to
-// the dead-letter queue at once (see ConsumerConfig.BeforeHandle).
+// the dead-letter queue at once (see ConsumerTestSignals.BeforeHandle).
 var ErrPoison = errors.New("consumer: poison message")
 
 func (c *ConsumerConfig) setDefaults() {
@@ -191,6 +179,9 @@ type Consumer struct {
 	breakers map[string]*breaker // by handler name; read-only after NewConsumer
 	pubConn  *Conn               // retries and dead letters (ConsumerConfig.PublishConn)
 	health   *BrokerHealth       // pubConn's
+
+	// TestSignals are set by tests only, before Run (testsignals.go).
+	TestSignals ConsumerTestSignals
 }
 
 // NewConsumer returns a Consumer; cfg is completed with defaults and
@@ -456,8 +447,8 @@ func (c *Consumer) handle(ctx context.Context, h handler, body []byte, attempt i
 	if err != nil {
 		return discard, ev, err
 	}
-	if c.cfg.BeforeHandle != nil {
-		if err := c.cfg.BeforeHandle(h.name, ev, attempt); err != nil {
+	if c.TestSignals.BeforeHandle != nil {
+		if err := c.TestSignals.BeforeHandle(h.name, ev, attempt); err != nil {
 			if errors.Is(err, ErrPoison) {
 				return discard, ev, err
 			}

@@ -16,9 +16,15 @@ import (
 
 // startPipeline runs a writer, a relay and a consumer.
 func startPipeline(e *env, ccfg pipeline.ConsumerConfig) (*pipeline.Writer, *pipeline.Relay, *pipeline.Consumer) {
+	return startPipelineSignals(e, ccfg, pipeline.ConsumerTestSignals{})
+}
+
+// startPipelineSignals is startPipeline with the consumer's test signals.
+func startPipelineSignals(e *env, ccfg pipeline.ConsumerConfig, sig pipeline.ConsumerTestSignals) (*pipeline.Writer, *pipeline.Relay, *pipeline.Consumer) {
 	w := e.writer(pipeline.WriterConfig{BatchWait: 5 * time.Millisecond})
 	r := e.relay(pipeline.RelayConfig{})
 	c := e.consumer(ccfg)
+	c.TestSignals = sig
 	run(e.t, "writer", w.Run)
 	run(e.t, "relay", r.Run)
 	run(e.t, "consumer", c.Run)

@@ -101,11 +101,6 @@ type WriterConfig struct {
 	// LockOrders): its pay_deadline is the database's clock after the stock
 	// locks + PayTimeout (docs/spec.md §7, STAMPEDE_PAY_TIMEOUT). Default 15m.
 	PayTimeout time.Duration
-	// AfterCommit, if set, runs after a batch's MySQL transaction committed
-	// and before its entries are acknowledged, with the number of
-	// reservations written. It exists for fault injection (a writer killed
-	// right there); leave it nil in production.
-	AfterCommit func(entries int)
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the writer's series. Default: private, unregistered.
@@ -206,6 +201,9 @@ type Writer struct {
 	names   map[int64]string // product names of the item snapshot, by product id
 
 	mysql *breaker // around a batch's MySQL transaction
+
+	// TestSignals are set by tests only, before Run (testsignals.go).
+	TestSignals WriterTestSignals
 }
 
 // NewWriter returns a Writer; cfg is completed with defaults and validated.
@@ -692,8 +690,8 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		if err := w.storeBatch(ctx, res); err != nil {
 			return err
 		}
-		if w.cfg.AfterCommit != nil {
-			w.cfg.AfterCommit(len(res))
+		if w.TestSignals.AfterCommit != nil {
+			w.TestSignals.AfterCommit(len(res))
 		}
 	}
 	// Acknowledge even if ctx was cancelled during the commit (shutdown):

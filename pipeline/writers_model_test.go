@@ -89,16 +89,16 @@ func TestWriterModelChild(t *testing.T) {
 	var mu sync.Mutex
 	commits := 0
 	w, err := pipeline.NewWriter(store, rdb, pipeline.WriterConfig{Consumer: spec.Consumer, BatchSize: spec.BatchSize,
-		BatchWait: spec.BatchWait, ClaimIdle: spec.ClaimIdle, ClaimInterval: spec.ClaimIdle / 3, LockOrders: true, PayTimeout: time.Hour,
-		AfterCommit: func(int) {
-			mu.Lock()
-			defer mu.Unlock()
-			if commits++; commits >= spec.KillAfter {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}})
+		BatchWait: spec.BatchWait, ClaimIdle: spec.ClaimIdle, ClaimInterval: spec.ClaimIdle / 3, LockOrders: true, PayTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
+	}
+	w.TestSignals.AfterCommit = func(int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if commits++; commits >= spec.KillAfter {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
