@@ -57,7 +57,7 @@ type Config struct {
 	ConsumerWorkers     int           // STAMPEDE_CONSUMER_WORKERS, -consumer-workers: concurrent messages per queue (8)
 	ConsumerPrefetch    int           // STAMPEDE_CONSUMER_PREFETCH, -consumer-prefetch: AMQP prefetch per queue (64)
 	ConsumerMaxAttempts int           // STAMPEDE_CONSUMER_MAX_ATTEMPTS, -consumer-max-attempts: deliveries before a failing message is dead-lettered (5)
-	ConsumerLock        string        // STAMPEDE_CONSUMER_LOCK, -consumer-lock: "writer" (orders stored locked by the writer), "batch" (set-based order-lock transactions) or "message" (the previous design, one per order) (writer)
+	ConsumerLock        string        // STAMPEDE_CONSUMER_LOCK, -consumer-lock: "writer" (orders stored locked by the writer) or "batch" (set-based order-lock transactions) (writer)
 	ConsumerBatch       int           // STAMPEDE_CONSUMER_BATCH, -consumer-batch: ORDER_CREATED messages per order-lock transaction (256)
 	ConsumerBatchWait   time.Duration // STAMPEDE_CONSUMER_BATCH_WAIT, -consumer-batch-wait: longest wait to fill an order-lock batch (5ms)
 	ConsumerLockChans   int           // STAMPEDE_CONSUMER_LOCK_CHANNELS, -consumer-lock-channels: order-lock batches in flight per process (2)
@@ -327,7 +327,7 @@ func (c *Config) bindPipeline(b flagBinder) {
 	b.integer(&c.ConsumerWorkers, "consumer-workers", "STAMPEDE_CONSUMER_WORKERS", 8, "concurrent messages per consumer queue")
 	b.integer(&c.ConsumerPrefetch, "consumer-prefetch", "STAMPEDE_CONSUMER_PREFETCH", 64, "AMQP prefetch per consumer queue")
 	b.integer(&c.ConsumerMaxAttempts, "consumer-max-attempts", "STAMPEDE_CONSUMER_MAX_ATTEMPTS", 5, "deliveries of a message failing with transient errors before it goes to the dead-letter queue stampede.dlq (1..100)")
-	b.str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "writer", "order-lock design: writer (the writer's batch transaction stores orders already WAITING_PAY or FAILED, with one conditional stock UPDATE per product: no ORDER_CREATED message), batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan) or message (the previous design: one transaction and one delayed pay-timeout message per order, kept for comparison)")
+	b.str(&c.ConsumerLock, "consumer-lock", "STAMPEDE_CONSUMER_LOCK", "writer", "order-lock design: writer (the writer's batch transaction stores orders already WAITING_PAY or FAILED, with one conditional stock UPDATE per product: no ORDER_CREATED message), or batch (one set-based MySQL transaction per batch of ORDER_CREATED messages; unpaid orders closed by the sweeper's deadline scan)")
 	b.integer(&c.ConsumerBatch, "consumer-batch", "STAMPEDE_CONSUMER_BATCH", 256, fmt.Sprintf("ORDER_CREATED messages per order-lock transaction (1..%d)", persistence.MaxLockBatch))
 	b.dur(&c.ConsumerBatchWait, "consumer-batch-wait", "STAMPEDE_CONSUMER_BATCH_WAIT", 5*time.Millisecond, "longest wait to fill an order-lock batch once its first message arrived")
 	b.integer(&c.ConsumerLockChans, "consumer-lock-channels", "STAMPEDE_CONSUMER_LOCK_CHANNELS", 2, "order-lock batches applied at once per process, each on its own AMQP channel (1..64)")
@@ -449,8 +449,8 @@ func (c *Config) validatePipeline() []error {
 	}
 	errs = inRange(errs, "writer batch", c.WriterBatch, 1, pipeline.MaxWriterBatch)
 	errs = inRange(errs, "consumer max attempts", c.ConsumerMaxAttempts, 1, 100)
-	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" && c.ConsumerLock != "message" {
-		errs = append(errs, fmt.Errorf("consumer lock %q is none of writer, batch, message", c.ConsumerLock))
+	if c.ConsumerLock != "writer" && c.ConsumerLock != "batch" {
+		errs = append(errs, fmt.Errorf("consumer lock %q is neither writer nor batch", c.ConsumerLock))
 	}
 	errs = inRange(errs, "consumer batch", c.ConsumerBatch, 1, persistence.MaxLockBatch)
 	if c.ConsumerBatchWait <= 0 || c.ConsumerBatchWait > time.Second {

@@ -226,8 +226,7 @@ func (b *roleBuilder) consumer() error {
 	c, err := pipeline.NewConsumer(b.a.store, b.a.rdb, conn, pipeline.ConsumerConfig{
 		Prefetch: b.cfg.ConsumerPrefetch, Workers: b.cfg.ConsumerWorkers, PayTimeout: b.cfg.PayTimeout,
 		LockBatch: b.cfg.ConsumerBatch, LockBatchWait: b.cfg.ConsumerBatchWait, LockChannels: b.cfg.ConsumerLockChans,
-		PerMessageLock: b.cfg.ConsumerLock == "message",
-		MaxAttempts:    b.cfg.ConsumerMaxAttempts, Logger: b.log.With("role", "consumer"), Metrics: b.a.tel.pipeline,
+		MaxAttempts: b.cfg.ConsumerMaxAttempts, Logger: b.log.With("role", "consumer"), Metrics: b.a.tel.pipeline,
 		PublishConn: pubConn,
 	})
 	if err != nil {

@@ -40,7 +40,8 @@ type ConsumerConfig struct {
 	// delivery limit.
 	Prefetch int
 	// Workers is the number of goroutines handling messages, per handler
-	// (the order-lock handler only with PerMessageLock). Default 8.
+	// (not the order-lock handler: its batches run on LockChannels).
+	// Default 8.
 	Workers int
 	// LockBatch is the most ORDER_CREATED messages the order-lock handler
 	// applies in one MySQL transaction (persistence.Store.LockStockBatch).
@@ -57,13 +58,6 @@ type ConsumerConfig struct {
 	// exactly one batch only on a channel that has one batch in hand).
 	// Default 2.
 	LockChannels int
-	// PerMessageLock selects the previous design, kept for comparison in
-	// the benchmark (STAMPEDE_CONSUMER_LOCK=message): one transaction per
-	// ORDER_CREATED message (persistence.Store.LockStock) on Workers
-	// goroutines, each also scheduling a delayed pay-timeout message. The
-	// default batch design writes no pay-timeout message: the sweeper
-	// closes unpaid orders from its (status, pay_deadline) scan.
-	PerMessageLock bool
 	// PayTimeout is how long a locked order waits for payment: its
 	// pay_deadline is the database's now + PayTimeout (docs/spec.md §7,
 	// STAMPEDE_PAY_TIMEOUT). Default 15m.
@@ -248,12 +242,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		{ConsumerStockRelease, QueueStockRelease, c.release, false},
 		{ConsumerOrderClose, QueueOrderClose, c.close, false},
 	}
-	if c.cfg.PerMessageLock {
-		handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, c.lock, false})
-	} else {
-		for range c.cfg.LockChannels {
-			handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, nil, true})
-		}
+	for range c.cfg.LockChannels {
+		handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, nil, true})
 	}
 	errs := make([]error, len(handlers))
 	var wg sync.WaitGroup
@@ -471,29 +461,6 @@ func (c *Consumer) handle(ctx context.Context, h handler, body []byte, attempt i
 	}
 	err = herr
 	return v, ev, err
-}
-
-// lock applies ORDER_CREATED: lock MySQL stock, PROCESSING → WAITING_PAY (or
-// FAILED when MySQL stock is short; the FAILED status event then reaches the
-// release queue through the outbox).
-func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
-	if ev.Type != order.EventCreated {
-		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderCreated)
-	}
-	out, o, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
-	if err == nil && (out == persistence.LockLocked || out == persistence.LockFailed) {
-		_ = CacheStatus(ctx, c.rdb, o, c.log) // replays answer the new status (statuscache.go)
-	}
-	v, err := classify(err)
-	if v == ack {
-		switch out {
-		case persistence.LockDuplicate:
-			v = ackDuplicate
-		case persistence.LockSkipped:
-			v = ackSkipped
-		}
-	}
-	return v, err
 }
 
 // release gives a CANCELLED or FAILED order's Redis reservation back, once

@@ -95,7 +95,7 @@ type WriterConfig struct {
 	// deadline, or FAILED where MySQL stock is short), so no ORDER_CREATED
 	// message is written and the order-lock consumer has nothing to do.
 	// False: orders are stored PROCESSING with an ORDER_CREATED outbox row
-	// for the order-lock consumer (the batch and message designs).
+	// for the order-lock consumer (the batch design).
 	LockOrders bool
 	// PayTimeout is how long a locked order waits for payment (with
 	// LockOrders): its pay_deadline is the database's clock after the stock

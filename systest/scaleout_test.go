@@ -525,8 +525,8 @@ func (e *env) checkConsumedOnce(consumers []*proc, timeouts int) {
 }
 
 // consumersLock tells whether the processes' order-lock design has the
-// consumers lock orders (batch, message: ORDER_CREATED messages) rather than
-// the writers (writer, the default).
+// consumers lock orders (batch: ORDER_CREATED messages) rather than the
+// writers (writer, the default).
 func (e *env) consumersLock() bool {
-	return e.lockDesign == "batch" || e.lockDesign == "message"
+	return e.lockDesign == "batch"
 }

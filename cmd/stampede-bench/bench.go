@@ -423,7 +423,7 @@ func (f *benchFlags) registerScenarioFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&f.drainRate, "drain-rate", 0, "drain: rate they are accepted at, requests/s (default 12000)")
 	fs.BoolVar(&f.intakeAlone, "sustained-intake-alone", true, "sustained: first step the rates with the pipeline roles stopped (gateway + Redis alone) and report the full system's highest clean step as a ratio to that one (needs every role in the bench process)")
 	fs.StringVar(&f.drainProducts, "drain-products", "", "drain: comma-separated product counts to drain each design over, e.g. 1,16: the orders spread round robin over that many products (default 1: one hot product)")
-	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (writer, batch or message; default batch,writer: the previous design, then the writer design)")
+	fs.StringVar(&f.drainDesigns, "drain-designs", "", "drain: order-lock designs to drain with, in order (writer or batch; default batch,writer)")
 	fs.IntVar(&f.closedConns, "closed-conns", 0, "soldout, replay: connections of the closed-loop runs (default 128)")
 	fs.StringVar(&f.ticketConns, "ticket-conns", "", "tickets: comma-separated connection counts at which the interleaved rounds of bare /healthz and tickets are repeated (default 128,256,512,1024; 128,256 with --quick)")
 	fs.DurationVar(&f.closedDuration, "closed-duration", 0, "soldout, replay: length of each closed-loop run (default 5s, 1s with --quick)")
