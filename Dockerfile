@@ -3,7 +3,7 @@
 # toolchain; Debian 12.11): a rebuild never picks up another base silently.
 # Pin the digests as well where your registry policy asks for it (`docker
 # buildx imagetools inspect golang:1.26.8-bookworm`), and let Renovate or
-# Dependabot propose the updates; cmd/stampede/compose_test.go refuses a
+# Dependabot propose the updates; app/compose_test.go refuses a
 # floating tag.
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src

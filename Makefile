@@ -5,7 +5,7 @@ GOFMT ?= $(shell $(GO) env GOROOT)/bin/gofmt
 GOLANGCI_LINT ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 ARGS ?=
 
-.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-push-line bench-scale bench-services docs docs-check funclen fmt clean
+.PHONY: services build migrate demo test lint test-go test-fuzz test-client test-e2e test-short bench bench-push bench-push-line bench-scale bench-services build-bench docs docs-check funclen fmt clean
 
 services:
 	bash scripts/services.sh
@@ -45,9 +45,9 @@ docs-check:
 	bash scripts/test.sh docs
 
 # Regenerate docs/configuration.md from the flag definitions of
-# cmd/stampede/config.go, after adding or changing a setting.
+# app/config.go, after adding or changing a setting.
 docs:
-	$(GO) test -count=1 -run '^TestConfigurationPage$$' ./cmd/stampede/ -update
+	$(GO) test -count=1 -run '^TestConfigurationPage$$' ./app/ -update
 
 # Functions longer than 80 lines, longest first (ARGS='-max 60 -tests=false ./pipeline').
 funclen:
@@ -94,25 +94,31 @@ BENCH_ENV = STAMPEDE_MODE=development STAMPEDE_MYSQL_DSN='root@tcp(127.0.0.1:330
 bench-services:
 	bash scripts/services.sh --bench
 
+# The benchmark is a binary of its own, bin/stampede-bench (cmd/stampede-bench:
+# the stampede commands plus bench, bench-scale and bench-push), so the
+# production binary does not link the load generator.
+build-bench:
+	$(GO) build -buildvcs=auto -o bin/stampede-bench ./cmd/stampede-bench
+
 # A full `make bench` (no ARGS) also runs the push benchmark, which appends
-# its row to bench/results/push-<date>.md; with ARGS only `stampede bench`
+# its row to bench/results/push-<date>.md; with ARGS only `stampede-bench bench`
 # runs (`make bench-push` runs the push benchmark alone).
-bench: bench-services build
-	$(BENCH_ENV) bin/stampede bench $(ARGS)
+bench: bench-services build-bench
+	$(BENCH_ENV) bin/stampede-bench bench $(ARGS)
 	@if [ -z "$(ARGS)" ]; then $(MAKE) --no-print-directory bench-push; else echo "make bench: ARGS given, push benchmark skipped (make bench-push)"; fi
 
-bench-push: bench-services build
-	STAMPEDE_MODE=development STAMPEDE_MIGRATE=true bin/stampede bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
+bench-push: bench-services build-bench
+	STAMPEDE_MODE=development STAMPEDE_MIGRATE=true bin/stampede-bench bench-push --amqp-url amqp://guest:guest@127.0.0.1:5672/stampede_bench_push
 
 # The waiting room at sale-day scale (issue 28): a push hub in the bench
 # process, --sockets (100,000) client sockets in child processes; needs no
 # services, only file descriptors (docs/production.md "Many sockets per push process").
-bench-push-line: build
-	STAMPEDE_MODE=development bin/stampede bench-push --line $(ARGS)
+bench-push-line: build-bench
+	STAMPEDE_MODE=development bin/stampede-bench bench-push --line $(ARGS)
 
 # 1 vs 2 gateway+writer pairs, each pair its own process (docs/scaling.md).
-bench-scale: bench-services build
-	$(BENCH_ENV) bin/stampede bench-scale $(ARGS)
+bench-scale: bench-services build-bench
+	$(BENCH_ENV) bin/stampede-bench bench-scale $(ARGS)
 
 fmt:
 	@out=$$(find . -name '*.go' -not -path './.git/*' -not -path './client/node_modules/*' -print0 \

@@ -1,4 +1,4 @@
-// Package auth issues and verifies Stampede's bearer tokens (SPEC §3) and
+// Package auth issues and verifies Stampede's bearer tokens (docs/spec.md §3) and
 // turns a verified token into the caller: Stampede's internal int64 user id
 // and whether the caller is an admin. Two kinds of tokens:
 //

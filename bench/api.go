@@ -122,7 +122,7 @@ func (a *api) waitReady(ctx context.Context, limit time.Duration) error {
 	}
 }
 
-// productSpec is the body of POST /api/admin/products (SPEC §3).
+// productSpec is the body of POST /api/admin/products (docs/spec.md §3).
 type productSpec struct {
 	Name         string `json:"name"`
 	Price        int64  `json:"price"`

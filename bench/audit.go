@@ -10,7 +10,7 @@ import (
 )
 
 // audit waits for the pipeline to go idle for productID (at most IdleWait),
-// reconciles it against SPEC §5 and adds the scenario's own checks, which
+// reconciles it against docs/spec.md §5 and adds the scenario's own checks, which
 // see the final report. Checks of the outbox are pipeline-wide (Reconcile's).
 func (r *run) audit(ctx context.Context, productID int64, extra func(rep pipeline.Report, p pipeline.ProductAudit) []pipeline.Check) *Audit {
 	a := &Audit{Orders: map[string]int64{}}

@@ -73,7 +73,7 @@ type Env struct {
 	// settled replaces the count of a product's orders past PROCESSING in
 	// tests of this package.
 	settled func(ctx context.Context, productID int64) (int64, error)
-	// audit replaces the SPEC §5 audit in tests of this package.
+	// audit replaces the docs/spec.md §5 audit in tests of this package.
 	audit func(ctx context.Context, productID int64) (pipeline.Report, error)
 }
 
@@ -180,7 +180,7 @@ type Params struct {
 
 	// DrainOrders reservations are accepted at DrainRate with the pipeline
 	// stopped, then drained by each of DrainDesigns (default DesignBatch,
-	// the previous design, then DesignWriter; DesignMessage too on demand)
+	// then DesignWriter)
 	// with pay timeout DrainPayTimeout, once per count of DrainProducts:
 	// the orders spread round robin over that many products (default 1,
 	// one hot product; the product's stock is DrainOrders / the count).
@@ -324,8 +324,8 @@ func (p Params) Validate() error {
 		errs = append(errs, errors.New("drain product counts: at least one"))
 	}
 	for _, d := range p.DrainDesigns {
-		if d != DesignWriter && d != DesignBatch && d != DesignMessage {
-			errs = append(errs, fmt.Errorf("drain design %q is none of %s, %s, %s", d, DesignWriter, DesignBatch, DesignMessage))
+		if d != DesignWriter && d != DesignBatch {
+			errs = append(errs, fmt.Errorf("drain design %q is neither %s nor %s", d, DesignWriter, DesignBatch))
 		}
 	}
 	if p.RoomBuyers < 1 || p.RoomStock < 1 || p.RoomArrival <= 0 || p.RoomSockets < 0 || p.RoomSockets > p.RoomBuyers {

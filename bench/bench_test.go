@@ -21,7 +21,7 @@ import (
 var testSecret = []byte("bench-test-secret")
 
 // fakeGateway answers the few endpoints the scenarios use, with the
-// semantics of SPEC §3: real JWTs, stock, one orderNo per (user, requestId).
+// semantics of docs/spec.md §3: real JWTs, stock, one orderNo per (user, requestId).
 type fakeGateway struct {
 	verifier *auth.Verifier
 	mu       sync.Mutex
@@ -105,7 +105,7 @@ func (f *fakeGateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// audit reports the fake's orders of pid as WAITING_PAY with every SPEC
+// audit reports the fake's orders of pid as WAITING_PAY with every docs/spec.md §5
 // check passing, unless breakCheck is set.
 func (f *fakeGateway) audit(breakCheck bool) func(context.Context, int64) (pipeline.Report, error) {
 	return func(_ context.Context, pid int64) (pipeline.Report, error) {

@@ -1,6 +1,6 @@
 // Package bench is Stampede's benchmark suite: five scenarios run with the
 // open-model load generator of package loadgen against a running gateway,
-// each followed by the SPEC §5 audit of its own product.
+// each followed by the docs/spec.md §5 audit of its own product.
 //
 //   - spike: many distinct buyers for a few units at a high rate; time to
 //     sell out, accepted and rejected latencies;

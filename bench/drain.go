@@ -25,18 +25,16 @@ import (
 type Pipeline interface {
 	// Stop stops the running pipeline roles and returns once they drained.
 	Stop()
-	// Start starts them with the order-lock design ("writer", "batch" or
-	// "message", see WriterConfig.LockOrders and
-	// ConsumerConfig.PerMessageLock; "": the configured one) and pay timeout
+	// Start starts them with the order-lock design ("writer" or "batch",
+	// see WriterConfig.LockOrders; "": the configured one) and pay timeout
 	// (0: the configured one).
 	Start(ctx context.Context, design string, payTimeout time.Duration) error
 }
 
 // Lock designs the drain scenario compares.
 const (
-	DesignWriter  = "writer"  // orders stored WAITING_PAY by the writer's own batch transaction
-	DesignBatch   = "batch"   // batched consumers, sweeper closes unpaid orders
-	DesignMessage = "message" // the previous design: one transaction and one delayed close message per order
+	DesignWriter = "writer" // orders stored WAITING_PAY by the writer's own batch transaction
+	DesignBatch  = "batch"  // batched consumers, sweeper closes unpaid orders
 )
 
 // mysqlCounters are the server status counters the drain scenario divides by

@@ -140,7 +140,7 @@ func (r *Report) Markdown() string {
 func (r *Report) header(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("# Stampede benchmark — %s\n\n", r.Started.Format("2006-01-02 15:04 MST"))
-	w("**%s** — every scenario's SPEC §5 audit %s. Run %s", verdict(r.Pass), map[bool]string{true: "passed", false: "did not pass"}[r.Pass], r.RunID)
+	w("**%s** — every scenario's docs/spec.md §5 audit %s. Run %s", verdict(r.Pass), map[bool]string{true: "passed", false: "did not pass"}[r.Pass], r.RunID)
 	if r.Quick {
 		w(", **quick smoke run**: its numbers say nothing about capacity")
 	}

@@ -82,7 +82,7 @@ type Phase struct {
 	Result *loadgen.Result `json:"result"`
 }
 
-// Audit is the SPEC §5 reconciliation of a scenario's product after the
+// Audit is the docs/spec.md §5 reconciliation of a scenario's product after the
 // pipeline went idle, plus the scenario's own checks ("bench: ...").
 type Audit struct {
 	Pass      bool             `json:"pass"`

@@ -2,20 +2,24 @@ package docs
 
 import (
 	"bufio"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/yuin/goldmark/ast"
 )
 
-// Command is one `make` or `stampede` command quoted in a fenced shell block.
+// Command is one `make`, `stampede` or `stampede-bench` command quoted in a
+// fenced shell block.
 type Command struct {
 	File string   // the page, relative to the root
 	Line int      // the block line the command starts on
-	Tool string   // "make" or "stampede"
+	Tool string   // "make", "stampede" or "stampede-bench"
 	Args []string // the words after the tool, up to the end of its simple command
 }
 
@@ -89,7 +93,8 @@ func ShellCommands(root string, pages []string) ([]Command, error) {
 	return out, nil
 }
 
-// commandsIn returns the make and stampede commands of one shell line.
+// commandsIn returns the make, stampede and stampede-bench commands of one
+// shell line.
 func commandsIn(file string, line int, s string) []Command {
 	var out []Command
 	for _, words := range simpleCommands(s) {
@@ -100,6 +105,8 @@ func commandsIn(file string, line int, s string) []Command {
 				tool = "make"
 			case w == "stampede" || strings.HasSuffix(w, "/stampede"):
 				tool = "stampede"
+			case w == "stampede-bench" || strings.HasSuffix(w, "/stampede-bench"):
+				tool = "stampede-bench"
 			default:
 				continue
 			}
@@ -291,4 +298,45 @@ func CheckMakeTargets(root string, pages []string) []Problem {
 		}
 	}
 	return out
+}
+
+// CheckCommands runs `<subcommand…> --help` through run for every command of
+// tool in the shell blocks of pages (each distinct one once) and returns
+// those that fail, and how many it ran. run is the binary's own command
+// table (app.Run for stampede); an error that is flag.ErrHelp is an answer.
+// The usage texts the commands print to stderr go to /dev/null meanwhile:
+// not for a test that runs in parallel with others.
+func CheckCommands(root string, pages []string, tool string, run func(args []string) error) ([]Problem, int, error) {
+	cmds, err := ShellCommands(root, pages)
+	if err != nil {
+		return nil, 0, err
+	}
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	stderr := os.Stderr
+	os.Stderr = devNull
+	defer func() { os.Stderr = stderr; devNull.Close() }()
+	var out []Problem
+	answered := map[string]error{}
+	for _, c := range cmds {
+		sub := c.Subcommand()
+		if c.Tool != tool || len(sub) == 0 {
+			continue
+		}
+		key := strings.Join(sub, " ")
+		err, seen := answered[key]
+		if !seen {
+			err = run(append(slices.Clone(sub), "--help"))
+			if errors.Is(err, flag.ErrHelp) {
+				err = nil
+			}
+			answered[key] = err
+		}
+		if err != nil {
+			out = append(out, Problem{File: c.File, Line: c.Line, Msg: fmt.Sprintf("%s %s --help: %v", tool, key, err)})
+		}
+	}
+	return out, len(answered), nil
 }

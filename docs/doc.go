@@ -73,4 +73,12 @@
 // holds). The check accepts those and fails on any other, and on a line that
 // no longer matches a block, so the list only shrinks: cite the report, or
 // remove the figure, and delete its line.
+//
+// # Specification references
+//
+// docs/spec.md is the system's contract; code and pages cite it as
+// "docs/spec.md §n" or "§n.m" (the m-th numbered item of section n, as
+// §5.3). Every such reference in the repository's source and documentation
+// files (not testdata) names a section "## n. …" of docs/spec.md and, with
+// .m, a numbered item of that section (CheckSpecRefs).
 package docs

@@ -258,3 +258,27 @@ func TestFiguresIn(t *testing.T) {
 		t.Errorf("a measured cell: %q", got)
 	}
 }
+
+// TestSpecRefs: every "docs/spec.md §n[.m]" in the repository's files names a
+// section (and numbered item) of docs/spec.md.
+func TestSpecRefs(t *testing.T) {
+	problems, err := CheckSpecRefs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+func TestSpecRefsFail(t *testing.T) {
+	problems, err := CheckSpecRefs("testdata/spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, problems,
+		"refs.md:4: has no section §4",
+		"refs.md:4: §5 has no item 3",
+		"refs.md:5: §5 has no item 9",
+	)
+}

@@ -13,7 +13,7 @@ import (
 )
 
 // The admission saga: how one admission to a sharded product's waiting room
-// becomes at most one order (SPEC §5.8).
+// becomes at most one order (docs/spec.md §5.8).
 //
 // A sharded product's room lives in shard 0's slot, and the buyer's
 // reservation runs on its home shard, another slot: no script can check the

@@ -20,7 +20,7 @@ import (
 	"github.com/stampede-sh/stampede/order"
 )
 
-// The model of a waiting room's protocol (SPEC §5.8, docs/waiting-room.md
+// The model of a waiting room's protocol (docs/spec.md §5.8, docs/waiting-room.md
 // "One admission, one order"): rapid draws sequences of what the world does
 // to one product's room — tickets, the opening, pacer steps, orders with
 // new and reused requestIds and changed quantities, retries, Redis errors

@@ -1,5 +1,5 @@
 // Package order is Stampede's leaf domain package: order statuses and the
-// transitions allowed between them (SPEC §2), stock flow types, the events the
+// transitions allowed between them (docs/spec.md §2), stock flow types, the events the
 // pipeline carries, the reservation handed from the gateway to the writers,
 // and the orderNo format.
 //

@@ -14,7 +14,7 @@ type EventType string
 // Event types.
 const (
 	EventCreated       EventType = "ORDER_CREATED"        // writer: a reservation became an order row
-	EventStatusChanged EventType = "ORDER_STATUS_CHANGED" // any transition (SPEC §2)
+	EventStatusChanged EventType = "ORDER_STATUS_CHANGED" // any transition (docs/spec.md §2)
 	EventPayTimeout    EventType = "ORDER_PAY_TIMEOUT"    // delayed close message, due at pay_deadline
 	// EventStatusBatch carries, in Events, status changes of one product
 	// into one status made by one transaction: one message where there were
@@ -140,7 +140,7 @@ func (r Reservation) Amount() int64 { return r.Quantity * r.UnitPrice }
 const DefaultRequestTTL = 24 * time.Hour
 
 // ValidRequestID reports whether s is a requestId: 1–64 characters of
-// [A-Za-z0-9._:-] (SPEC §3). A requestId is scoped per (user, product).
+// [A-Za-z0-9._:-] (docs/spec.md §3). A requestId is scoped per (user, product).
 func ValidRequestID(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false

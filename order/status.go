@@ -5,7 +5,7 @@ import "fmt"
 // Status is the state of an order, stored in order_info.status.
 type Status string
 
-// Order statuses (SPEC §2).
+// Order statuses (docs/spec.md §2).
 const (
 	Processing Status = "PROCESSING"  // accepted by the gateway, stock reserved in Redis
 	WaitingPay Status = "WAITING_PAY" // stock locked in MySQL, waiting for payment until pay_deadline
@@ -33,7 +33,7 @@ func (s Status) Valid() bool {
 func (s Status) Terminal() bool { return s == Paid || s == Cancelled || s == Failed }
 
 // Live reports whether an order in status s holds stock: PROCESSING,
-// WAITING_PAY and PAID count against Redis available (SPEC §5.2).
+// WAITING_PAY and PAID count against Redis available (docs/spec.md §5.2).
 func (s Status) Live() bool { return s == Processing || s == WaitingPay || s == Paid }
 
 // ReleasesStock reports whether entering s gives the order's stock back.
@@ -65,7 +65,7 @@ var Statuses = []Status{Processing, WaitingPay, Paid, Cancelled, Failed}
 // makes lock, confirm, release and adjust happen at most once.
 type FlowType string
 
-// Stock flow types (SPEC §4).
+// Stock flow types (docs/spec.md §4).
 const (
 	FlowLock    FlowType = "LOCK"    // available → locked, biz_no = orderNo
 	FlowConfirm FlowType = "CONFIRM" // locked → sold, biz_no = orderNo

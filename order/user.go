@@ -1,6 +1,6 @@
 package order
 
-// The two user id spaces (SPEC §3, issue 26). A userId is Stampede's
+// The two user id spaces (docs/spec.md §3, issue 26). A userId is Stampede's
 // internal int64 id of a buyer or admin:
 //
 //   - 1 … MaxDirectUserID: ids the shop assigns itself and puts in HS256

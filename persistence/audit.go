@@ -6,7 +6,7 @@ import (
 )
 
 // FlowAudit counts, for one product, orders whose stock flows disagree with
-// their status (SPEC §5.4). Every field is 0 in a consistent database.
+// their status (docs/spec.md §5.4). Every field is 0 in a consistent database.
 type FlowAudit struct {
 	DuplicateRequests int64 `json:"duplicateRequests"` // (user_id, request_id, request_seq) of the product with more than one order
 	MissingLock       int64 `json:"missingLock"`       // WAITING_PAY or PAID orders without a LOCK flow

@@ -81,7 +81,7 @@ func checkStock(t *testing.T, s *persistence.Store, pid int64) persistence.Stock
 	}
 	p, _ := s.GetProduct(ctx, pid)
 	if st.Locked != units[order.WaitingPay] || st.Sold != units[order.Paid] || st.Available+st.Locked+st.Sold != p.Total {
-		t.Fatalf("SPEC §5.3 broken: stock %+v, units by status %v, total %d", st, units, p.Total)
+		t.Fatalf("docs/spec.md §5.3 broken: stock %+v, units by status %v, total %d", st, units, p.Total)
 	}
 	if a, err := s.AuditFlows(ctx, pid); err != nil || a != (persistence.FlowAudit{}) {
 		t.Fatalf("flow audit %+v %v", a, err)

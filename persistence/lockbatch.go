@@ -37,7 +37,7 @@ type LockResult struct {
 }
 
 // LockStockBatch applies a batch of ORDER_CREATED events for consumer in one
-// transaction with set-based statements (SPEC §1 "consumer"), so the cost per
+// transaction with set-based statements (docs/spec.md §1 "consumer"), so the cost per
 // order falls with the batch size instead of staying at one transaction of
 // eight statements:
 //

@@ -117,8 +117,8 @@ func CreatedMessage(r order.Reservation) (OutboxMessage, error) {
 		Exchange: order.EventsExchange, RoutingKey: order.RouteCreated, Payload: body}, nil
 }
 
-// PayTimeoutMessage builds the delayed close message of o (the per-message
-// design): published to order.PayTimeoutDelayQueue with a TTL of payTimeout,
+// PayTimeoutMessage builds the delayed close message of o (of the per-order
+// lock, Store.LockStock): published to order.PayTimeoutDelayQueue with a TTL of payTimeout,
 // it expires at the pay deadline into the order-close queue.
 func PayTimeoutMessage(o Order, deadline, now time.Time, payTimeout time.Duration) (OutboxMessage, error) {
 	e := order.Event{EventID: order.PayTimeoutEventID(o.OrderNo), Type: order.EventPayTimeout,

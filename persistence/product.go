@@ -18,7 +18,7 @@ type Product struct {
 	Total       int64 // units the sale started with
 	// Adjusted is Σ ADJUST flows of the product (read, never written):
 	// Total + Adjusted is the product's units after stock repairs, what
-	// stock's available + locked + sold adds up to (SPEC §5.3).
+	// stock's available + locked + sold adds up to (docs/spec.md §5.3).
 	Adjusted     int64
 	PerUserLimit int64 // units one user may hold; 0 = no limit
 	MaxPerOrder  int64 // largest quantity of one order

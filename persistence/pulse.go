@@ -13,7 +13,7 @@ import (
 // counts of a few sales and the lock latencies of the last seconds.
 
 // SaleCounts are one product's order counts: orders per status now, and
-// orders that ever reached WAITING_PAY (one LOCK flow each, SPEC §5.4).
+// orders that ever reached WAITING_PAY (one LOCK flow each, docs/spec.md §5.4).
 type SaleCounts struct {
 	ProductID int64
 	Orders    map[order.Status]int64

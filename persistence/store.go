@@ -34,7 +34,7 @@ type Store struct {
 	DB *sql.DB
 }
 
-// DefaultDSN is the DSN used when none is configured (SPEC §7).
+// DefaultDSN is the DSN used when none is configured (docs/spec.md §7).
 const DefaultDSN = "root@tcp(127.0.0.1:3306)/stampede?parseTime=true"
 
 // LockWaitTimeout is the session's innodb_lock_wait_timeout unless the DSN

@@ -27,7 +27,7 @@ type ConnConfig struct {
 	// node, same vhost and credentials): each dial tries them in turn,
 	// starting with the one that worked last, so a connection lost with its
 	// node is made again to another node. Default
-	// "amqp://guest:guest@127.0.0.1:5672/" (SPEC §7).
+	// "amqp://guest:guest@127.0.0.1:5672/" (docs/spec.md §7).
 	URL string
 	// Name is shown as the connection name in the management UI. Default
 	// "stampede-<hostname>-<pid>-<random>".
@@ -54,7 +54,7 @@ type ConnConfig struct {
 	Health *BrokerHealth
 }
 
-// DefaultAMQPURL is the broker used when none is configured (SPEC §7).
+// DefaultAMQPURL is the broker used when none is configured (docs/spec.md §7).
 const DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 func (c *ConnConfig) setDefaults() {

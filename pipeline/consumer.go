@@ -40,7 +40,8 @@ type ConsumerConfig struct {
 	// delivery limit.
 	Prefetch int
 	// Workers is the number of goroutines handling messages, per handler
-	// (the order-lock handler only with PerMessageLock). Default 8.
+	// (not the order-lock handler: its batches run on LockChannels).
+	// Default 8.
 	Workers int
 	// LockBatch is the most ORDER_CREATED messages the order-lock handler
 	// applies in one MySQL transaction (persistence.Store.LockStockBatch).
@@ -57,15 +58,8 @@ type ConsumerConfig struct {
 	// exactly one batch only on a channel that has one batch in hand).
 	// Default 2.
 	LockChannels int
-	// PerMessageLock selects the previous design, kept for comparison in
-	// the benchmark (STAMPEDE_CONSUMER_LOCK=message): one transaction per
-	// ORDER_CREATED message (persistence.Store.LockStock) on Workers
-	// goroutines, each also scheduling a delayed pay-timeout message. The
-	// default batch design writes no pay-timeout message: the sweeper
-	// closes unpaid orders from its (status, pay_deadline) scan.
-	PerMessageLock bool
 	// PayTimeout is how long a locked order waits for payment: its
-	// pay_deadline is the database's now + PayTimeout (SPEC §7,
+	// pay_deadline is the database's now + PayTimeout (docs/spec.md §7,
 	// STAMPEDE_PAY_TIMEOUT). Default 15m.
 	PayTimeout time.Duration
 	// ReleaseMarkerTTL is the life of the Redis marker that makes a release
@@ -100,22 +94,10 @@ type ConsumerConfig struct {
 	Logger *slog.Logger
 	// Metrics receives the consumer's series. Default: private, unregistered.
 	Metrics *Metrics
-
-	// BeforeHandle, if set, runs before each decoded message's handler with
-	// the handler name, the event and the delivery attempt (1, 2, …). A
-	// non-nil error replaces the handling: it counts as transient unless it
-	// wraps ErrPoison. It exists for fault injection; leave it nil in
-	// production.
-	BeforeHandle func(handler string, ev order.Event, attempt int) error
-	// AfterLockCommit, if set, runs after an order-lock batch committed and
-	// before any of its messages is acknowledged, with the number of events
-	// applied. It exists for fault injection (a process killed right there);
-	// leave it nil in production.
-	AfterLockCommit func(events int)
 }
 
 // ErrPoison marks an error as permanent for the consumer: the message goes to
-// the dead-letter queue at once (see ConsumerConfig.BeforeHandle).
+// the dead-letter queue at once (see ConsumerTestSignals.BeforeHandle).
 var ErrPoison = errors.New("consumer: poison message")
 
 func (c *ConsumerConfig) setDefaults() {
@@ -167,7 +149,7 @@ func (c *ConsumerConfig) Validate() error {
 }
 
 // Consumer runs the order-lock, stock-release and order-close handlers
-// (SPEC §1 "consumer"), each on its own channel with manual acknowledgement:
+// (docs/spec.md §1 "consumer"), each on its own channel with manual acknowledgement:
 // a message is acked only after the MySQL commit or the Redis script that
 // applied it returned, so a consumer killed mid-way gets its messages
 // redelivered and the consume log / release marker / conditional update
@@ -191,6 +173,9 @@ type Consumer struct {
 	breakers map[string]*breaker // by handler name; read-only after NewConsumer
 	pubConn  *Conn               // retries and dead letters (ConsumerConfig.PublishConn)
 	health   *BrokerHealth       // pubConn's
+
+	// TestSignals are set by tests only, before Run (testsignals.go).
+	TestSignals ConsumerTestSignals
 }
 
 // NewConsumer returns a Consumer; cfg is completed with defaults and
@@ -257,12 +242,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		{ConsumerStockRelease, QueueStockRelease, c.release, false},
 		{ConsumerOrderClose, QueueOrderClose, c.close, false},
 	}
-	if c.cfg.PerMessageLock {
-		handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, c.lock, false})
-	} else {
-		for range c.cfg.LockChannels {
-			handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, nil, true})
-		}
+	for range c.cfg.LockChannels {
+		handlers = append(handlers, handler{ConsumerOrderLock, QueueOrderCreated, nil, true})
 	}
 	errs := make([]error, len(handlers))
 	var wg sync.WaitGroup
@@ -392,7 +373,7 @@ func (c *Consumer) settle(ctx context.Context, h handler, d amqp.Delivery, v ver
 	// An outage (the dependency did not answer) is no fault of the
 	// message: it waits in a delay queue without spending its attempt
 	// budget, so an outage of any length never dead-letters good orders
-	// (SPEC §5.5). Only failures the dependency answered count.
+	// (docs/spec.md §5.5). Only failures the dependency answered count.
 	outage := v == retry && isOutage(err)
 	if v == retry && !outage && attempt >= c.cfg.MaxAttempts {
 		v, err = discard, fmt.Errorf("out of attempts (%d): %w", attempt, err)
@@ -456,8 +437,8 @@ func (c *Consumer) handle(ctx context.Context, h handler, body []byte, attempt i
 	if err != nil {
 		return discard, ev, err
 	}
-	if c.cfg.BeforeHandle != nil {
-		if err := c.cfg.BeforeHandle(h.name, ev, attempt); err != nil {
+	if c.TestSignals.BeforeHandle != nil {
+		if err := c.TestSignals.BeforeHandle(h.name, ev, attempt); err != nil {
 			if errors.Is(err, ErrPoison) {
 				return discard, ev, err
 			}
@@ -480,29 +461,6 @@ func (c *Consumer) handle(ctx context.Context, h handler, body []byte, attempt i
 	}
 	err = herr
 	return v, ev, err
-}
-
-// lock applies ORDER_CREATED: lock MySQL stock, PROCESSING → WAITING_PAY (or
-// FAILED when MySQL stock is short; the FAILED status event then reaches the
-// release queue through the outbox).
-func (c *Consumer) lock(ctx context.Context, ev order.Event) (verdict, error) {
-	if ev.Type != order.EventCreated {
-		return discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderCreated)
-	}
-	out, o, err := c.store.LockStock(ctx, ev.EventID, ev.OrderNo, ConsumerOrderLock, c.cfg.PayTimeout)
-	if err == nil && (out == persistence.LockLocked || out == persistence.LockFailed) {
-		_ = CacheStatus(ctx, c.rdb, o, c.log) // replays answer the new status (statuscache.go)
-	}
-	v, err := classify(err)
-	if v == ack {
-		switch out {
-		case persistence.LockDuplicate:
-			v = ackDuplicate
-		case persistence.LockSkipped:
-			v = ackSkipped
-		}
-	}
-	return v, err
 }
 
 // release gives a CANCELLED or FAILED order's Redis reservation back, once

@@ -59,7 +59,7 @@ func testConsumerRetriesThroughDelayQueue(t *testing.T, qt pipeline.QueueType) {
 	e.declare()
 	p, k := e.product(10, 10)
 	var seen attempts
-	_, _, c := startPipeline(e, pipeline.ConsumerConfig{BeforeHandle: func(h string, ev order.Event, attempt int) error {
+	_, _, c := startPipelineSignals(e, pipeline.ConsumerConfig{}, pipeline.ConsumerTestSignals{BeforeHandle: func(h string, ev order.Event, attempt int) error {
 		if h != pipeline.ConsumerOrderLock {
 			return nil
 		}
@@ -97,7 +97,7 @@ func testConsumerDeadLettersAfterMaxAttemptsAndReplays(t *testing.T, qt pipeline
 	p, k := e.product(10, 10)
 	var seen attempts
 	var healthy atomic.Bool
-	_, _, c := startPipeline(e, pipeline.ConsumerConfig{MaxAttempts: 3, BeforeHandle: func(h string, ev order.Event, attempt int) error {
+	_, _, c := startPipelineSignals(e, pipeline.ConsumerConfig{MaxAttempts: 3}, pipeline.ConsumerTestSignals{BeforeHandle: func(h string, ev order.Event, attempt int) error {
 		if h != pipeline.ConsumerOrderLock {
 			return nil
 		}
@@ -183,10 +183,11 @@ func testConsumerPoisonGoesToDLQAtOnce(t *testing.T, qt pipeline.QueueType) {
 	e := newEnvType(t, qt)
 	e.declare()
 	var deliveries atomic.Int64
-	c := e.consumer(pipeline.ConsumerConfig{BeforeHandle: func(string, order.Event, int) error {
+	c := e.consumer(pipeline.ConsumerConfig{})
+	c.TestSignals.BeforeHandle = func(string, order.Event, int) error {
 		deliveries.Add(1)
 		return nil
-	}})
+	}
 	run(t, "consumer", c.Run)
 	conn := e.conn()
 	ctx := context.Background()

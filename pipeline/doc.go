@@ -26,7 +26,7 @@
 // InspectDLQ and ReplayDLQ (Ops bundles them for the gateway). Writer, relay
 // and consumer each guard their dependencies with circuit breakers.
 //
-// plus Reconcile (SPEC §5 checked across Redis and MySQL), the AMQP topology
+// plus Reconcile (docs/spec.md §5 checked across Redis and MySQL), the AMQP topology
 // (DeclareTopology, Topology), a reconnecting AMQP connection (Conn), the
 // components' Prometheus series (Metrics) and the scrape-time collector of
 // shared state: stream backlogs, outbox rows, overdue orders, queue depths,

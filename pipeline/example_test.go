@@ -17,7 +17,7 @@ import (
 	"github.com/stampede-sh/stampede/pipeline/pipelinetest"
 )
 
-// Wiring every pipeline role in one process, as cmd/stampede does, and one
+// Wiring every pipeline role in one process, as package app does, and one
 // purchase through it: reserve.lua appends the reservation to the intake
 // stream, the writer stores the order, the relay publishes ORDER_CREATED,
 // the order-lock consumer locks the stock and the order waits for payment.

@@ -16,36 +16,32 @@ import (
 
 // startPipeline runs a writer, a relay and a consumer.
 func startPipeline(e *env, ccfg pipeline.ConsumerConfig) (*pipeline.Writer, *pipeline.Relay, *pipeline.Consumer) {
+	return startPipelineSignals(e, ccfg, pipeline.ConsumerTestSignals{})
+}
+
+// startPipelineSignals is startPipeline with the consumer's test signals.
+func startPipelineSignals(e *env, ccfg pipeline.ConsumerConfig, sig pipeline.ConsumerTestSignals) (*pipeline.Writer, *pipeline.Relay, *pipeline.Consumer) {
 	w := e.writer(pipeline.WriterConfig{BatchWait: 5 * time.Millisecond})
 	r := e.relay(pipeline.RelayConfig{})
 	c := e.consumer(ccfg)
+	c.TestSignals = sig
 	run(e.t, "writer", w.Run)
 	run(e.t, "relay", r.Run)
 	run(e.t, "consumer", c.Run)
 	return w, r, c
 }
 
-// forEachLockDesign runs test for each queue type with the batch design and
-// with the per-message design (ConsumerConfig.PerMessageLock), as subtests
-// "<type>/batch" and "<type>/message".
-func forEachLockDesign(t *testing.T, test func(t *testing.T, qt pipeline.QueueType, perMessage bool)) {
-	forEachQueueType(t, func(t *testing.T, qt pipeline.QueueType) {
-		t.Run("batch", func(t *testing.T) { test(t, qt, false) })
-		t.Run("message", func(t *testing.T) { test(t, qt, true) })
-	})
-}
+func TestFlowLocksStockOnce(t *testing.T) { forEachQueueType(t, testFlowLocksStockOnce) }
 
-func TestFlowLocksStockOnce(t *testing.T) { forEachLockDesign(t, testFlowLocksStockOnce) }
-
-func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType, perMessage bool) {
+func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType) {
 	e := newEnvType(t, qt)
 	p, k := e.product(100, 100)
-	startPipeline(e, pipeline.ConsumerConfig{PerMessageLock: perMessage})
+	startPipeline(e, pipeline.ConsumerConfig{})
 	nos := e.reserve(p, k, 1, 20, 2)
 	nos = append(nos, e.reserve(p, k, 100, 10, 1)...)
 
 	e.waitCount(20*time.Second, 30, `SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY' AND pay_deadline IS NOT NULL`, p.ID)
-	// Every status change and every delayed close message is published.
+	// Every status change is published.
 	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)
 	if st := e.stock(p.ID); st.Available != 50 || st.Locked != 50 || st.Sold != 0 {
 		t.Errorf("mysql stock %+v, want 50 available and 50 locked", st)
@@ -68,14 +64,10 @@ func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType, perMessage bool
 			t.Errorf("order %s: %+v %v", no, o, err)
 		}
 	}
-	// The per-message design schedules one delayed close message per
-	// order; the batch design leaves closing to the sweeper's deadline scan.
-	want := 0
-	if perMessage {
-		want = 30
-	}
-	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueuePayTimeoutDelay); n != want {
-		t.Errorf("%d delayed close messages, want %d", n, want)
+	// No delayed close message: the sweeper's deadline scan closes unpaid
+	// orders.
+	if n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueuePayTimeoutDelay); n != 0 {
+		t.Errorf("%d delayed close messages, want 0", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -86,14 +78,14 @@ func testFlowLocksStockOnce(t *testing.T, qt pipeline.QueueType, perMessage bool
 }
 
 func TestFlowStockShortFailsAndReleasesRedisOnce(t *testing.T) {
-	forEachLockDesign(t, testFlowStockShortFailsAndReleasesRedisOnce)
+	forEachQueueType(t, testFlowStockShortFailsAndReleasesRedisOnce)
 }
 
-func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.QueueType, perMessage bool) {
+func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.QueueType) {
 	e := newEnvType(t, qt)
 	// Redis was loaded with more than MySQL has: three orders cannot lock.
 	p, k := e.product(5, 8)
-	_, _, c := startPipeline(e, pipeline.ConsumerConfig{PerMessageLock: perMessage})
+	_, _, c := startPipeline(e, pipeline.ConsumerConfig{})
 	e.reserve(p, k, 1, 8, 1)
 	if a := e.redisAvailable(k); a != 0 {
 		t.Fatalf("redis available %d after 8 reservations", a)
@@ -128,61 +120,6 @@ func testFlowStockShortFailsAndReleasesRedisOnce(t *testing.T, qt pipeline.Queue
 	}
 	// (No reconcile here: Redis was deliberately loaded with 3 units more
 	// than MySQL has, which is exactly the drift it would report.)
-}
-
-func TestFlowPayTimeoutClosesOrderAndReleasesOnce(t *testing.T) {
-	forEachQueueType(t, testFlowPayTimeoutClosesOrderAndReleasesOnce)
-}
-
-func testFlowPayTimeoutClosesOrderAndReleasesOnce(t *testing.T, qt pipeline.QueueType) {
-	e := newEnvType(t, qt)
-	ctx := context.Background()
-	p, k := e.product(10, 10)
-	// The per-message design: each lock schedules a delayed close message.
-	startPipeline(e, pipeline.ConsumerConfig{PayTimeout: time.Second, PerMessageLock: true})
-	nos := e.reserve(p, k, 1, 3, 2)
-	e.waitCount(10*time.Second, 3, `SELECT COUNT(*) FROM order_info WHERE status = 'WAITING_PAY'`)
-	// One buyer pays in time; its close message must change nothing.
-	paid, err := e.store.GetOrder(ctx, nos[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, _, err := e.store.Pay(ctx, persistence.Payment{PaymentNo: "pay-1", OrderNo: paid.OrderNo, Amount: paid.Amount, PaidAt: time.Now()}); err != nil || out != persistence.PayPaid {
-		t.Fatalf("pay: %v %v", out, err)
-	}
-	// No sweeper runs: only the delayed close message can close them.
-	e.waitCount(10*time.Second, 2, `SELECT COUNT(*) FROM order_info WHERE status = 'CANCELLED' AND close_reason = ?`, string(order.ReasonTimeout))
-	pipelinetest.WaitFor(t, 10*time.Second, "redis release of the closed orders", func() (bool, string) {
-		a := e.redisAvailable(k)
-		return a == 8, fmt.Sprintf("redis available %d, want 8", a)
-	})
-	e.waitCount(10*time.Second, 0, `SELECT COUNT(*) FROM mq_outbox WHERE status <> 'SENT'`)
-	pipelinetest.WaitFor(t, 5*time.Second, "close queue drained", func() (bool, string) {
-		n := pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueueOrderClose) + pipelinetest.QueueDepth(t, e.amqpURL, pipeline.QueuePayTimeoutDelay)
-		return n == 0, fmt.Sprintf("%d messages left", n)
-	})
-	if o, _ := e.store.GetOrder(ctx, nos[0]); o.Status != order.Paid {
-		t.Errorf("paid order is %s", o.Status)
-	}
-	if st := e.stock(p.ID); st.Available != 8 || st.Locked != 0 || st.Sold != 2 {
-		t.Errorf("mysql stock %+v, want 8 available, 2 sold", st)
-	}
-	if n := e.count(`SELECT COUNT(*) FROM stock_flow WHERE biz_type = 'RELEASE' AND quantity = 2`); n != 2 {
-		t.Errorf("%d RELEASE flows, want 2", n)
-	}
-	if a := e.redisAvailable(k); a != 8 {
-		t.Errorf("redis available %d, want 8 (released exactly once)", a)
-	}
-	for _, no := range nos[1:] {
-		if n, _ := e.rdb.Exists(ctx, k.Released(no)).Result(); n != 1 {
-			t.Errorf("no release marker for %s", no)
-		}
-	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if rep, err := pipeline.WaitIdle(rctx, e.rdb, e.store, []int64{p.ID}, 20*time.Millisecond); err != nil || !rep.OK {
-		t.Errorf("reconcile: %v %v", rep.Failed(), err)
-	}
 }
 
 func TestConsumerRejectsPoisonAndKeepsGoing(t *testing.T) {

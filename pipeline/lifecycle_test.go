@@ -23,7 +23,7 @@ func (e *env) reconciled(pid int64) {
 	defer cancel()
 	rep, err := pipeline.WaitIdle(ctx, e.rdb, e.store, []int64{pid}, 20*time.Millisecond)
 	if err != nil || !rep.OK {
-		e.t.Fatalf("SPEC §5 audit: %v %v", rep.Failed(), err)
+		e.t.Fatalf("docs/spec.md §5 audit: %v %v", rep.Failed(), err)
 	}
 }
 
@@ -32,7 +32,7 @@ func (e *env) reconciled(pid int64) {
 // whole pipeline running (so CANCELLED orders are released in Redis by the
 // release consumer). Each order ends PAID xor CANCELLED; CANCELLED ones have
 // exactly one RELEASE flow, PAID ones none; MySQL and Redis stock satisfy
-// SPEC §5 afterwards.
+// docs/spec.md §5 afterwards.
 func TestLifecyclePayVersusTimeoutRace(t *testing.T) {
 	forEachQueueType(t, testLifecyclePayVersusTimeoutRace)
 }

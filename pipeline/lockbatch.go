@@ -89,8 +89,8 @@ func (c *Consumer) applyLockBatch(ctx context.Context, h handler, batch []amqp.D
 			it.v, it.err = discard, fmt.Errorf("consumer: %s event on %s", ev.Type, QueueOrderCreated)
 			continue
 		}
-		if c.cfg.BeforeHandle != nil {
-			if err := c.cfg.BeforeHandle(h.name, ev, it.attempt); err != nil {
+		if c.TestSignals.BeforeHandle != nil {
+			if err := c.TestSignals.BeforeHandle(h.name, ev, it.attempt); err != nil {
 				it.v, it.err = retry, err
 				if errors.Is(err, ErrPoison) {
 					it.v = discard
@@ -163,8 +163,8 @@ func (c *Consumer) lockItems(ctx context.Context, h handler, items []lockItem, i
 		all(retry, err)
 	case lerr == nil:
 		c.m.lockBatch.Observe(float64(len(idx)))
-		if c.cfg.AfterLockCommit != nil {
-			c.cfg.AfterLockCommit(len(idx))
+		if c.TestSignals.AfterLockCommit != nil {
+			c.TestSignals.AfterLockCommit(len(idx))
 		}
 		var moved []persistence.Order
 		for _, r := range results {

@@ -435,11 +435,11 @@ func TestLockBatchChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := pipeline.NewConsumer(store, rdb, conn, pipeline.ConsumerConfig{LockChannels: 1, LockBatch: 256, LockBatchWait: 500 * time.Millisecond,
-		AfterLockCommit: func(int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }})
+	c, err := pipeline.NewConsumer(store, rdb, conn, pipeline.ConsumerConfig{LockChannels: 1, LockBatch: 256, LockBatchWait: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.TestSignals.AfterLockCommit = func(int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c.Run(ctx)

@@ -35,7 +35,7 @@ type LostReport struct {
 }
 
 // RepairLostReservations releases Redis reservations that never became
-// orders (SPEC §1 "sweeper": reservations lost between Redis and MySQL, e.g.
+// orders (docs/spec.md §1 "sweeper": reservations lost between Redis and MySQL, e.g.
 // an intake entry lost with a Redis failover, or a gateway that died between
 // reserve and its synchronous MySQL write). For every shard of every product
 // it SCANs the shard's pending order records (lua.Keys.Order, written by

@@ -24,7 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	// Every store, client and connection is closed in t.Cleanup and every
 	// component's Run has returned by then. Only the in-process gateway of
-	// issue18_test.go leaves fasthttp's process-wide Date updater and a
+	// through_gateway_test.go leaves fasthttp's process-wide Date updater and a
 	// stopped server's worker-pool cleaner (it notices the stop after its
 	// idle sleep), as in package gateway.
 	goleak.VerifyTestMain(m,

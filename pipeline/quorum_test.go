@@ -262,7 +262,8 @@ func TestDeliveryLimitSparesOrdinaryRetries(t *testing.T) {
 		}
 	}
 	var seen attempts
-	c := e.consumer(pipeline.ConsumerConfig{MaxAttempts: maxAttempts, BeforeHandle: func(h string, ev order.Event, attempt int) error {
+	c := e.consumer(pipeline.ConsumerConfig{MaxAttempts: maxAttempts})
+	c.TestSignals.BeforeHandle = func(h string, ev order.Event, attempt int) error {
 		if h != pipeline.ConsumerOrderLock {
 			return nil
 		}
@@ -271,7 +272,7 @@ func TestDeliveryLimitSparesOrdinaryRetries(t *testing.T) {
 			return errTransient
 		}
 		return nil
-	}})
+	}
 	run(t, "consumer", c.Run)
 	// Delays 1s + 2s.
 	e.waitCount(20*time.Second, 1, `SELECT COUNT(*) FROM order_info WHERE order_no = ? AND status = 'WAITING_PAY'`, no)

@@ -17,7 +17,7 @@ import (
 
 // Check is one invariant's verdict.
 type Check struct {
-	Name   string `json:"name"`   // "1 stock never negative", …, numbered as SPEC §5
+	Name   string `json:"name"`   // "1 stock never negative", …, numbered as docs/spec.md §5
 	OK     bool   `json:"ok"`     //
 	Detail string `json:"detail"` // the numbers behind the verdict
 }
@@ -79,7 +79,7 @@ func (r Report) Failed() []string {
 	return out
 }
 
-// Reconcile checks the invariants of SPEC §5 for the given products (nil =
+// Reconcile checks the invariants of docs/spec.md §5 for the given products (nil =
 // every product) against Redis and MySQL directly; invariant 6 (every
 // outbox row SENT or DEAD) for the rows of those products' orders, or for
 // the whole table. The checks of invariants

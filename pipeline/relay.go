@@ -47,14 +47,6 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Metrics receives the relay's series. Default: private, unregistered.
 	Metrics *Metrics
-
-	// AfterConfirm, if set, is called after the broker confirmed a batch and
-	// before the acked rows are marked SENT, with their ids. It exists for
-	// fault injection: a non-nil error makes the relay behave as if its
-	// process died right there — it marks nothing (the rows stay SENDING
-	// until their lease ends and are then published again) and Run returns
-	// that error. Leave it nil in production.
-	AfterConfirm func(acked []int64) error
 }
 
 func (c *RelayConfig) setDefaults() {
@@ -94,7 +86,7 @@ func (c *RelayConfig) Validate() error {
 	return nil
 }
 
-// Relay publishes the transactional outbox to RabbitMQ (SPEC §1 "relay").
+// Relay publishes the transactional outbox to RabbitMQ (docs/spec.md §1 "relay").
 //
 // Each round it claims due rows with persistence.Store.ClaimOutbox (FOR
 // UPDATE SKIP LOCKED plus a lease, so any number of relays share the work),
@@ -120,6 +112,9 @@ type Relay struct {
 	mysql    *breaker // around ClaimOutbox
 	health   *BrokerHealth
 	pubFails *FailureLog // batches with failed publishes (settle, Run's goroutine)
+
+	// TestSignals are set by tests only, before Run (testsignals.go).
+	TestSignals RelayTestSignals
 }
 
 // NewRelay returns a Relay publishing through conn; cfg is completed with
@@ -162,7 +157,7 @@ func (p *pubChannel) broken() bool {
 // or disk alarm: connection.blocked on any connection of the process's
 // BrokerHealth) it claims nothing and opens no channel; it resumes when the
 // broker unblocks. It returns nil after a cancelled ctx, the error of
-// AfterConfirm, or ErrConnClosed (wrapped) if its Conn was closed.
+// TestSignals.AfterConfirm, or ErrConnClosed (wrapped) if its Conn was closed.
 func (r *Relay) Run(ctx context.Context) error {
 	var pc *pubChannel
 	defer func() {
@@ -536,8 +531,8 @@ func (r *Relay) settle(ctx context.Context, b *relayBatch) error {
 	for _, o := range b.outcome {
 		r.m.publishes[o].Inc()
 	}
-	if r.cfg.AfterConfirm != nil {
-		if err := r.cfg.AfterConfirm(acked); err != nil {
+	if r.TestSignals.AfterConfirm != nil {
+		if err := r.TestSignals.AfterConfirm(acked); err != nil {
 			return fmt.Errorf("relay: after confirm: %w", err)
 		}
 	}

@@ -155,8 +155,8 @@ func TestRelayDeathAfterConfirmResendsAfterLease(t *testing.T) {
 	ids := e.appendOutbox("twice", 10, order.EventsExchange, order.RouteCreated)
 	errDied := errors.New("killed after confirm")
 	var confirmed atomic.Int64
-	dying := e.relay(pipeline.RelayConfig{Lease: time.Second, ConfirmTimeout: 400 * time.Millisecond,
-		AfterConfirm: func(acked []int64) error { confirmed.Add(int64(len(acked))); return errDied }})
+	dying := e.relay(pipeline.RelayConfig{Lease: time.Second, ConfirmTimeout: 400 * time.Millisecond})
+	dying.TestSignals.AfterConfirm = func(acked []int64) error { confirmed.Add(int64(len(acked))); return errDied }
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := dying.Run(ctx); !errors.Is(err, errDied) {

@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Retry and dead-letter topology of the consumers (SPEC §1 "consumer",
+// Retry and dead-letter topology of the consumers (docs/spec.md §1 "consumer",
 // §6 "poison message").
 //
 // A message whose handling failed with a transient error (MySQL unavailable,

@@ -3,7 +3,7 @@ package pipeline_test
 // Issue 14: an admin pauses a running sale on one of two gateways; within the
 // bound (none: from the moment the pause answered) neither gateway accepts a
 // reservation, resume re-opens it on both, and every accepted order ends
-// WAITING_PAY with the SPEC §5 audit passing.
+// WAITING_PAY with the docs/spec.md §5 audit passing.
 
 import (
 	"fmt"
@@ -118,7 +118,7 @@ func TestPauseDuringSaleTwoGateways(t *testing.T) {
 			t.Errorf("gateway %d: accepted before %d, after %d, paused answers %d: want all > 0", g+1, before[g], after[g], pausedAnswers[g])
 		}
 	}
-	// None lost: every 202 is an order, and the audit of SPEC §5 passes.
+	// None lost: every 202 is an order, and the audit of docs/spec.md §5 passes.
 	rep := e.waitIdle(pid)
 	for _, pa := range rep.Products {
 		if pa.ProductID == pid && pa.Orders[order.WaitingPay][0] != int64(len(accepted)) {

@@ -120,7 +120,7 @@ func (c *SweeperConfig) Validate() error {
 }
 
 // Sweeper closes WAITING_PAY orders whose pay deadline has passed on the
-// database clock (SPEC §1 "sweeper"). With the batch order-lock design (the
+// database clock (docs/spec.md §1 "sweeper"). With the batch order-lock design (the
 // default) it is the closer of unpaid orders: no delayed close message is
 // scheduled, and each pass closes up to BatchSize due orders in one
 // set-based transaction (persistence.Store.CloseDuePart). A pass that
@@ -130,8 +130,9 @@ func (c *SweeperConfig) Validate() error {
 // about one pass after its deadline, whether closes are rare or a sale's
 // orders fall due by the thousand. The closed orders' statuses are recorded
 // in Redis for replays by a goroutine of their own, off the passes' path.
-// With the per-message design it is the safety net under the delayed close
-// message, which can be late (a per-message TTL expires only at the head of
+// It is also the safety net under a delayed close message
+// (persistence.PayTimeoutMessage, of the per-order lock Store.LockStock),
+// which can be late (a per-message TTL expires only at the head of
 // its queue) or lost with a broker. Every close is a conditional update from
 // WAITING_PAY, so several sweepers, the close consumer and a racing payment
 // can never both win, and a paid order is never cancelled. Its release of

@@ -113,10 +113,11 @@ func TestWriterLockChildProcess(t *testing.T) {
 	}
 	rdb := childRedis(t)
 	w, err := pipeline.NewWriter(store, rdb, pipeline.WriterConfig{Consumer: "doomed", BatchSize: 500, BatchWait: 300 * time.Millisecond,
-		LockOrders: true, PayTimeout: time.Hour, AfterCommit: func(int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }})
+		LockOrders: true, PayTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.TestSignals.AfterCommit = func(int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w.Run(ctx)

@@ -95,17 +95,12 @@ type WriterConfig struct {
 	// deadline, or FAILED where MySQL stock is short), so no ORDER_CREATED
 	// message is written and the order-lock consumer has nothing to do.
 	// False: orders are stored PROCESSING with an ORDER_CREATED outbox row
-	// for the order-lock consumer (the batch and message designs).
+	// for the order-lock consumer (the batch design).
 	LockOrders bool
 	// PayTimeout is how long a locked order waits for payment (with
 	// LockOrders): its pay_deadline is the database's clock after the stock
-	// locks + PayTimeout (SPEC §7, STAMPEDE_PAY_TIMEOUT). Default 15m.
+	// locks + PayTimeout (docs/spec.md §7, STAMPEDE_PAY_TIMEOUT). Default 15m.
 	PayTimeout time.Duration
-	// AfterCommit, if set, runs after a batch's MySQL transaction committed
-	// and before its entries are acknowledged, with the number of
-	// reservations written. It exists for fault injection (a writer killed
-	// right there); leave it nil in production.
-	AfterCommit func(entries int)
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives the writer's series. Default: private, unregistered.
@@ -167,7 +162,7 @@ func (c *WriterConfig) Validate() error {
 	return nil
 }
 
-// Writer turns intake stream entries into order rows (SPEC §1 "writer").
+// Writer turns intake stream entries into order rows (docs/spec.md §1 "writer").
 //
 // It finds the streams in the Redis set lua.StreamsKey (the gateway adds
 // every shard's intake stream when a product is created) and joins each
@@ -206,6 +201,9 @@ type Writer struct {
 	names   map[int64]string // product names of the item snapshot, by product id
 
 	mysql *breaker // around a batch's MySQL transaction
+
+	// TestSignals are set by tests only, before Run (testsignals.go).
+	TestSignals WriterTestSignals
 }
 
 // NewWriter returns a Writer; cfg is completed with defaults and validated.
@@ -713,8 +711,8 @@ func (w *Writer) write(ctx context.Context, batch []entry) error {
 		if err := w.storeBatch(ctx, res); err != nil {
 			return err
 		}
-		if w.cfg.AfterCommit != nil {
-			w.cfg.AfterCommit(len(res))
+		if w.TestSignals.AfterCommit != nil {
+			w.TestSignals.AfterCommit(len(res))
 		}
 	}
 	// Acknowledge even if ctx was cancelled during the commit (shutdown):

@@ -264,7 +264,7 @@ func TestWaitIdleIgnoresOtherProductsOutbox(t *testing.T) {
 }
 
 // Item 6 of issue 18: one limit for the writer batch, MaxWriterBatch, used by
-// WriterConfig.Validate and by the STAMPEDE_WRITER_BATCH flag (cmd/stampede
+// WriterConfig.Validate and by the STAMPEDE_WRITER_BATCH flag (package app
 // TestWriterBatchLimitMatchesPipeline).
 func TestWriterBatchLimit(t *testing.T) {
 	for _, c := range []struct {

@@ -89,16 +89,16 @@ func TestWriterModelChild(t *testing.T) {
 	var mu sync.Mutex
 	commits := 0
 	w, err := pipeline.NewWriter(store, rdb, pipeline.WriterConfig{Consumer: spec.Consumer, BatchSize: spec.BatchSize,
-		BatchWait: spec.BatchWait, ClaimIdle: spec.ClaimIdle, ClaimInterval: spec.ClaimIdle / 3, LockOrders: true, PayTimeout: time.Hour,
-		AfterCommit: func(int) {
-			mu.Lock()
-			defer mu.Unlock()
-			if commits++; commits >= spec.KillAfter {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}})
+		BatchWait: spec.BatchWait, ClaimIdle: spec.ClaimIdle, ClaimInterval: spec.ClaimIdle / 3, LockOrders: true, PayTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
+	}
+	w.TestSignals.AfterCommit = func(int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if commits++; commits >= spec.KillAfter {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -122,7 +122,7 @@ type requestKeyM struct {
 	request       string
 }
 
-// The writers' model (docs/durability.md, SPEC §5 invariants 4, 5, 7 and
+// The writers' model (docs/durability.md, docs/spec.md §5 invariants 4, 5, 7 and
 // 2–3 through Reconcile): 2–4 locking writers on the same intake streams
 // (goroutines) plus one child writer process that dies by SIGKILL between a
 // commit and its XACK, with short stale-entry claim times, so that writers

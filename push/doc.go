@@ -1,6 +1,6 @@
 // Package push is Stampede's WebSocket hub: it holds the sockets of signed-in
 // buyers (GET /ws) and sends each order status change to the sockets of the
-// order's owner, plus throttled product stock updates to everyone (SPEC §3).
+// order's owner, plus throttled product stock updates to everyone (docs/spec.md §3).
 //
 // Status events come from RabbitMQ: every push instance declares its own
 // exclusive, auto-delete, server-named queue bound to order.EventsExchange with

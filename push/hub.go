@@ -221,7 +221,7 @@ func (h *Hub) shutdown(ctx context.Context) error {
 	}
 }
 
-// Handler serves GET /ws (SPEC §3). The token is taken from the
+// Handler serves GET /ws (docs/spec.md §3). The token is taken from the
 // Sec-WebSocket-Protocol header (["stampede", "<token>"]; the server answers
 // "stampede"), never from the URL (a ?token= would end up in proxy logs). A
 // socket without a valid token is accepted and closed at once with 4401,

@@ -169,7 +169,7 @@ use_services() {
 # a warm build cache; the race build is the go phase's).
 docs_check() {
 	run "$GO" test -count=1 ./docs/ || return
-	run "$GO" test -count=1 -run '^(TestDocsCommands|TestConfigurationPage)$' ./cmd/stampede/
+	run "$GO" test -count=1 -run '^(TestDocsCommands|TestConfigurationPage)$' ./app/ ./cmd/stampede-bench/
 }
 
 # The packages of go_tests, the longest first: `go test` starts test
@@ -182,7 +182,7 @@ docs_check() {
 # pipeline goes last of the four, beside systest and the small packages.
 # -parallel stays one per core: with 4, timing-bound tests (rate limits, pay
 # windows) failed when two runs shared the 2 cores.
-go_packages=(./systest/ ./gateway/ ./cmd/stampede/ ./pipeline/ ./...)
+go_packages=(./systest/ ./gateway/ ./app/ ./pipeline/ ./...)
 go_flags=(-race -count=1 -timeout 40m -p 3)
 
 go_tests() {

@@ -23,7 +23,7 @@
 #    on 2 cores with a load average of 15-40 from other builds. The binary in
 #    $(go env GOPATH)/bin is reused while it reports this version, so only
 #    the first `make lint` on a machine pays it.
-#  - promtool, optional, which TestAlertRules (cmd/stampede) uses to run
+#  - promtool, optional, which TestAlertRules (package app) uses to run
 #    `promtool check rules` on deploy/prometheus/alerts.yml. Without it that
 #    check is skipped and only the YAML schema checks run. promtool ships in
 #    Debian's `prometheus` package; only that one binary is extracted to

@@ -82,7 +82,7 @@ var (
 // to WAITING_PAY. The relay must log "blocked" within a second of the
 // alarm, claim nothing while blocked, hold no row SENDING longer than the
 // lease, say so on /readyz; afterwards every order is WAITING_PAY exactly
-// once, SPEC §5 holds, rows written during the block wait for its end, and
+// once, docs/spec.md §5 holds, rows written during the block wait for its end, and
 // the duplicate deliveries (events the broker took
 // before the alarm and the relay sent again) are absorbed by the consume
 // log and counted.
@@ -347,7 +347,7 @@ func (w *alarmWatch) gaugeCleared() {
 	}
 }
 
-// afterAlarm checks the drain's end: SPEC §5, every order WAITING_PAY once
+// afterAlarm checks the drain's end: docs/spec.md §5, every order WAITING_PAY once
 // (one consume-log row each), every outbox row SENT, /readyz ready again.
 func afterAlarm(t *testing.T, e *env, back *proc, pid int64, intents []*intent, end time.Time) {
 	rep := e.settle(pid, end, 3*time.Minute)

@@ -26,7 +26,7 @@ import (
 // TestScaleRedisCluster runs a concurrent sale over 30 products whose hash
 // tags cover all three masters and one hot product whose shards do, with
 // replays, through a gateway process and a pipeline process that only know
-// the three seed addresses. SPEC §5 must hold for every product, every
+// the three seed addresses. docs/spec.md §5 must hold for every product, every
 // answered intent must be exactly one order, no buyer may see a 5xx or a
 // transport error, and Redis stock must never go negative.
 func TestScaleRedisCluster(t *testing.T) {
@@ -460,7 +460,7 @@ func (cs *clusterSale) acceptedAfter(pid int64, t time.Time) int {
 	return n
 }
 
-// check waits for an idle pipeline and asserts SPEC §5 for every product,
+// check waits for an idle pipeline and asserts docs/spec.md §5 for every product,
 // one order per answered intent, replays answering their orderNo, and no
 // redirection error in the processes' logs.
 func (cs *clusterSale) check() {
@@ -480,7 +480,7 @@ func (cs *clusterSale) check() {
 		cs.t.Fatalf("reconcile: %v", err)
 	}
 	if !rep.OK {
-		cs.t.Errorf("SPEC §5 reconcile failed: %s", strings.Join(rep.Failed(), "; "))
+		cs.t.Errorf("docs/spec.md §5 reconcile failed: %s", strings.Join(rep.Failed(), "; "))
 	}
 	if len(rep.Products) != len(cs.all) {
 		cs.t.Fatalf("reconcile covered %d products, want %d", len(rep.Products), len(cs.all))

@@ -54,9 +54,9 @@ func (e *env) saleThroughFailover(pid int64, n int, userBase int64, fail func())
 // checkFailover checks the outcome of a sale through a failover. Every
 // intent must have been answered (202, or 200 to a retry) in the end.
 // replicated: every answered orderNo is exactly one WAITING_PAY order and
-// no order exists without an answer (checkIntents), and SPEC §5 holds
+// no order exists without an answer (checkIntents), and docs/spec.md §5 holds
 // (settle). none: the answered orderNos without an order (and orders no
-// answer named) are counted and logged, not asserted zero; SPEC §5 must hold
+// answer named) are counted and logged, not asserted zero; docs/spec.md §5 must hold
 // once the sweeper's reconciliation repaired what the failover lost. It
 // returns the lost 202s.
 func (e *env) checkFailover(pid int64, intents []*intent, level string, faultEnd time.Time, app *proc) int {
@@ -99,7 +99,7 @@ func (e *env) checkFailover(pid int64, intents []*intent, level string, faultEnd
 			ghosts++
 		}
 	}
-	e.t.Logf("durability %s: %d intents answered; %d answered orderNos LOST (no order), %d stored but not WAITING_PAY, %d orders no answer named; reconciliation repairs %v; SPEC §5 holds after it",
+	e.t.Logf("durability %s: %d intents answered; %d answered orderNos LOST (no order), %d stored but not WAITING_PAY, %d orders no answer named; reconciliation repairs %v; docs/spec.md §5 holds after it",
 		level, len(intents), lost, notWaiting, ghosts, repairs)
 	return lost
 }

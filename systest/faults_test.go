@@ -205,7 +205,7 @@ func TestFault03MySQLUnavailable(t *testing.T) {
 // 3b. MySQL unreachable from the consumers for 30 s (a partition: the
 // writer and relay still reach it, so ORDER_CREATED events keep arriving):
 // once it is back, every 202 must still end WAITING_PAY without
-// intervention (SPEC §5.5). An outage is not a poison message: it must not
+// intervention (docs/spec.md §5.5). An outage is not a poison message: it must not
 // use up the messages' retry budget and dead-letter them.
 func TestFault03bMySQLUnreachableFromConsumers30s(t *testing.T) {
 	t.Parallel()
@@ -364,7 +364,7 @@ func TestFault05ConsumerKilledMidTransaction(t *testing.T) {
 }
 
 // 6. The relay dies between the broker's confirm and marking the rows SENT
-// (injected with RelayConfig.AfterConfirm in a relay run by this test): the
+// (injected with Relay.TestSignals.AfterConfirm in a relay run by this test): the
 // rows are published again by a relay process once their lease ends, and
 // the consumers apply each event once.
 func TestFault06RelayDiesAfterConfirm(t *testing.T) {
@@ -389,11 +389,11 @@ func TestFault06RelayDiesAfterConfirm(t *testing.T) {
 	var confirmed []int64
 	injected := errors.New("injected: relay process died after the broker confirmed")
 	dying, err := pipeline.NewRelay(e.store, conn, pipeline.RelayConfig{Owner: "faults-dying", BatchSize: 1000,
-		Lease: 3 * time.Second, ConfirmTimeout: time.Second,
-		AfterConfirm: func(acked []int64) error { confirmed = acked; return injected }})
+		Lease: 3 * time.Second, ConfirmTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dying.TestSignals.AfterConfirm = func(acked []int64) error { confirmed = acked; return injected }
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	err = dying.Run(ctx)
 	cancel()

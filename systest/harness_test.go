@@ -652,7 +652,7 @@ func (e *env) sale(pid int64, n int, userBase int64, opt saleOptions) []*intent 
 // ---- checks -----------------------------------------------------------------
 
 // settle waits for an idle pipeline, logs the recovery time from faultEnd,
-// and checks SPEC §5 for pid.
+// and checks docs/spec.md §5 for pid.
 func (e *env) settle(pid int64, faultEnd time.Time, limit time.Duration) pipeline.Report {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, limit)
@@ -668,7 +668,7 @@ func (e *env) settle(pid int64, faultEnd time.Time, limit time.Duration) pipelin
 		e.t.Fatalf("reconcile: %v", err)
 	}
 	if !rep.OK {
-		e.t.Errorf("SPEC §5 reconcile failed: %s", strings.Join(rep.Failed(), "; "))
+		e.t.Errorf("docs/spec.md §5 reconcile failed: %s", strings.Join(rep.Failed(), "; "))
 	}
 	return rep
 }

@@ -126,7 +126,7 @@ func (m *mariadbServer) kill() {
 // MariaDB SIGKILLed while the writers store locked batches (the writer
 // design, a sale running) and started again 3 s later: every accepted order
 // ends WAITING_PAY (stock covers them all) exactly once, with one LOCK flow,
-// MySQL stock locked once per order, and the SPEC §5 audit passes. A batch
+// MySQL stock locked once per order, and the docs/spec.md §5 audit passes. A batch
 // whose commit the kill cut is rolled back by crash recovery and written
 // again; one whose commit landed before the kill is found stored.
 func TestMariaDBKilledMidBatch(t *testing.T) {

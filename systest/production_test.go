@@ -157,7 +157,7 @@ const prodAdminSub = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
 // closes with 4401 when its token expires; support finds orders by subject;
 // a refund, a waiting-room change and a dead-letter replay are audited; a
 // JWT split across fasthttp's 200-byte log tail leaves no piece in the log;
-// then a sale that must pass the SPEC §5 audit.
+// then a sale that must pass the docs/spec.md §5 audit.
 func TestProductionMode(t *testing.T) {
 	t.Parallel()
 	r := startProduction(t)

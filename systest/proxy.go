@@ -1,8 +1,8 @@
 // Package systest holds Stampede's system tests: each runs the real binary
 // (`stampede serve`, one or many processes) against real services and ends
-// with the SPEC §5 check (pipeline.WaitIdle, then pipeline.Reconcile).
+// with the docs/spec.md §5 check (pipeline.WaitIdle, then pipeline.Reconcile).
 //
-// The fault-injection tests (TestFault*, issue 4, SPEC §6) inject one real
+// The fault-injection tests (TestFault*, issue 4, docs/spec.md §6) inject one real
 // fault each — a broker or database cut off, a Redis restart, a process
 // killed with SIGKILL. The scale-out tests (issue 8) run every role as
 // several processes, on a real Redis Cluster and on quorum queues.

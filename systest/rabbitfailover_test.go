@@ -16,7 +16,7 @@ import (
 // stampede.order.created is killed with SIGKILL. The relay and the
 // consumers reconnect to another node, the queues elect new leaders from
 // their replicas; every order reaches WAITING_PAY exactly once (one
-// order-lock consume-log row each), no outbox row is left unsent and SPEC §5
+// order-lock consume-log row each), no outbox row is left unsent and docs/spec.md §5
 // holds.
 //
 // It was red until the relay and the consumers' publishers dropped a

@@ -43,7 +43,7 @@ const (
 // 5,000-order sale over four products, then pays 40 % of the orders, lets the
 // buyers cancel 20 % and the rest time out, and checks:
 //
-//   - SPEC §5 for every product (WaitIdle + Reconcile), every outbox row SENT;
+//   - docs/spec.md §5 for every product (WaitIdle + Reconcile), every outbox row SENT;
 //   - every answered intent is exactly one order, and the final statuses are
 //     what the test did: PAID = pays that succeeded, CANCELLED by the user =
 //     cancels that succeeded, CANCELLED by timeout = the rest;
@@ -176,7 +176,7 @@ func scaleOut(t *testing.T, queueType string) {
 		t.Errorf("%d delayed close messages in the outbox, want none with the writer or batch design", n)
 	}
 
-	// SPEC §5.
+	// docs/spec.md §5.
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
 	if _, err := pipeline.WaitIdle(ctx, e.rdb, e.store, pids, 100*time.Millisecond); err != nil {
@@ -187,7 +187,7 @@ func scaleOut(t *testing.T, queueType string) {
 		t.Fatal(err)
 	}
 	if !rep.OK {
-		t.Errorf("SPEC §5 reconcile failed: %s", strings.Join(rep.Failed(), "; "))
+		t.Errorf("docs/spec.md §5 reconcile failed: %s", strings.Join(rep.Failed(), "; "))
 	}
 	if oc := e.outboxCounts(); len(oc) != 1 || oc["SENT"] == 0 {
 		t.Errorf("outbox rows by status %v, want all SENT", oc)
@@ -525,8 +525,8 @@ func (e *env) checkConsumedOnce(consumers []*proc, timeouts int) {
 }
 
 // consumersLock tells whether the processes' order-lock design has the
-// consumers lock orders (batch, message: ORDER_CREATED messages) rather than
-// the writers (writer, the default).
+// consumers lock orders (batch: ORDER_CREATED messages) rather than the
+// writers (writer, the default).
 func (e *env) consumersLock() bool {
-	return e.lockDesign == "batch" || e.lockDesign == "message"
+	return e.lockDesign == "batch"
 }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { ApiError, MESSAGES, friendlyMessage } from '../src/lib/errors.js'
 
-// Every code of SPEC §3 and of the gateway's error table.
+// Every code of docs/spec.md §3 and of the gateway's error table.
 const CODES = [
   'INVALID_ARGUMENT', 'UNAUTHENTICATED', 'FORBIDDEN', 'NOT_FOUND', 'PRODUCT_NOT_FOUND', 'METHOD_NOT_ALLOWED',
   'SALE_NOT_ACTIVE', 'SOLD_OUT', 'INSUFFICIENT_STOCK', 'PURCHASE_LIMIT_EXCEEDED', 'IDEMPOTENCY_KEY_REUSED',

@@ -1,5 +1,5 @@
 // The HTTP API client: JSON in and out, bearer token, timeouts, and errors as
-// ApiError with the codes of SPEC §3. The API is same-origin.
+// ApiError with the codes of docs/spec.md §3. The API is same-origin.
 import { ApiError, codeForStatus } from './errors.js'
 import { session } from './session.js'
 

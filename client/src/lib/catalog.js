@@ -1,6 +1,6 @@
 // The storefront's view of products: what state a sale is in, the order the
 // storefront lists them in, the stock line and how many units the buyer may
-// put in one order. Plain functions of the product JSON (SPEC §3; the
+// put in one order. Plain functions of the product JSON (docs/spec.md §3; the
 // operator API may add state, maxPerOrder and a total that includes stock
 // adjustments) and of the time, so they are unit-tested without a browser.
 

@@ -1,4 +1,4 @@
-// Friendly messages for every API error code of SPEC §3 (plus the client's own
+// Friendly messages for every API error code of docs/spec.md §3 (plus the client's own
 // NETWORK and TIMEOUT), and the ApiError every API call throws.
 
 /** @type {Record<string, string>} */

@@ -1,4 +1,4 @@
-// Prices in the shop's currency. Amounts are integer minor units (SPEC §3) of
+// Prices in the shop's currency. Amounts are integer minor units (docs/spec.md §3) of
 // the ISO 4217 currency GET /api/config names (shop.js); Intl.NumberFormat
 // knows how many minor digits a currency has (2 for USD and EUR, 0 for JPY,
 // 3 for KWD), so the same cents render right in every currency.

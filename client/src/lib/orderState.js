@@ -81,7 +81,7 @@ export function compareOrderNo(a, b) {
   return a < b ? -1 : a > b ? 1 : 0
 }
 
-/** canPay and canCancel say which buttons an order shows (SPEC §2). */
+/** canPay and canCancel say which buttons an order shows (docs/spec.md §2). */
 export const canPay = (o) => o?.status === 'WAITING_PAY'
 export const canCancel = (o) => o?.status === 'PROCESSING' || o?.status === 'WAITING_PAY'
 

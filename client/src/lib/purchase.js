@@ -1,4 +1,4 @@
-// A purchase intent owns one requestId (SPEC §3: scoped per user, 1–64 chars of
+// A purchase intent owns one requestId (docs/spec.md §3: scoped per user, 1–64 chars of
 // [A-Za-z0-9._:-]). Every attempt to place the same purchase — the first click,
 // a retry after a timeout, a 503 or a lost connection, even after a page
 // reload — sends the same requestId, so the gateway turns them into at most one
