@@ -395,8 +395,23 @@ func (d *demo) checkout(ctx context.Context, winners []*purchase, o demoOptions,
 		go func() {
 			defer wg.Done()
 			res, err := d.call(ctx, "POST", path, p.token, nil)
+			// A storefront tries a 503 again (the gateway's MySQL call timed
+			// out or its breaker is open, as on a loaded machine): pay and
+			// cancel are safe to repeat — a second pay of an order the first
+			// one paid answers 409 INVALID_STATE and changes nothing.
+			retries := 0
+			for ; err == nil && res.status == http.StatusServiceUnavailable && retries < 5; retries++ {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(retries+1) * 300 * time.Millisecond):
+				}
+				res, err = d.call(ctx, "POST", path, p.token, nil)
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			if retries > 0 {
+				lifecycle[what+" tried again after 503"] += retries
+			}
 			if err != nil {
 				callErrs = append(callErrs, err)
 				return
