@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -66,25 +67,25 @@ const (
 func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	p, room, aerr := s.decodeNewProduct(ctx)
 	if aerr != nil {
-		s.fail(ctx, aerr)
+		s.ans.Fail(ctx, aerr)
 		return
 	}
 	p, err := s.storeProduct(c, p, room)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.log.Info("product created", append(adminAttrs(c), "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)...)
+	s.log.Info("product created", append(httpapi.AdminAttrs(c), "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)...)
 	pj := toProductJSON(p, p.Total)
 	pj.WaitingRoom = room
 	ctx.Response.Header.Set("Location", "/api/products/"+strconv.FormatInt(p.ID, 10))
-	s.writeJSON(ctx, fasthttp.StatusCreated, pj)
+	s.ans.JSON(ctx, fasthttp.StatusCreated, pj)
 }
 
 // decodeNewProduct reads a POST /api/admin/products body into the product
 // to create, its defaults filled in, and whether its waiting room is on;
 // 400 INVALID_ARGUMENT listing every problem.
-func (s *Server) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Product, room bool, aerr *apiError) {
+func (s *Server) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Product, room bool, aerr *httpapi.APIError) {
 	var (
 		stock, limit, shards int64
 		maxPer               int64
@@ -92,21 +93,21 @@ func (s *Server) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Produ
 		hasShards, hasMax    bool
 		endNull              bool
 	)
-	fields := [...]field{
-		stringField("name", &p.Name),
-		intField("price", &p.Price),
-		intField("stock", &stock),
-		optional(timeField("saleStart", &p.SaleStart), &hasStart),
-		nullable(timeField("saleEnd", &p.SaleEnd), &hasEnd, &endNull),
-		optional(intField("perUserLimit", &limit), nil),
-		optional(intField("shards", &shards), &hasShards),
-		optional(intField("maxPerOrder", &maxPer), &hasMax),
-		optional(stringField("imageUrl", &p.ImageURL), nil),
-		optional(stringField("description", &p.Description), nil),
-		optional(boolField("waitingRoom", &room), nil),
+	fields := [...]httpapi.Field{
+		httpapi.StringField("name", &p.Name),
+		httpapi.IntField("price", &p.Price),
+		httpapi.IntField("stock", &stock),
+		httpapi.Optional(httpapi.TimeField("saleStart", &p.SaleStart), &hasStart),
+		httpapi.Nullable(httpapi.TimeField("saleEnd", &p.SaleEnd), &hasEnd, &endNull),
+		httpapi.Optional(httpapi.IntField("perUserLimit", &limit), nil),
+		httpapi.Optional(httpapi.IntField("shards", &shards), &hasShards),
+		httpapi.Optional(httpapi.IntField("maxPerOrder", &maxPer), &hasMax),
+		httpapi.Optional(httpapi.StringField("imageUrl", &p.ImageURL), nil),
+		httpapi.Optional(httpapi.StringField("description", &p.Description), nil),
+		httpapi.Optional(httpapi.BoolField("waitingRoom", &room), nil),
 	}
-	var errs []fieldError
-	if err := decodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
+	var errs []httpapi.FieldError
+	if err := httpapi.DecodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
 		return p, false, err
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
@@ -129,7 +130,7 @@ func (s *Server) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Produ
 	p.Total, p.PerUserLimit, p.Shards, p.MaxPerOrder = stock, limit, int(shards), maxPer
 	errs = mergeFieldErrors(errs, validateProduct(p, now, true))
 	if len(errs) > 0 {
-		return p, false, invalidFields(errs)
+		return p, false, httpapi.InvalidFields(errs)
 	}
 	return p, room, nil
 }
@@ -153,21 +154,21 @@ func (s *Server) storeProduct(c auth.Claims, p persistence.Product, room bool) (
 	p, err := s.store.CreateProductChecked(sctx, c.UserID, p, s.checkUnused)
 	cancel()
 	if errors.Is(err, lua.ErrIncarnation) {
-		s.log.Error("product creation refused: Redis holds stock of an earlier product with this id", append(adminAttrs(c), "productId", p.ID, "err", err)...)
+		s.log.Error("product creation refused: Redis holds stock of an earlier product with this id", append(httpapi.AdminAttrs(c), "productId", p.ID, "err", err)...)
 	}
 	if err != nil {
 		return p, err
 	}
-	s.products.invalidate()
+	s.products.Invalidate()
 	if err := s.loadProduct(p); err != nil {
-		s.log.Error("product stored in MySQL but not loaded into Redis", append(adminAttrs(c), "productId", p.ID, "err", err)...)
+		s.log.Error("product stored in MySQL but not loaded into Redis", append(httpapi.AdminAttrs(c), "productId", p.ID, "err", err)...)
 		return p, err
 	}
 	if room {
 		// The create entry of admin_audit records waitingRoom: no room entry of its own.
 		t := persistence.RoomTerms{ProductID: p.ID, On: true, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
 		if _, err := s.saveRoom(0, t, p.Shards); err != nil {
-			s.log.Error("product stored and loaded but its waiting room not turned on", append(adminAttrs(c), "productId", p.ID, "err", err)...)
+			s.log.Error("product stored and loaded but its waiting room not turned on", append(httpapi.AdminAttrs(c), "productId", p.ID, "err", err)...)
 			return p, err
 		}
 	}
@@ -176,7 +177,7 @@ func (s *Server) storeProduct(c auth.Claims, p persistence.Product, room bool) (
 
 // mergeFieldErrors appends the problems of more whose field has none in
 // errs yet: a field that could not be decoded is not validated again.
-func mergeFieldErrors(errs, more []fieldError) []fieldError {
+func mergeFieldErrors(errs, more []httpapi.FieldError) []httpapi.FieldError {
 	had := make(map[string]bool, len(errs))
 	for _, e := range errs {
 		had[e.Field] = true
@@ -192,9 +193,11 @@ func mergeFieldErrors(errs, more []fieldError) []fieldError {
 // validateProduct lists every problem of p's terms (p.Total is the stock).
 // With future, a sale whose end is not after now is one (creation refuses a
 // sale wholly in the past).
-func validateProduct(p persistence.Product, now time.Time, future bool) []fieldError {
-	var errs []fieldError
-	add := func(f, format string, args ...any) { errs = append(errs, fieldError{f, fmt.Sprintf(format, args...)}) }
+func validateProduct(p persistence.Product, now time.Time, future bool) []httpapi.FieldError {
+	var errs []httpapi.FieldError
+	add := func(f, format string, args ...any) {
+		errs = append(errs, httpapi.FieldError{Field: f, Message: fmt.Sprintf(format, args...)})
+	}
 	switch n := utf8.RuneCountInString(p.Name); {
 	case strings.TrimSpace(p.Name) == "":
 		add("name", "name must not be empty or only whitespace")

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -31,41 +32,38 @@ type AdminOps interface {
 // product; a replay may move thousands of messages).
 const adminOpsTimeout = 60 * time.Second
 
-// CodeConflict is a 409 for a repairNo reused with different content.
-const CodeConflict = "CONFLICT"
-
-var errNoOps = &apiError{status: fasthttp.StatusServiceUnavailable, code: CodeUnavailable,
-	message: "admin operations are not configured on this gateway", retryAfter: true}
+var errNoOps = &httpapi.APIError{Status: fasthttp.StatusServiceUnavailable, Code: httpapi.CodeUnavailable,
+	Message: "admin operations are not configured on this gateway", RetryAfter: true}
 
 // adminReconcile is GET /api/admin/reconcile: pipeline.Reconcile's report,
 // 200 whether or not the invariants hold (see its "ok").
 func (s *Server) adminReconcile(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	if s.cfg.Ops == nil {
-		s.fail(ctx, errNoOps)
+		s.ans.Fail(ctx, errNoOps)
 		return
 	}
 	c, cancel := s.callCtx(adminOpsTimeout)
 	defer cancel()
 	rep, _, err := s.cfg.Ops.Reconcile(c)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, rep)
+	s.ans.JSON(ctx, fasthttp.StatusOK, rep)
 }
 
 // adminDLQ is GET /api/admin/dlq?limit=100 (1…1000): the dead-letter queue's
 // depth, its first messages (peeked, not removed) and the DEAD outbox rows.
 func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	if s.cfg.Ops == nil {
-		s.fail(ctx, errNoOps)
+		s.ans.Fail(ctx, errNoOps)
 		return
 	}
 	limit := 100
 	if v := ctx.QueryArgs().Peek("limit"); len(v) > 0 {
 		n, err := strconv.Atoi(string(v))
 		if err != nil || n < 1 || n > 1000 {
-			s.fail(ctx, invalidArg("limit must be an integer from 1 to 1000"))
+			s.ans.Fail(ctx, httpapi.InvalidArg("limit must be an integer from 1 to 1000"))
 			return
 		}
 		limit = n
@@ -74,10 +72,10 @@ func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	defer cancel()
 	rep, err := s.cfg.Ops.DLQ(c, limit)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, rep)
+	s.ans.JSON(ctx, fasthttp.StatusOK, rep)
 }
 
 // adminReplay is POST /api/admin/dlq/replay
@@ -90,7 +88,7 @@ func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 // to admin_audit (action replay) with the admin; 400.
 func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.cfg.Ops == nil {
-		s.fail(ctx, errNoOps)
+		s.ans.Fail(ctx, errNoOps)
 		return
 	}
 	var req struct {
@@ -101,26 +99,26 @@ func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
 	dec.DisallowUnknownFields()
 	if len(ctx.PostBody()) > 1<<20 {
-		s.fail(ctx, invalidArg("body too large"))
+		s.ans.Fail(ctx, httpapi.InvalidArg("body too large"))
 		return
 	}
 	if err := dec.Decode(&req); err != nil {
-		s.fail(ctx, invalidArg("body must be {\"eventIds\": [...]} or {\"all\": true}: %v", err))
+		s.ans.Fail(ctx, httpapi.InvalidArg("body must be {\"eventIds\": [...]} or {\"all\": true}: %v", err))
 		return
 	}
 	if req.All == (len(req.EventIDs) > 0) {
-		s.fail(ctx, invalidArg("give either eventIds (non-empty) or all: true"))
+		s.ans.Fail(ctx, httpapi.InvalidArg("give either eventIds (non-empty) or all: true"))
 		return
 	}
 	if len(req.EventIDs) > 10000 {
-		s.fail(ctx, invalidArg("at most 10000 eventIds per call"))
+		s.ans.Fail(ctx, httpapi.InvalidArg("at most 10000 eventIds per call"))
 		return
 	}
 	octx, cancel := s.callCtx(adminOpsTimeout)
 	defer cancel()
 	res, err := s.cfg.Ops.ReplayDLQ(octx, req.EventIDs, req.All, req.DropPoison)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	// Audited after the replay (it moved messages in RabbitMQ): a failed
@@ -128,12 +126,12 @@ func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	// longer dead and changes nothing but the audit.
 	change := map[string]any{"eventIds": req.EventIDs, "all": req.All, "dropPoison": req.DropPoison, "result": res}
 	if err := s.store.Audit(octx, c.UserID, persistence.ActionReplay, 0, change); err != nil {
-		s.log.Error("dead letters replayed but not audited", append(adminAttrs(c), "eventIds", len(req.EventIDs), "all", req.All, "err", err)...)
-		s.fail(ctx, err)
+		s.log.Error("dead letters replayed but not audited", append(httpapi.AdminAttrs(c), "eventIds", len(req.EventIDs), "all", req.All, "err", err)...)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.log.Info("dead letters replayed", append(adminAttrs(c), "eventIds", len(req.EventIDs), "all", req.All)...)
-	s.writeJSON(ctx, fasthttp.StatusOK, res)
+	s.log.Info("dead letters replayed", append(httpapi.AdminAttrs(c), "eventIds", len(req.EventIDs), "all", req.All)...)
+	s.ans.JSON(ctx, fasthttp.StatusOK, res)
 }
 
 // adjustJSON is the answer of POST /api/admin/products/{id}/stock.
@@ -163,30 +161,30 @@ type adjustJSON struct {
 // again is safe and completes the Redis half (the MySQL half is then a no-op);
 // otherwise the sweeper applies it (pipeline.RepairAdjustments).
 func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	pid, ok := parseID(ctx.UserValue("id").(string))
+	pid, ok := httpapi.ParseID(ctx.UserValue("id").(string))
 	if !ok {
-		s.fail(ctx, errProductNotFound)
+		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
 		return
 	}
 	a, aerr := s.decodeAdjustment(ctx)
 	if aerr != nil {
-		s.fail(ctx, aerr)
+		s.ans.Fail(ctx, aerr)
 		return
 	}
 	res, err := s.adjustMySQL(c, pid, a)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	redisAvail, err := s.adjustRedis(c, pid, a)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.products.invalidate()
-	s.log.Info("stock repaired", append(adminAttrs(c), "productId", pid, "repairNo", a.repairNo, "delta", a.delta, "applied", res.Applied,
+	s.products.Invalidate()
+	s.log.Info("stock repaired", append(httpapi.AdminAttrs(c), "productId", pid, "repairNo", a.repairNo, "delta", a.delta, "applied", res.Applied,
 		"reason", a.reason)...)
-	s.writeJSON(ctx, fasthttp.StatusOK, adjustJSON{ProductID: pid, RepairNo: a.repairNo, Delta: a.delta,
+	s.ans.JSON(ctx, fasthttp.StatusOK, adjustJSON{ProductID: pid, RepairNo: a.repairNo, Delta: a.delta,
 		Applied: res.Applied, MySQLAvailable: res.Available, RedisAvailable: redisAvail})
 }
 
@@ -197,28 +195,28 @@ type stockAdjustment struct {
 }
 
 // decodeAdjustment reads and validates the body: 400 INVALID_ARGUMENT.
-func (s *Server) decodeAdjustment(ctx *fasthttp.RequestCtx) (stockAdjustment, *apiError) {
+func (s *Server) decodeAdjustment(ctx *fasthttp.RequestCtx) (stockAdjustment, *httpapi.APIError) {
 	var (
 		a         stockAdjustment
 		hasReason bool
 	)
-	fields := [...]field{
-		intField("delta", &a.delta),
-		stringField("repairNo", &a.repairNo),
-		optional(stringField("reason", &a.reason), &hasReason),
+	fields := [...]httpapi.Field{
+		httpapi.IntField("delta", &a.delta),
+		httpapi.StringField("repairNo", &a.repairNo),
+		httpapi.Optional(httpapi.StringField("reason", &a.reason), &hasReason),
 	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+	if err := httpapi.DecodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
 		return a, err
 	}
 	switch {
 	case a.delta == 0:
-		return a, invalidArg("delta must not be 0")
+		return a, httpapi.InvalidArg("delta must not be 0")
 	case a.delta < -maxStock || a.delta > maxStock:
-		return a, invalidFields([]fieldError{{"delta", fmt.Sprintf("delta must be from -%d to %d units (not 0)", maxStock, maxStock)}})
+		return a, httpapi.InvalidFields([]httpapi.FieldError{{Field: "delta", Message: fmt.Sprintf("delta must be from -%d to %d units (not 0)", maxStock, maxStock)}})
 	case !order.ValidRequestID(a.repairNo):
-		return a, invalidArg("repairNo must be 1–64 characters of [A-Za-z0-9._:-]")
+		return a, httpapi.InvalidArg("repairNo must be 1–64 characters of [A-Za-z0-9._:-]")
 	case len(a.reason) > 200:
-		return a, invalidArg("reason must be at most 200 bytes")
+		return a, httpapi.InvalidArg("reason must be at most 200 bytes")
 	}
 	return a, nil
 }
@@ -233,16 +231,16 @@ func (s *Server) adjustMySQL(c auth.Claims, pid int64, a stockAdjustment) (persi
 	case err == nil:
 		return res, nil
 	case errors.Is(err, persistence.ErrNotFound):
-		return res, errProductNotFound
+		return res, httpapi.ErrProductNotFound
 	case errors.Is(err, persistence.ErrConflict):
-		return res, &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
-			message: "repairNo was already used with a different delta or product"}
+		return res, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeConflict,
+			Message: "repairNo was already used with a different delta or product"}
 	case errors.Is(err, persistence.ErrTooManyUnits):
-		return res, invalidFields([]fieldError{{"delta", fmt.Sprintf(
+		return res, httpapi.InvalidFields([]httpapi.FieldError{{Field: "delta", Message: fmt.Sprintf(
 			"the adjustment would make the product's total (units after adjustments) exceed %d", maxStock)}})
 	case errors.Is(err, persistence.ErrNegativeStock):
-		return res, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
-			message: "the adjustment would make MySQL available stock negative"}
+		return res, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeInsufficientStock,
+			Message: "the adjustment would make MySQL available stock negative"}
 	}
 	return res, err
 }
@@ -257,13 +255,13 @@ func (s *Server) adjustRedis(c auth.Claims, pid int64, a stockAdjustment) (int64
 		return err
 	})
 	if errors.Is(err, lua.ErrNegativeAdjust) {
-		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", append(adminAttrs(c), "productId", pid,
+		s.log.Error("stock repair applied in MySQL but Redis shard 0 has too little available", append(httpapi.AdminAttrs(c), "productId", pid,
 			"repairNo", a.repairNo, "delta", a.delta, "redisAvailable", redisAvail)...)
-		return redisAvail, &apiError{status: fasthttp.StatusConflict, code: CodeInsufficientStock,
-			message: "applied in MySQL, but Redis shard 0 has too little available stock; reconcile shows the drift"}
+		return redisAvail, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeInsufficientStock,
+			Message: "applied in MySQL, but Redis shard 0 has too little available stock; reconcile shows the drift"}
 	}
 	if err != nil {
-		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", append(adminAttrs(c), "productId", pid,
+		s.log.Error("stock repair applied in MySQL but not in Redis; send it again", append(httpapi.AdminAttrs(c), "productId", pid,
 			"repairNo", a.repairNo, "err", err)...)
 		return redisAvail, err
 	}

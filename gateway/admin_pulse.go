@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 )
 
 // PulseReader is implemented by AdminOps that can read the operator
@@ -36,14 +37,14 @@ const (
 func (s *Server) adminPulse(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	pr, ok := s.cfg.Ops.(PulseReader)
 	if !ok {
-		s.fail(ctx, errNoOps)
+		s.ans.Fail(ctx, errNoOps)
 		return
 	}
 	window := pulseDefaultWindow
 	if v := ctx.QueryArgs().Peek("window"); v != nil {
 		n, err := strconv.Atoi(string(v))
 		if err != nil || n < 1 || time.Duration(n)*time.Second > pulseMaxWindow {
-			s.fail(ctx, invalidArg("window must be an integer number of seconds from 1 to %d", int(pulseMaxWindow.Seconds())))
+			s.ans.Fail(ctx, httpapi.InvalidArg("window must be an integer number of seconds from 1 to %d", int(pulseMaxWindow.Seconds())))
 			return
 		}
 		window = time.Duration(n) * time.Second
@@ -51,27 +52,27 @@ func (s *Server) adminPulse(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	var ids []int64
 	if v := ctx.QueryArgs().Peek("products"); v != nil {
 		for _, part := range bytes.Split(v, []byte(",")) {
-			id, ok := parseID(string(part))
+			id, ok := httpapi.ParseID(string(part))
 			if !ok {
-				s.fail(ctx, invalidArg("products must be a comma-separated list of product ids"))
+				s.ans.Fail(ctx, httpapi.InvalidArg("products must be a comma-separated list of product ids"))
 				return
 			}
 			ids = append(ids, id)
 		}
 		if len(ids) > pulseMaxProducts {
-			s.fail(ctx, invalidArg("at most %d products", pulseMaxProducts))
+			s.ans.Fail(ctx, httpapi.InvalidArg("at most %d products", pulseMaxProducts))
 			return
 		}
 	} else {
-		snap, err := s.products.get(s.cfg.StoreTimeout)
+		snap, err := s.products.Get(s.cfg.StoreTimeout)
 		if err != nil {
-			s.fail(ctx, err)
+			s.ans.Fail(ctx, err)
 			return
 		}
 		cut := time.Now().Add(-pulseRecentEnd)
-		for i := len(snap.list) - 1; i >= 0 && len(ids) < pulseMaxProducts; i-- {
-			if snap.list[i].SaleEnd.After(cut) {
-				ids = append(ids, snap.list[i].ID)
+		for i := len(snap.List) - 1; i >= 0 && len(ids) < pulseMaxProducts; i-- {
+			if snap.List[i].SaleEnd.After(cut) {
+				ids = append(ids, snap.List[i].ID)
 			}
 		}
 	}
@@ -79,9 +80,9 @@ func (s *Server) adminPulse(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	defer cancel()
 	rep, err := pr.Pulse(c, ids, window)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	s.writeJSON(ctx, fasthttp.StatusOK, rep)
+	s.ans.JSON(ctx, fasthttp.StatusOK, rep)
 }

@@ -8,14 +8,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
-)
-
-// API error codes of the refund endpoint.
-const (
-	CodeAlreadyRefunded = "ALREADY_REFUNDED" // 409: refunded before under another refundNo
-	CodeNotRefundable   = "NOT_REFUNDABLE"   // 409: the payment is not REFUND_PENDING (it paid its order)
 )
 
 // adminOrderJSON is an order as support sees it in the search: the buyer's
@@ -59,11 +54,11 @@ func pageArgs(ctx *fasthttp.RequestCtx) (int, persistence.Cursor, error) {
 	args := ctx.QueryArgs()
 	limit, msg := pageLimit(args)
 	if msg != "" {
-		return 0, persistence.Cursor{}, invalidArg("%s", msg)
+		return 0, persistence.Cursor{}, httpapi.InvalidArg("%s", msg)
 	}
 	c, err := persistence.ParseCursor(string(args.Peek("cursor")))
 	if err != nil {
-		return 0, persistence.Cursor{}, invalidArg("cursor is not a nextCursor returned by this endpoint")
+		return 0, persistence.Cursor{}, httpapi.InvalidArg("cursor is not a nextCursor returned by this endpoint")
 	}
 	return limit, c, nil
 }
@@ -74,9 +69,9 @@ func positiveArg(ctx *fasthttp.RequestCtx, name string) (int64, error) {
 	if v == nil {
 		return 0, nil
 	}
-	n, ok := parseID(string(v))
+	n, ok := httpapi.ParseID(string(v))
 	if !ok {
-		return 0, invalidArg("%s must be a positive integer", name)
+		return 0, httpapi.InvalidArg("%s must be a positive integer", name)
 	}
 	return n, nil
 }
@@ -89,7 +84,7 @@ func timeArg(ctx *fasthttp.RequestCtx, name string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(v))
 	if err != nil || t.Year() < 1970 || t.Year() > 9999 {
-		return time.Time{}, invalidArg("%s must be an RFC 3339 time such as 2026-12-01T15:00:00Z", name)
+		return time.Time{}, httpapi.InvalidArg("%s must be an RFC 3339 time such as 2026-12-01T15:00:00Z", name)
 	}
 	return t.UTC(), nil
 }
@@ -131,27 +126,27 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		if v := ctx.QueryArgs().Peek("status"); v != nil {
 			f.Status = order.Status(v)
 			if !f.Status.Valid() {
-				err = invalidArg("status must be one of PROCESSING, WAITING_PAY, PAID, CANCELLED, FAILED")
+				err = httpapi.InvalidArg("status must be one of PROCESSING, WAITING_PAY, PAID, CANCELLED, FAILED")
 			}
 		}
 	}
 	if err == nil && !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
-		err = invalidArg("from must be before to")
+		err = httpapi.InvalidArg("from must be before to")
 	}
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if unknownSubject {
 		ctx.Response.Header.Set("Cache-Control", "no-store")
-		s.writeJSON(ctx, fasthttp.StatusOK, adminOrderList{Orders: []adminOrderJSON{}})
+		s.ans.JSON(ctx, fasthttp.StatusOK, adminOrderList{Orders: []adminOrderJSON{}})
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	orders, next, err := s.store.SearchOrders(sctx, f, limit, cursor)
 	cancel()
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	out := adminOrderList{Orders: make([]adminOrderJSON, 0, len(orders)), NextCursor: next.String()}
@@ -159,7 +154,7 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		out.Orders = append(out.Orders, adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID})
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }
 
 // subjectArg applies ?subject= (and ?issuer=) to f.UserID: unknown is true
@@ -171,13 +166,13 @@ func (s *Server) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter
 	case sub == nil && iss == nil:
 		return false, nil
 	case sub == nil:
-		return false, invalidArg("issuer is given only with subject")
+		return false, httpapi.InvalidArg("issuer is given only with subject")
 	case f.UserID != 0:
-		return false, invalidArg("give userId or subject, not both")
+		return false, httpapi.InvalidArg("give userId or subject, not both")
 	case !auth.ValidSubject(string(sub)):
-		return false, invalidArg("subject must be 1 to %d bytes of printable UTF-8", auth.MaxSubjectBytes)
+		return false, httpapi.InvalidArg("subject must be 1 to %d bytes of printable UTF-8", auth.MaxSubjectBytes)
 	case iss != nil && !auth.ValidSubject(string(iss)):
-		return false, invalidArg("issuer must be 1 to %d bytes of printable UTF-8", auth.MaxSubjectBytes)
+		return false, httpapi.InvalidArg("issuer must be 1 to %d bytes of printable UTF-8", auth.MaxSubjectBytes)
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	ids, err := s.store.FindSubject(sctx, string(iss), string(sub))
@@ -188,7 +183,7 @@ func (s *Server) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter
 	case len(ids) == 0:
 		return true, nil
 	case len(ids) > 1:
-		return false, invalidArg("subject %q is known under %d issuers: give issuer", sub, len(ids))
+		return false, httpapi.InvalidArg("subject %q is known under %d issuers: give issuer", sub, len(ids))
 	}
 	f.UserID = ids[0]
 	return false, nil
@@ -205,7 +200,7 @@ func (s *Server) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter
 func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	no := orderNoParam(ctx)
 	if no == "" {
-		s.fail(ctx, persistence.ErrNotFound)
+		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -219,10 +214,10 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		case owner != 0:
 			buyer, berr := s.buyer(sctx, owner)
 			if berr != nil {
-				s.fail(ctx, berr)
+				s.ans.Fail(ctx, berr)
 				return
 			}
-			s.writeJSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{orderJSON: p, UserID: owner}, buyer, []historyEntry{}})
+			s.ans.JSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{orderJSON: p, UserID: owner}, buyer, []historyEntry{}})
 			return
 		default:
 			// The writer may have stored it between the two reads.
@@ -230,17 +225,17 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		}
 	}
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	hist, err := s.store.OrderHistory(sctx, o)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	buyer, err := s.buyer(sctx, o.UserID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	out := adminOrderHistoryJSON{adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID}, buyer, make([]historyEntry, 0, len(hist))}
@@ -248,7 +243,7 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		out.History = append(out.History, historyEntry{Status: h.Status, At: h.At, Event: h.Event})
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }
 
 // buyer is the identity provider's name of userID ("" fields for an id of
@@ -282,14 +277,14 @@ type refundList struct {
 func (s *Server) adminRefunds(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	limit, cursor, err := pageArgs(ctx)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	list, next, err := s.store.ListRefunds(sctx, limit, cursor)
 	cancel()
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	now := time.Now()
@@ -299,7 +294,7 @@ func (s *Server) adminRefunds(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 			Amount: r.Amount, Status: r.Status, CreatedAt: r.CreatedAt, WaitingSeconds: max(int64(now.Sub(r.CreatedAt)/time.Second), 0)})
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }
 
 // refundedJSON is the answer of POST /api/admin/payments/{paymentNo}/refund.
@@ -327,17 +322,17 @@ type refundedJSON struct {
 func (s *Server) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	paymentNo, _ := ctx.UserValue("paymentNo").(string)
 	if !order.ValidRequestID(paymentNo) {
-		s.fail(ctx, errPaymentNotFound)
+		s.ans.Fail(ctx, errPaymentNotFound)
 		return
 	}
 	var refundNo string
-	fields := [...]field{stringField("refundNo", &refundNo)}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
-		s.fail(ctx, err)
+	fields := [...]httpapi.Field{httpapi.StringField("refundNo", &refundNo)}
+	if err := httpapi.DecodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if !order.ValidRequestID(refundNo) {
-		s.fail(ctx, invalidArg("refundNo must be 1 to 64 characters of [A-Za-z0-9._:-]"))
+		s.ans.Fail(ctx, httpapi.InvalidArg("refundNo must be 1 to 64 characters of [A-Za-z0-9._:-]"))
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -347,25 +342,25 @@ func (s *Server) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case errors.Is(err, persistence.ErrNotFound):
 		err = errPaymentNotFound
 	case errors.Is(err, persistence.ErrAlreadyRefunded):
-		err = &apiError{status: fasthttp.StatusConflict, code: CodeAlreadyRefunded,
-			message: "the payment was already refunded under another refundNo"}
+		err = &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeAlreadyRefunded,
+			Message: "the payment was already refunded under another refundNo"}
 	case errors.Is(err, persistence.ErrNotRefundable):
-		err = &apiError{status: fasthttp.StatusConflict, code: CodeNotRefundable,
-			message: "the payment paid its order (PAID): only REFUND_PENDING payments are refunded"}
+		err = &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeNotRefundable,
+			Message: "the payment paid its order (PAID): only REFUND_PENDING payments are refunded"}
 	case errors.Is(err, persistence.ErrRefundNoReused):
-		err = &apiError{status: fasthttp.StatusConflict, code: CodeConflict,
-			message: "refundNo was already used to refund another payment"}
+		err = &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeConflict,
+			Message: "refundNo was already used to refund another payment"}
 	}
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if r.Applied {
-		s.log.Info("payment refunded", append(adminAttrs(c), "paymentNo", r.PaymentNo, "orderNo", r.OrderNo, "refundNo", r.RefundNo)...)
+		s.log.Info("payment refunded", append(httpapi.AdminAttrs(c), "paymentNo", r.PaymentNo, "orderNo", r.OrderNo, "refundNo", r.RefundNo)...)
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, refundedJSON{PaymentNo: r.PaymentNo, OrderNo: r.OrderNo, Status: r.Status,
+	s.ans.JSON(ctx, fasthttp.StatusOK, refundedJSON{PaymentNo: r.PaymentNo, OrderNo: r.OrderNo, Status: r.Status,
 		RefundNo: r.RefundNo, RefundedAt: r.RefundedAt})
 }
 
 // errPaymentNotFound is the 404 of the refund endpoint.
-var errPaymentNotFound = &apiError{status: fasthttp.StatusNotFound, code: CodeNotFound, message: "payment not found"}
+var errPaymentNotFound = &httpapi.APIError{Status: fasthttp.StatusNotFound, Code: httpapi.CodeNotFound, Message: "payment not found"}

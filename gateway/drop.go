@@ -10,6 +10,7 @@ import (
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/drop"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -108,22 +109,22 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		mode                                 string
 		hasMode                              bool
 	)
-	fields := [...]field{
-		boolField("on", &on),
-		optional(intField("ceiling", &ceiling), &hasCeil),
-		optional(intField("windowSeconds", &window), &hasWin),
-		optional(stringField("mode", &mode), &hasMode),
-		optional(intField("preQueueSeconds", &pq), &hasPQ),
-		optional(intField("reserve", &reserve), &hasRes),
-		optional(intField("powCost", &pow), &hasP),
+	fields := [...]httpapi.Field{
+		httpapi.BoolField("on", &on),
+		httpapi.Optional(httpapi.IntField("ceiling", &ceiling), &hasCeil),
+		httpapi.Optional(httpapi.IntField("windowSeconds", &window), &hasWin),
+		httpapi.Optional(httpapi.StringField("mode", &mode), &hasMode),
+		httpapi.Optional(httpapi.IntField("preQueueSeconds", &pq), &hasPQ),
+		httpapi.Optional(httpapi.IntField("reserve", &reserve), &hasRes),
+		httpapi.Optional(httpapi.IntField("powCost", &pow), &hasP),
 	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
-		s.fail(ctx, err)
+	if err := httpapi.DecodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.ans.Fail(ctx, err)
 		return
 	}
 	shards, err := s.shardCount(productID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -133,7 +134,7 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case errors.Is(err, persistence.ErrNotFound):
 		t = persistence.RoomTerms{ProductID: productID, Mode: string(lua.ModeFIFO), Window: s.cfg.RoomWindow}
 	case err != nil:
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	t.On = on
@@ -156,16 +157,16 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		t.PowCost = pow
 	}
 	if err := s.checkRoomTerms(productID, t); err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if t, err = s.saveRoom(c.UserID, t, shards); err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.log.Info("waiting room set", append(adminAttrs(c), "productId", productID, "on", t.On, "mode", t.Mode, "ceiling", t.Ceiling,
+	s.log.Info("waiting room set", append(httpapi.AdminAttrs(c), "productId", productID, "on", t.On, "mode", t.Mode, "ceiling", t.Ceiling,
 		"window", t.Window, "preQueue", t.PreQueue, "reserve", t.Reserve, "powCost", t.PowCost)...)
-	s.writeJSON(ctx, fasthttp.StatusOK, toRoomTermsJSON(t))
+	s.ans.JSON(ctx, fasthttp.StatusOK, toRoomTermsJSON(t))
 }
 
 // checkRoomTerms validates t for productID: bounds and (ROOM_STARTED) no
@@ -176,17 +177,17 @@ func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error 
 	pq := int64(t.PreQueue / time.Second)
 	switch {
 	case t.Ceiling < 0 || t.Ceiling > maxRoomCeiling:
-		return invalidArg("ceiling must be from 0 (none) to %d admissions per second", maxRoomCeiling)
+		return httpapi.InvalidArg("ceiling must be from 0 (none) to %d admissions per second", maxRoomCeiling)
 	case window < 1 || window > maxRoomWindow:
-		return invalidArg("windowSeconds must be from 1 to %d", maxRoomWindow)
+		return httpapi.InvalidArg("windowSeconds must be from 1 to %d", maxRoomWindow)
 	case !lua.ValidMode(lua.RoomMode(t.Mode)):
-		return invalidArg("mode must be fifo, random or draw")
+		return httpapi.InvalidArg("mode must be fifo, random or draw")
 	case pq < 0 || pq > maxRoomPreQueue:
-		return invalidArg("preQueueSeconds must be from 0 (any time before the opening) to %d", maxRoomPreQueue)
+		return httpapi.InvalidArg("preQueueSeconds must be from 0 (any time before the opening) to %d", maxRoomPreQueue)
 	case t.Reserve < 0 || t.Reserve > maxRoomReserve:
-		return invalidArg("reserve must be from 0 to %d", maxRoomReserve)
+		return httpapi.InvalidArg("reserve must be from 0 to %d", maxRoomReserve)
 	case t.PowCost < 0 || t.PowCost > maxRoomPowCost:
-		return invalidArg("powCost must be from 0 (none) to %d", maxRoomPowCost)
+		return httpapi.InvalidArg("powCost must be from 0 (none) to %d", maxRoomPowCost)
 	}
 	st, err := s.readRoom(productID)
 	if err != nil {
@@ -266,14 +267,14 @@ func (s *Server) dropInfo(ctx *fasthttp.RequestCtx) {
 	}
 	st, err := s.readRoom(productID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if !st.On && st.Commitment == "" {
-		s.fail(ctx, lua.ErrRoomOff)
+		s.ans.Fail(ctx, lua.ErrRoomOff)
 		return
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, toDropJSON(productID, st, time.Now()))
+	s.ans.JSON(ctx, fasthttp.StatusOK, toDropJSON(productID, st, time.Now()))
 }
 
 // readRoom reads productID's room (404 for an unknown product).
@@ -306,15 +307,15 @@ func (s *Server) dropTickets(ctx *fasthttp.RequestCtx) {
 	}
 	st, err := s.readRoom(productID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	switch {
 	case !st.On && st.Commitment == "":
-		s.fail(ctx, lua.ErrRoomOff)
+		s.ans.Fail(ctx, lua.ErrRoomOff)
 		return
 	case !st.Shuffled:
-		s.fail(ctx, errNotShuffled)
+		s.ans.Fail(ctx, httpapi.ErrNotShuffled)
 		return
 	}
 	var list []byte
@@ -323,7 +324,7 @@ func (s *Server) dropTickets(ctx *fasthttp.RequestCtx) {
 		return err
 	})
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	s.lists.Store(productID, list)
@@ -369,7 +370,7 @@ func (s *Server) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	}
 	st, err := s.readRoom(productID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -377,18 +378,18 @@ func (s *Server) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	cancel()
 	if errors.Is(err, persistence.ErrNotFound) {
 		if !st.On {
-			s.fail(ctx, lua.ErrRoomOff)
+			s.ans.Fail(ctx, lua.ErrRoomOff)
 			return
 		}
 		// A room turned on before its terms were stored (issue 17).
 		t = persistence.RoomTerms{ProductID: productID, Mode: string(st.Mode), Window: st.Window, Commitment: st.Commitment}
 	} else if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	t.On = st.On
 	out := roomStatusJSON{ProductID: productID, Terms: toRoomTermsJSON(t), Drop: toDropJSON(productID, st, time.Now()),
 		Paused: st.Paused, Available: st.Available, Issued: st.Issued, AdmittedUpTo: st.UpTo, Admitted: st.Admitted,
 		Expired: st.Expired, Claimed: st.Claimed, Used: st.Used, Live: st.Live, Waiting: st.Waiting(), Cutoff: st.Cutoff, RatePerSecond: st.Rate}
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 )
 
 // loginResponse is the body of a successful demo login.
@@ -20,17 +21,17 @@ type loginResponse struct {
 // auth.MaxAdminTokenTTL). 404 when Config.DisableDemoLogin is set.
 func (s *Server) login(ctx *fasthttp.RequestCtx) {
 	if s.cfg.DisableDemoLogin {
-		s.fail(ctx, errLoginDisabled)
+		s.ans.Fail(ctx, httpapi.ErrLoginDisabled)
 		return
 	}
 	var userID int64
-	fields := [...]field{intField("userId", &userID)}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
-		s.fail(ctx, err)
+	fields := [...]httpapi.Field{httpapi.IntField("userId", &userID)}
+	if err := httpapi.DecodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if userID <= 0 || userID > auth.MaxDirectUserID {
-		s.fail(ctx, invalidArg("userId must be an integer from 1 to %d", auth.MaxDirectUserID))
+		s.ans.Fail(ctx, httpapi.InvalidArg("userId must be an integer from 1 to %d", auth.MaxDirectUserID))
 		return
 	}
 	admin, ttl := s.admins[userID], s.cfg.TokenTTL
@@ -39,8 +40,8 @@ func (s *Server) login(ctx *fasthttp.RequestCtx) {
 	}
 	token, err := s.signer.Issue(userID, admin, ttl)
 	if err != nil {
-		s.fail(ctx, fmt.Errorf("gateway: issue token: %w", err))
+		s.ans.Fail(ctx, fmt.Errorf("gateway: issue token: %w", err))
 		return
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, loginResponse{Token: token, UserID: userID})
+	s.ans.JSON(ctx, fasthttp.StatusOK, loginResponse{Token: token, UserID: userID})
 }

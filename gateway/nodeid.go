@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 )
@@ -20,8 +21,8 @@ import (
 var ErrNoFreeNode = errors.New("gateway: all 1024 orderNo node ids are leased")
 
 // errNoNode answers orders while the gateway holds no valid node lease.
-var errNoNode = &apiError{status: 503, code: CodeUnavailable,
-	message: "this gateway holds no orderNo node id yet; retry shortly", retryAfter: true}
+var errNoNode = &httpapi.APIError{Status: 503, Code: httpapi.CodeUnavailable,
+	Message: "this gateway holds no orderNo node id yet; retry shortly", RetryAfter: true}
 
 // NodeLease is an orderNo node id (0…1023) leased from Redis, so that any
 // number of gateways started without a configured node id (NodeID -1, the

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -23,7 +24,7 @@ var cancelFrom = []order.Status{order.Processing, order.WaitingPay}
 func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	no := orderNoParam(ctx)
 	if no == "" {
-		s.fail(ctx, persistence.ErrNotFound)
+		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -34,13 +35,13 @@ func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	switch {
 	case err == nil:
 		s.statusCache(o)
-		s.writeJSON(ctx, fasthttp.StatusOK, toOrderJSON(o))
+		s.ans.JSON(ctx, fasthttp.StatusOK, toOrderJSON(o))
 	case errors.Is(err, persistence.ErrInvalidState):
-		s.fail(ctx, invalidState("order is %s and can no longer be cancelled", o.Status))
+		s.ans.Fail(ctx, httpapi.InvalidState("order is %s and can no longer be cancelled", o.Status))
 	case errors.Is(err, persistence.ErrNotFound):
 		s.failNotStored(ctx, no, c.UserID)
 	default:
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 	}
 }
 
@@ -50,10 +51,10 @@ func (s *Server) failNotStored(ctx *fasthttp.RequestCtx, no string, userID int64
 	_, owner, err := s.pendingOrder(no)
 	switch {
 	case err != nil:
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 	case owner == userID:
-		s.fail(ctx, invalidState("order is still being recorded (PROCESSING); retry shortly"))
+		s.ans.Fail(ctx, httpapi.InvalidState("order is still being recorded (PROCESSING); retry shortly"))
 	default:
-		s.fail(ctx, persistence.ErrNotFound)
+		s.ans.Fail(ctx, persistence.ErrNotFound)
 	}
 }

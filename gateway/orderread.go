@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -80,15 +81,15 @@ func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	no := orderNoParam(ctx)
 	if no == "" {
-		s.fail(ctx, persistence.ErrNotFound)
+		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
 	}
 	o, err := s.findOrder(no, c.UserID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, o)
+	s.ans.JSON(ctx, fasthttp.StatusOK, o)
 }
 
 // findOrder looks no up in MySQL, then in Redis. It returns
@@ -182,15 +183,15 @@ func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if v := args.Peek("limit"); v != nil {
 		n, err := strconv.Atoi(string(v))
 		if err != nil || n < 1 || n > 100 {
-			s.fail(ctx, invalidArg("limit must be an integer from 1 to 100"))
+			s.ans.Fail(ctx, httpapi.InvalidArg("limit must be an integer from 1 to 100"))
 			return
 		}
 		limit = n
 	}
 	cursor := string(args.Peek("cursor"))
 	if cursor != "" {
-		if _, ok := parseID(cursor); !ok {
-			s.fail(ctx, invalidArg("cursor is not a cursor returned by this endpoint"))
+		if _, ok := httpapi.ParseID(cursor); !ok {
+			s.ans.Fail(ctx, httpapi.InvalidArg("cursor is not a cursor returned by this endpoint"))
 			return
 		}
 	}
@@ -198,7 +199,7 @@ func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	orders, next, err := s.store.ListOrders(sctx, c.UserID, limit, cursor)
 	cancel()
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	resp := listResponse{Orders: make([]orderJSON, 0, len(orders))}
@@ -208,5 +209,5 @@ func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if next != "" {
 		resp.NextCursor = &next
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, resp)
+	s.ans.JSON(ctx, fasthttp.StatusOK, resp)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 )
@@ -39,15 +40,15 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	req, aerr := s.decodeOrder(ctx)
 	if aerr != nil {
-		s.fail(ctx, aerr)
+		s.ans.Fail(ctx, aerr)
 		return
 	}
 	shards, err := s.shardCount(req.productID)
 	if err != nil {
-		if errors.Is(err, errProductNotFound) {
+		if errors.Is(err, httpapi.ErrProductNotFound) {
 			s.metrics.reserveOutcome(lua.ErrNotFound)
 		}
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	home := lua.HomeShard(c.UserID, shards)
@@ -57,7 +58,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	if !s.nodeValid(now) { // nodeid.go: no orderNo without a node id of our own
-		s.fail(ctx, errNoNode)
+		s.ans.Fail(ctx, errNoNode)
 		return
 	}
 	res, err := s.reserveOrder(c, req, shards, home)
@@ -73,23 +74,23 @@ type orderRequest struct {
 
 // decodeOrder reads and validates the POST /api/orders body: 400
 // INVALID_ARGUMENT for a malformed body or field.
-func (s *Server) decodeOrder(ctx *fasthttp.RequestCtx) (orderRequest, *apiError) {
+func (s *Server) decodeOrder(ctx *fasthttp.RequestCtx) (orderRequest, *httpapi.APIError) {
 	var req orderRequest
-	fields := [...]field{
-		intField("productId", &req.productID),
-		intField("quantity", &req.quantity),
-		stringField("requestId", &req.requestID),
+	fields := [...]httpapi.Field{
+		httpapi.IntField("productId", &req.productID),
+		httpapi.IntField("quantity", &req.quantity),
+		httpapi.StringField("requestId", &req.requestID),
 	}
-	if err := decodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
+	if err := httpapi.DecodeBody(ctx.PostBody(), s.cfg.MaxBodyBytes, fields[:]); err != nil {
 		return req, err
 	}
 	switch {
 	case req.productID <= 0:
-		return req, invalidArg("productId must be a positive integer")
+		return req, httpapi.InvalidArg("productId must be a positive integer")
 	case req.quantity < 1:
-		return req, invalidArg("quantity must be at least 1")
+		return req, httpapi.InvalidArg("quantity must be at least 1")
 	case !order.ValidRequestID(req.requestID):
-		return req, invalidArg("requestId must be 1 to 64 characters of [A-Za-z0-9._:-]")
+		return req, httpapi.InvalidArg("requestId must be 1 to 64 characters of [A-Za-z0-9._:-]")
 	}
 	return req, nil
 }
@@ -161,9 +162,9 @@ func (s *Server) answerOrder(ctx *fasthttp.RequestCtx, req orderRequest, home in
 		s.replay(ctx, res.OrderNo, req.requestID, res.Status)
 	case errors.Is(err, lua.ErrStockCorrupt):
 		s.stockCorrupt(req.productID, err)
-		s.failWith(ctx, err, "", req.requestID)
+		s.ans.FailWith(ctx, err, "", req.requestID)
 	default:
-		s.failWith(ctx, err, "", req.requestID)
+		s.ans.FailWith(ctx, err, "", req.requestID)
 	}
 }
 
@@ -172,11 +173,11 @@ func (s *Server) answerOrder(ctx *fasthttp.RequestCtx, req orderRequest, home in
 func writeOrderState(ctx *fasthttp.RequestCtx, status int, orderNo, requestID string, st order.Status) {
 	var a [192]byte
 	b := append(a[:0], `{"orderNo":`...)
-	b = appendJSONString(b, orderNo)
+	b = httpapi.AppendJSONString(b, orderNo)
 	b = append(b, `,"requestId":`...)
-	b = appendJSONString(b, requestID)
+	b = httpapi.AppendJSONString(b, requestID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, string(st))
+	b = httpapi.AppendJSONString(b, string(st))
 	b = append(b, '}')
-	writeBody(ctx, status, b)
+	httpapi.WriteBody(ctx, status, b)
 }

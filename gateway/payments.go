@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -39,10 +40,10 @@ func Sign(secret, body []byte) string {
 // must not read SUCCESS for a payment that did nothing).
 func (s *Server) paymentCallback(ctx *fasthttp.RequestCtx) {
 	if _, _, err := s.applyPayment(ctx.PostBody(), ctx.Request.Header.Peek(HeaderSignature)); err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	writeBody(ctx, fasthttp.StatusOK, []byte(`{"result":"SUCCESS"}`))
+	httpapi.WriteBody(ctx, fasthttp.StatusOK, []byte(`{"result":"SUCCESS"}`))
 }
 
 // applyPayment is the one code path of every payment, the callback's and the
@@ -50,27 +51,27 @@ func (s *Server) paymentCallback(ctx *fasthttp.RequestCtx) {
 // apply it with store.Pay.
 func (s *Server) applyPayment(body, signature []byte) (persistence.PayOutcome, persistence.Order, error) {
 	if !s.validSignature(body, signature) {
-		return 0, persistence.Order{}, errBadSignature
+		return 0, persistence.Order{}, httpapi.ErrBadSignature
 	}
 	var p persistence.Payment
-	fields := [...]field{
-		stringField("orderNo", &p.OrderNo),
-		stringField("paymentNo", &p.PaymentNo),
-		intField("amount", &p.Amount),
-		timeField("paidAt", &p.PaidAt),
+	fields := [...]httpapi.Field{
+		httpapi.StringField("orderNo", &p.OrderNo),
+		httpapi.StringField("paymentNo", &p.PaymentNo),
+		httpapi.IntField("amount", &p.Amount),
+		httpapi.TimeField("paidAt", &p.PaidAt),
 	}
-	if err := decodeBody(body, s.cfg.MaxBodyBytes, fields[:]); err != nil {
+	if err := httpapi.DecodeBody(body, s.cfg.MaxBodyBytes, fields[:]); err != nil {
 		return 0, persistence.Order{}, err
 	}
 	switch {
 	case !validOrderNo(p.OrderNo):
-		return 0, persistence.Order{}, invalidArg("orderNo is not a Stampede orderNo")
+		return 0, persistence.Order{}, httpapi.InvalidArg("orderNo is not a Stampede orderNo")
 	case !order.ValidRequestID(p.PaymentNo):
-		return 0, persistence.Order{}, invalidArg("paymentNo must be 1 to 64 characters of [A-Za-z0-9._:-]")
+		return 0, persistence.Order{}, httpapi.InvalidArg("paymentNo must be 1 to 64 characters of [A-Za-z0-9._:-]")
 	case p.Amount < 0:
-		return 0, persistence.Order{}, invalidArg("amount must not be negative")
+		return 0, persistence.Order{}, httpapi.InvalidArg("amount must not be negative")
 	case p.PaidAt.Year() < 1970 || p.PaidAt.Year() > 9999:
-		return 0, persistence.Order{}, invalidArg("paidAt is out of range")
+		return 0, persistence.Order{}, httpapi.InvalidArg("paidAt is out of range")
 	}
 	ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	defer cancel()
@@ -79,7 +80,7 @@ func (s *Server) applyPayment(body, signature []byte) (persistence.PayOutcome, p
 		s.statusCache(o) // PAID, or CANCELLED for a payment that came too late
 	}
 	if errors.Is(err, persistence.ErrInvalidState) {
-		return 0, o, invalidState("order is still PROCESSING; retry the callback later")
+		return 0, o, httpapi.InvalidState("order is still PROCESSING; retry the callback later")
 	}
 	return out, o, err
 }
@@ -117,7 +118,7 @@ func validOrderNo(no string) bool {
 func (s *Server) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	no := orderNoParam(ctx)
 	if no == "" {
-		s.fail(ctx, persistence.ErrNotFound)
+		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
@@ -128,26 +129,26 @@ func (s *Server) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.failNotStored(ctx, no, c.UserID)
 		return
 	case err != nil:
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	case o.UserID != c.UserID:
-		s.fail(ctx, persistence.ErrNotFound)
+		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
 	case o.Status != order.WaitingPay:
-		s.fail(ctx, invalidState("order is %s; only WAITING_PAY orders can be paid", o.Status))
+		s.ans.Fail(ctx, httpapi.InvalidState("order is %s; only WAITING_PAY orders can be paid", o.Status))
 		return
 	}
 	body := demoCallback(o, time.Now())
 	out, paid, err := s.applyPayment(body, []byte(Sign(s.cfg.PaymentSecret, body)))
 	switch {
 	case err != nil:
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 	case out == persistence.PayRefundPending:
 		// Closed between the read above and the payment: the money is
 		// recorded for refund and the order stays closed.
-		s.fail(ctx, invalidState("order is %s; the payment was recorded for refund", paid.Status))
+		s.ans.Fail(ctx, httpapi.InvalidState("order is %s; the payment was recorded for refund", paid.Status))
 	default:
-		s.writeJSON(ctx, fasthttp.StatusOK, toOrderJSON(paid))
+		s.ans.JSON(ctx, fasthttp.StatusOK, toOrderJSON(paid))
 	}
 }
 
@@ -155,12 +156,12 @@ func (s *Server) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 func demoCallback(o persistence.Order, now time.Time) []byte {
 	b := make([]byte, 0, 160)
 	b = append(b, `{"orderNo":`...)
-	b = appendJSONString(b, o.OrderNo)
+	b = httpapi.AppendJSONString(b, o.OrderNo)
 	b = append(b, `,"paymentNo":`...)
-	b = appendJSONString(b, "demo-"+o.OrderNo)
+	b = httpapi.AppendJSONString(b, "demo-"+o.OrderNo)
 	b = append(b, `,"amount":`...)
 	b = strconv.AppendInt(b, o.Amount, 10)
 	b = append(b, `,"paidAt":`...)
-	b = appendJSONString(b, now.UTC().Format(time.RFC3339Nano))
+	b = httpapi.AppendJSONString(b, now.UTC().Format(time.RFC3339Nano))
 	return append(b, '}')
 }

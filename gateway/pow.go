@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 )
 
 // A price on bots: a room may ask every new ticket (or draw entry) for a
@@ -45,10 +45,6 @@ import (
 // the other secrets), or one derived from the payment secret, which every
 // production gateway holds (never from the JWT secret: a JWKS-only
 // deployment has none, and HMAC of the empty key is public).
-
-// errPowInvalid: a solution that does not verify, has expired, or was
-// issued to another user or product.
-var errPowInvalid = errors.New("gateway: proof-of-work invalid")
 
 // powGate issues and verifies the challenges.
 type powGate struct {
@@ -132,26 +128,26 @@ func powSaltExpiry(salt string, userID, productID int64) (int64, bool) {
 func (g powGate) verify(payload string, userID, productID int64, now time.Time) (challenge string, ttl time.Duration, err error) {
 	raw, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil || len(raw) > 2048 {
-		return "", 0, errPowInvalid
+		return "", 0, httpapi.ErrPowInvalid
 	}
 	var p altcha.Payload
 	if err := json.Unmarshal(raw, &p); err != nil || p.Algorithm != string(altcha.SHA256) || len(p.Challenge) != 64 {
-		return "", 0, errPowInvalid
+		return "", 0, httpapi.ErrPowInvalid
 	}
 	if _, err := hex.DecodeString(p.Challenge); err != nil {
-		return "", 0, errPowInvalid
+		return "", 0, httpapi.ErrPowInvalid
 	}
 	exp, ok := powSaltExpiry(p.Salt, userID, productID)
 	if !ok {
-		return "", 0, errPowInvalid
+		return "", 0, httpapi.ErrPowInvalid
 	}
 	left := time.Unix(exp, 0).Sub(now)
 	if left <= 0 {
-		return "", 0, errPowInvalid
+		return "", 0, httpapi.ErrPowInvalid
 	}
 	ok, err = altcha.VerifySolutionSafe(p, g.key, false) // expiry checked above, on our clock
 	if err != nil || !ok {
-		return "", 0, errPowInvalid
+		return "", 0, httpapi.ErrPowInvalid
 	}
 	return p.Challenge, left, nil
 }
@@ -169,18 +165,18 @@ func (s *Server) queueChallenge(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	cost, err := s.roomPowCost(productID)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if cost <= 0 {
-		s.fail(ctx, errPowNotRequired)
+		s.ans.Fail(ctx, httpapi.ErrPowNotRequired)
 		return
 	}
 	ch, err := s.pow.challenge(c.UserID, productID, cost, time.Now())
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	s.writeJSON(ctx, fasthttp.StatusOK, ch)
+	s.ans.JSON(ctx, fasthttp.StatusOK, ch)
 }

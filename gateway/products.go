@@ -3,14 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -80,50 +78,50 @@ func toProductJSON(p persistence.Product, available int64) productJSON {
 
 // listProducts is GET /api/products: every product, oldest first.
 func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
-	snap, err := s.products.get(s.cfg.StoreTimeout)
+	snap, err := s.products.Get(s.cfg.StoreTimeout)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	avail, rooms, err := s.available(snap.list)
+	avail, rooms, err := s.available(snap.List)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	out := make([]productJSON, len(snap.list))
-	for i, p := range snap.list {
+	out := make([]productJSON, len(snap.List))
+	for i, p := range snap.List {
 		out[i] = toProductJSON(p, avail[i])
 		out[i].WaitingRoom = rooms[i]
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }
 
 // getProduct is GET /api/products/{id}; 404 PRODUCT_NOT_FOUND.
 func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
 	raw, _ := ctx.UserValue("id").(string)
-	id, ok := parseID(raw)
+	id, ok := httpapi.ParseID(raw)
 	if !ok {
-		s.fail(ctx, errProductNotFound)
+		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
 		return
 	}
-	snap, err := s.products.get(s.cfg.StoreTimeout)
+	snap, err := s.products.Get(s.cfg.StoreTimeout)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	i, ok := snap.byID[id]
+	i, ok := snap.ByID[id]
 	if !ok {
-		s.fail(ctx, errProductNotFound)
+		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
 		return
 	}
-	avail, rooms, err := s.available(snap.list[i : i+1])
+	avail, rooms, err := s.available(snap.List[i : i+1])
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
-	pj := toProductJSON(snap.list[i], avail[0])
+	pj := toProductJSON(snap.List[i], avail[0])
 	pj.WaitingRoom = rooms[0]
-	s.writeJSON(ctx, fasthttp.StatusOK, pj)
+	s.ans.JSON(ctx, fasthttp.StatusOK, pj)
 }
 
 // available reads, in one pipelined round trip, the Redis available count of
@@ -174,66 +172,4 @@ func (s *Server) available(ps []persistence.Product) ([]int64, []bool, error) {
 		}
 	}
 	return out, rooms, nil
-}
-
-// productCache keeps the product rows for ttl so that a sale's product page,
-// the most requested read, costs MySQL one query per second per gateway.
-type productCache struct {
-	store *persistence.Store
-	ttl   time.Duration
-	log   *slog.Logger
-	snap  atomic.Pointer[productSnapshot]
-	mu    sync.Mutex // one refresh at a time
-}
-
-// productSnapshot is one immutable read of the product table.
-type productSnapshot struct {
-	at   time.Time
-	list []persistence.Product // oldest first
-	byID map[int64]int         // id → index in list
-}
-
-// staleLimit is how long a snapshot may be served when MySQL cannot be read.
-const staleLimit = time.Minute
-
-func newProductCache(store *persistence.Store, ttl time.Duration, log *slog.Logger) *productCache {
-	return &productCache{store: store, ttl: ttl, log: log}
-}
-
-// get returns a snapshot at most ttl old, reading MySQL when needed. If MySQL
-// fails it serves the previous snapshot for up to staleLimit.
-func (c *productCache) get(timeout time.Duration) (*productSnapshot, error) {
-	if sn := c.snap.Load(); sn != nil && time.Since(sn.at) < c.ttl {
-		return sn, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.snap.Load()
-	if old != nil && time.Since(old.at) < c.ttl { // refreshed while we waited
-		return old, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	list, err := c.store.ListProducts(ctx)
-	if err != nil {
-		if old != nil && time.Since(old.at) < staleLimit {
-			c.log.Warn("product cache: serving stale products", "age", time.Since(old.at).String(), "err", err)
-			return old, nil
-		}
-		return nil, err
-	}
-	sn := &productSnapshot{at: time.Now(), list: list, byID: make(map[int64]int, len(list))}
-	for i, p := range list {
-		sn.byID[p.ID] = i
-	}
-	c.snap.Store(sn)
-	return sn, nil
-}
-
-// invalidate makes the next get read MySQL (after a product was created here).
-// It waits for a refresh in flight, whose read may predate the new product.
-func (c *productCache) invalidate() {
-	c.mu.Lock()
-	c.snap.Store(nil)
-	c.mu.Unlock()
 }

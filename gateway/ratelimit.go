@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 )
@@ -146,5 +147,5 @@ func (s *Server) rateLimited(ctx *fasthttp.RequestCtx, wait time.Duration) {
 func tooMany(ctx *fasthttp.RequestCtx, wait time.Duration) {
 	secs := int64(math.Ceil(wait.Seconds()))
 	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-	writeError(ctx, fasthttp.StatusTooManyRequests, CodeRateLimited, "too many requests; retry after the time in Retry-After")
+	httpapi.WriteError(ctx, fasthttp.StatusTooManyRequests, httpapi.CodeRateLimited, "too many requests; retry after the time in Retry-After")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -37,17 +38,17 @@ const (
 
 // errSaleStarted is the 409 SALE_STARTED of a PATCH changing a field that is
 // fixed once the sale opened.
-func errSaleStarted(fields []string) *apiError {
-	return &apiError{status: fasthttp.StatusConflict, code: CodeSaleStarted,
-		message: "the sale has opened: " + strings.Join(fields, ", ") + " can no longer change " +
+func errSaleStarted(fields []string) *httpapi.APIError {
+	return &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeSaleStarted,
+		Message: "the sale has opened: " + strings.Join(fields, ", ") + " can no longer change " +
 			"(once a sale opened only name, imageUrl, description, perUserLimit and saleEnd may: saleEnd to a later time, null, or now)"}
 }
 
 // errSaleEnded is the 409 SALE_ENDED of a PATCH moving the window of an
 // ended sale: an ended sale is final.
-func errSaleEnded(fields []string) *apiError {
-	return &apiError{status: fasthttp.StatusConflict, code: CodeSaleEnded,
-		message: "the sale has ended and an ended sale is final: " + strings.Join(fields, ", ") + " can no longer change " +
+func errSaleEnded(fields []string) *httpapi.APIError {
+	return &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodeSaleEnded,
+		Message: "the sale has ended and an ended sale is final: " + strings.Join(fields, ", ") + " can no longer change " +
 			"(name, imageUrl, description and perUserLimit still may; create a new product for a new sale)"}
 }
 
@@ -58,26 +59,26 @@ const endSkew = time.Second
 // productID is the route's {id}, or errProductNotFound.
 func productID(ctx *fasthttp.RequestCtx) (int64, error) {
 	raw, _ := ctx.UserValue("id").(string)
-	id, ok := parseID(raw)
+	id, ok := httpapi.ParseID(raw)
 	if !ok {
-		return 0, errProductNotFound
+		return 0, httpapi.ErrProductNotFound
 	}
 	return id, nil
 }
 
 // pageQuery reads ?limit= and ?cursor= (a cursor of kind, see pageCursor):
 // the page size and the id bound (0: first page). Problems are added to errs.
-func pageQuery(ctx *fasthttp.RequestCtx, kind string, errs *[]fieldError) (limit int, before int64) {
+func pageQuery(ctx *fasthttp.RequestCtx, kind string, errs *[]httpapi.FieldError) (limit int, before int64) {
 	args := ctx.QueryArgs()
 	limit, msg := pageLimit(args)
 	if msg != "" {
-		*errs = append(*errs, fieldError{"limit", msg})
+		*errs = append(*errs, httpapi.FieldError{Field: "limit", Message: msg})
 	}
 	if raw := string(args.Peek("cursor")); raw != "" {
 		b, err := base64.RawURLEncoding.DecodeString(raw)
-		id, ok := parseID(strings.TrimPrefix(string(b), kind+":"))
+		id, ok := httpapi.ParseID(strings.TrimPrefix(string(b), kind+":"))
 		if err != nil || !strings.HasPrefix(string(b), kind+":") || !ok {
-			*errs = append(*errs, fieldError{"cursor", "cursor must be a nextCursor of this list"})
+			*errs = append(*errs, httpapi.FieldError{Field: "cursor", Message: "cursor must be a nextCursor of this list"})
 		} else {
 			before = id
 		}
@@ -117,16 +118,16 @@ type productListJSON struct {
 // Redis. 200 {"products": [...], "nextCursor"}; 400 for a bad state, limit
 // or cursor.
 func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
-	var errs []fieldError
+	var errs []httpapi.FieldError
 	limit, before := pageQuery(ctx, "p", &errs)
 	state := string(ctx.QueryArgs().Peek("state"))
 	switch state {
 	case "", StateUpcoming, StateLive, StatePaused, StateEnded, StateSoldOut:
 	default:
-		errs = append(errs, fieldError{"state", "state must be one of upcoming, live, paused, ended, soldOut"})
+		errs = append(errs, httpapi.FieldError{Field: "state", Message: "state must be one of upcoming, live, paused, ended, soldOut"})
 	}
 	if len(errs) > 0 {
-		s.fail(ctx, invalidFields(errs))
+		s.ans.Fail(ctx, httpapi.InvalidFields(errs))
 		return
 	}
 	out := productListJSON{Products: []productJSON{}}
@@ -137,7 +138,7 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		rows, err := s.store.ListProductsBefore(sctx, before, maxPageSize)
 		cancel()
 		if err != nil {
-			s.fail(ctx, err)
+			s.ans.Fail(ctx, err)
 			return
 		}
 		if len(rows) == 0 {
@@ -145,7 +146,7 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		}
 		avail, rooms, err := s.available(rows)
 		if err != nil {
-			s.fail(ctx, err)
+			s.ans.Fail(ctx, err)
 			return
 		}
 		for i, p := range rows {
@@ -164,7 +165,7 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		out.Products = out.Products[:limit]
 		out.NextCursor = pageCursor("p", out.Products[limit-1].ID)
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }
 
 // adminPatchProduct is PATCH /api/admin/products/{id}
@@ -188,12 +189,12 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, err := productID(ctx)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	p, aerr := s.decodeProductPatch(ctx)
 	if aerr != nil {
-		s.fail(ctx, aerr)
+		s.ans.Fail(ctx, aerr)
 		return
 	}
 	s.changeSale(ctx, c, persistence.ActionPatch, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
@@ -216,25 +217,25 @@ type productPatch struct {
 
 // decodeProductPatch reads the PATCH body; 400 INVALID_ARGUMENT with
 // details for malformed fields.
-func (s *Server) decodeProductPatch(ctx *fasthttp.RequestCtx) (*productPatch, *apiError) {
+func (s *Server) decodeProductPatch(ctx *fasthttp.RequestCtx) (*productPatch, *httpapi.APIError) {
 	p := &productPatch{}
 	in := &p.in
-	fields := [...]field{
-		optional(stringField("name", &in.Name), &p.hasName),
-		optional(intField("price", &in.Price), &p.hasPrice),
-		optional(timeField("saleStart", &in.SaleStart), &p.hasStart),
-		nullable(timeField("saleEnd", &in.SaleEnd), &p.hasEnd, &p.endNull),
-		optional(intField("perUserLimit", &p.limit), &p.hasLimit),
-		optional(intField("maxPerOrder", &p.maxPer), &p.hasMax),
-		optional(stringField("imageUrl", &in.ImageURL), &p.hasImg),
-		optional(stringField("description", &in.Description), &p.hasDe),
+	fields := [...]httpapi.Field{
+		httpapi.Optional(httpapi.StringField("name", &in.Name), &p.hasName),
+		httpapi.Optional(httpapi.IntField("price", &in.Price), &p.hasPrice),
+		httpapi.Optional(httpapi.TimeField("saleStart", &in.SaleStart), &p.hasStart),
+		httpapi.Nullable(httpapi.TimeField("saleEnd", &in.SaleEnd), &p.hasEnd, &p.endNull),
+		httpapi.Optional(httpapi.IntField("perUserLimit", &p.limit), &p.hasLimit),
+		httpapi.Optional(httpapi.IntField("maxPerOrder", &p.maxPer), &p.hasMax),
+		httpapi.Optional(httpapi.StringField("imageUrl", &in.ImageURL), &p.hasImg),
+		httpapi.Optional(httpapi.StringField("description", &in.Description), &p.hasDe),
 	}
-	var errs []fieldError
-	if err := decodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
+	var errs []httpapi.FieldError
+	if err := httpapi.DecodeBodyAll(ctx.PostBody(), max(s.cfg.MaxBodyBytes, adminBodyBytes), fields[:], &errs); err != nil {
 		return nil, err
 	}
 	if len(errs) > 0 {
-		return nil, invalidFields(errs)
+		return nil, httpapi.InvalidFields(errs)
 	}
 	p.hasEnd = p.hasEnd || p.endNull
 	if p.endNull {
@@ -349,7 +350,7 @@ func (pc *patchChange) refusal() error {
 		return errSaleStarted(pc.fixed)
 	}
 	if pc.endPast {
-		return invalidFields([]fieldError{{"saleEnd", fmt.Sprintf(
+		return httpapi.InvalidFields([]httpapi.FieldError{{Field: "saleEnd", Message: fmt.Sprintf(
 			"saleEnd must be now or later; use POST /api/admin/products/%d/end to end the sale now", pc.cur.ID)}})
 	}
 	return nil
@@ -359,16 +360,16 @@ func (pc *patchChange) refusal() error {
 // has not opened must end in the future), naming only the fields this
 // PATCH sent: the stored ones are valid.
 func (pc *patchChange) invalid() error {
-	var mine []fieldError
+	var mine []httpapi.FieldError
 	for _, p := range validateProduct(pc.next, pc.now, !pc.opened) {
 		if _, sent := pc.change[p.Field]; sent {
 			mine = append(mine, p)
 		} else if p.Field == "maxPerOrder" {
-			mine = append(mine, fieldError{"perUserLimit", fmt.Sprintf("perUserLimit must be 0 (no limit) or at least maxPerOrder (%d)", pc.next.MaxPerOrder)})
+			mine = append(mine, httpapi.FieldError{Field: "perUserLimit", Message: fmt.Sprintf("perUserLimit must be 0 (no limit) or at least maxPerOrder (%d)", pc.next.MaxPerOrder)})
 		}
 	}
 	if len(mine) > 0 {
-		return invalidFields(mine)
+		return httpapi.InvalidFields(mine)
 	}
 	return nil
 }
@@ -400,7 +401,7 @@ func (s *Server) adminResumeProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 func (s *Server) setPaused(ctx *fasthttp.RequestCtx, c auth.Claims, paused bool) {
 	pid, err := productID(ctx)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	action := persistence.ActionResume
@@ -424,7 +425,7 @@ func (s *Server) setPaused(ctx *fasthttp.RequestCtx, c auth.Claims, paused bool)
 func (s *Server) adminEndProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, err := productID(ctx)
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	s.changeSale(ctx, c, persistence.ActionEnd, pid, func(cur persistence.Product) (persistence.Product, map[string]any, error) {
@@ -448,37 +449,37 @@ func (s *Server) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action stri
 	p, changed, err := s.store.ChangeProduct(sctx, c.UserID, action, pid, fn)
 	cancel()
 	if errors.Is(err, persistence.ErrNotFound) {
-		s.fail(ctx, errProductNotFound)
+		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
 		return
 	}
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if changed {
-		s.products.invalidate()
+		s.products.Invalidate()
 	}
 	err = s.stock.UpdateSale(lua.SaleTerms{
 		ProductID: p.ID, Shards: max(p.Shards, 1), Version: p.SaleVersion, Price: p.Price, PerUserLimit: p.PerUserLimit,
 		MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd, Paused: p.Paused,
 	})
 	if err != nil {
-		s.log.Error("sale change stored in MySQL but not written to Redis; send it again", append(adminAttrs(c), "productId", pid,
+		s.log.Error("sale change stored in MySQL but not written to Redis; send it again", append(httpapi.AdminAttrs(c), "productId", pid,
 			"action", action, "err", err)...)
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	if changed {
-		s.log.Info("sale changed", append(adminAttrs(c), "productId", pid, "action", action, "version", p.SaleVersion)...)
+		s.log.Info("sale changed", append(httpapi.AdminAttrs(c), "productId", pid, "action", action, "version", p.SaleVersion)...)
 	}
 	avail, rooms, err := s.available([]persistence.Product{p})
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	pj := toProductJSON(p, avail[0])
 	pj.WaitingRoom = rooms[0]
-	s.writeJSON(ctx, fasthttp.StatusOK, pj)
+	s.ans.JSON(ctx, fasthttp.StatusOK, pj)
 }
 
 // auditEntryJSON is one entry of GET /api/admin/audit.
@@ -506,25 +507,25 @@ type auditListJSON struct {
 // refund, waiting-room setting, dead-letter replay), newest first; only
 // productId's with productId. 200; 400.
 func (s *Server) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
-	var errs []fieldError
+	var errs []httpapi.FieldError
 	limit, before := pageQuery(ctx, "a", &errs)
 	var pid int64
 	if raw := ctx.QueryArgs().Peek("productId"); raw != nil {
-		n, ok := parseID(string(raw))
+		n, ok := httpapi.ParseID(string(raw))
 		if !ok {
-			errs = append(errs, fieldError{"productId", "productId must be a positive integer"})
+			errs = append(errs, httpapi.FieldError{Field: "productId", Message: "productId must be a positive integer"})
 		}
 		pid = n
 	}
 	if len(errs) > 0 {
-		s.fail(ctx, invalidFields(errs))
+		s.ans.Fail(ctx, httpapi.InvalidFields(errs))
 		return
 	}
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	rows, err := s.store.ListAudit(sctx, pid, before, limit+1)
 	cancel()
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	out := auditListJSON{Entries: make([]auditEntryJSON, 0, min(len(rows), limit))}
@@ -541,5 +542,5 @@ func (s *Server) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		}
 		out.Entries = append(out.Entries, e)
 	}
-	s.writeJSON(ctx, fasthttp.StatusOK, out)
+	s.ans.JSON(ctx, fasthttp.StatusOK, out)
 }

@@ -12,16 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
 // details returns the details of an error answer.
-func details(t testing.TB, r resp) []fieldError {
+func details(t testing.TB, r resp) []httpapi.FieldError {
 	t.Helper()
 	var b struct {
 		Error struct {
-			Details []fieldError `json:"details"`
+			Details []httpapi.FieldError `json:"details"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(r.body, &b); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -32,13 +33,13 @@ type Server struct {
 	rdb        redis.UniversalClient
 	store      *persistence.Store
 	log        *slog.Logger
-	verifier   TokenVerifier
-	signer     auth.Signer // the demo login's tokens
+	ans        *httpapi.Answers // error and JSON answers (errors.go's table)
+	guard      httpapi.Guard    // bearer-token authentication
+	signer     auth.Signer      // the demo login's tokens
 	gen        *order.NoGenerator
 	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
-	products   *productCache
+	products   *httpapi.ProductCache
 	admins     map[int64]bool
-	retryAfter string // Retry-After of 503s, whole seconds
 	router     *router.Router
 	static     fasthttp.RequestHandler // nil without StaticDir
 	handler    fasthttp.RequestHandler
@@ -94,21 +95,21 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		return nil, fmt.Errorf("invalid config: %w", err)
 	}
 	s := &Server{
-		cfg:        cfg,
-		rdb:        rdb,
-		store:      store,
-		log:        logger,
-		verifier:   cfg.Verifier,
-		gen:        gen,
-		admins:     make(map[int64]bool, len(cfg.AdminUsers)),
-		retryAfter: retryAfterSeconds(cfg.BreakerOpen.Seconds()),
-		base:       context.Background(),
-		metrics:    cfg.Metrics,
-		limiter:    newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
-		reads:      newRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
+		cfg:     cfg,
+		rdb:     rdb,
+		store:   store,
+		log:     logger,
+		gen:     gen,
+		admins:  make(map[int64]bool, len(cfg.AdminUsers)),
+		base:    context.Background(),
+		metrics: cfg.Metrics,
+		limiter: newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
+		reads:   newRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
 	}
-	if s.verifier == nil {
-		s.verifier = auth.NewVerifier(cfg.JWTSecret)
+	s.ans = &httpapi.Answers{Log: logger, RetryAfter: httpapi.RetryAfterSeconds(cfg.BreakerOpen.Seconds())}
+	s.guard = httpapi.Guard{Verifier: cfg.Verifier, Ans: s.ans}
+	if s.guard.Verifier == nil {
+		s.guard.Verifier = auth.NewVerifier(cfg.JWTSecret)
 	}
 	s.signer = auth.Signer{Secret: cfg.JWTSecret}
 	if cfg.Signer != nil {
@@ -125,7 +126,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		s.admins[id] = true
 	}
 	s.breaker = newRedisBreaker(cfg, logger)
-	s.products = newProductCache(store, cfg.ProductCacheTTL, logger)
+	s.products = httpapi.NewProductCache(store, cfg.ProductCacheTTL, logger)
 	if err := s.wireStatic(); err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func (s *Server) routes() *router.Router {
 		}
 		notFoundJSON(ctx)
 	}
-	r.MethodNotAllowed = unmatched.instrument(func(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoMethod) })
+	r.MethodNotAllowed = unmatched.instrument(func(ctx *fasthttp.RequestCtx) { s.ans.Fail(ctx, httpapi.ErrNoMethod) })
 
 	// Every route records its duration under its pattern (Metrics).
 	handle := func(method, path string, h fasthttp.RequestHandler) {
@@ -208,39 +209,39 @@ func (s *Server) routes() *router.Router {
 		handle("POST", "/api/auth/login", s.login)
 	}
 
-	handle("POST", "/api/orders", s.authed(s.createOrder))
-	handle("GET", "/api/orders", s.authed(s.listOrders))
-	handle("GET", "/api/orders/{orderNo}", s.authed(s.getOrder))
-	handle("POST", "/api/orders/{orderNo}/cancel", s.authed(s.cancelOrder))
+	handle("POST", "/api/orders", s.guard.Authed(s.createOrder))
+	handle("GET", "/api/orders", s.guard.Authed(s.listOrders))
+	handle("GET", "/api/orders/{orderNo}", s.guard.Authed(s.getOrder))
+	handle("POST", "/api/orders/{orderNo}/cancel", s.guard.Authed(s.cancelOrder))
 	if !s.cfg.DisableDemoCheckout { // otherwise the path is unknown: 404
-		handle("POST", "/api/orders/{orderNo}/pay", s.authed(s.demoPay))
+		handle("POST", "/api/orders/{orderNo}/pay", s.guard.Authed(s.demoPay))
 	}
 	handle("POST", "/api/payments/callback", s.paymentCallback)
 
 	handle("GET", "/api/products", s.listProducts)
 	handle("GET", "/api/products/{id}", s.getProduct)
-	handle("POST", "/api/products/{id}/queue", s.authed(s.takePlace))
-	handle("GET", "/api/products/{id}/queue/challenge", s.authed(s.queueChallenge)) // pow.go
-	handle("GET", "/api/products/{id}/drop", s.dropInfo)                            // drop.go
+	handle("POST", "/api/products/{id}/queue", s.guard.Authed(s.takePlace))
+	handle("GET", "/api/products/{id}/queue/challenge", s.guard.Authed(s.queueChallenge)) // pow.go
+	handle("GET", "/api/products/{id}/drop", s.dropInfo)                                  // drop.go
 	handle("GET", "/api/products/{id}/drop/tickets", s.dropTickets)
-	handle("POST", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminWaitingRoom))
-	handle("GET", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminRoomStatus))
-	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
-	handle("GET", "/api/admin/products", s.adminOnly(s.adminListProducts))
-	handle("PATCH", "/api/admin/products/{id}", s.adminOnly(s.adminPatchProduct))
-	handle("POST", "/api/admin/products/{id}/pause", s.adminOnly(s.adminPauseProduct))
-	handle("POST", "/api/admin/products/{id}/resume", s.adminOnly(s.adminResumeProduct))
-	handle("POST", "/api/admin/products/{id}/end", s.adminOnly(s.adminEndProduct))
-	handle("GET", "/api/admin/audit", s.adminOnly(s.adminAudit))
-	handle("POST", "/api/admin/products/{id}/stock", s.adminOnly(s.adminAdjustStock))
-	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))
-	handle("GET", "/api/admin/dlq", s.adminOnly(s.adminDLQ))
-	handle("POST", "/api/admin/dlq/replay", s.adminOnly(s.adminReplay))
-	handle("GET", "/api/admin/pulse", s.adminOnly(s.adminPulse))
-	handle("GET", "/api/admin/orders", s.adminOnly(s.adminSearchOrders)) // admin_support.go
-	handle("GET", "/api/admin/orders/{orderNo}", s.adminOnly(s.adminGetOrder))
-	handle("GET", "/api/admin/refunds", s.adminOnly(s.adminRefunds))
-	handle("POST", "/api/admin/payments/{paymentNo}/refund", s.adminOnly(s.adminRefund))
+	handle("POST", "/api/admin/products/{id}/waiting-room", s.guard.AdminOnly(s.adminWaitingRoom))
+	handle("GET", "/api/admin/products/{id}/waiting-room", s.guard.AdminOnly(s.adminRoomStatus))
+	handle("POST", "/api/admin/products", s.guard.AdminOnly(s.createProduct))
+	handle("GET", "/api/admin/products", s.guard.AdminOnly(s.adminListProducts))
+	handle("PATCH", "/api/admin/products/{id}", s.guard.AdminOnly(s.adminPatchProduct))
+	handle("POST", "/api/admin/products/{id}/pause", s.guard.AdminOnly(s.adminPauseProduct))
+	handle("POST", "/api/admin/products/{id}/resume", s.guard.AdminOnly(s.adminResumeProduct))
+	handle("POST", "/api/admin/products/{id}/end", s.guard.AdminOnly(s.adminEndProduct))
+	handle("GET", "/api/admin/audit", s.guard.AdminOnly(s.adminAudit))
+	handle("POST", "/api/admin/products/{id}/stock", s.guard.AdminOnly(s.adminAdjustStock))
+	handle("GET", "/api/admin/reconcile", s.guard.AdminOnly(s.adminReconcile))
+	handle("GET", "/api/admin/dlq", s.guard.AdminOnly(s.adminDLQ))
+	handle("POST", "/api/admin/dlq/replay", s.guard.AdminOnly(s.adminReplay))
+	handle("GET", "/api/admin/pulse", s.guard.AdminOnly(s.adminPulse))
+	handle("GET", "/api/admin/orders", s.guard.AdminOnly(s.adminSearchOrders)) // admin_support.go
+	handle("GET", "/api/admin/orders/{orderNo}", s.guard.AdminOnly(s.adminGetOrder))
+	handle("GET", "/api/admin/refunds", s.guard.AdminOnly(s.adminRefunds))
+	handle("POST", "/api/admin/payments/{paymentNo}/refund", s.guard.AdminOnly(s.adminRefund))
 	return r
 }
 
@@ -347,14 +348,14 @@ func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		httpapi.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, httpapi.CodePayloadTooLarge,
 			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
 	case errors.As(err, &small):
-		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidArgument, "request headers are too large")
+		httpapi.WriteError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, httpapi.CodeInvalidArgument, "request headers are too large")
 	case errors.As(err, &netErr) && netErr.Timeout():
-		writeError(ctx, fasthttp.StatusRequestTimeout, CodeInvalidArgument, "request not received in time")
+		httpapi.WriteError(ctx, fasthttp.StatusRequestTimeout, httpapi.CodeInvalidArgument, "request not received in time")
 	default:
-		writeError(ctx, fasthttp.StatusBadRequest, CodeInvalidArgument, "malformed HTTP request")
+		httpapi.WriteError(ctx, fasthttp.StatusBadRequest, httpapi.CodeInvalidArgument, "malformed HTTP request")
 	}
 }
 
@@ -367,7 +368,7 @@ func (s *Server) recoverPanics(next fasthttp.RequestHandler) fasthttp.RequestHan
 				s.log.Error("panic in handler", "method", string(ctx.Method()), "path", string(ctx.Path()),
 					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				ctx.Response.Reset()
-				writeError(ctx, fasthttp.StatusInternalServerError, CodeInternal, "internal error")
+				httpapi.WriteError(ctx, fasthttp.StatusInternalServerError, httpapi.CodeInternal, "internal error")
 			}
 		}()
 		next(ctx)
@@ -383,11 +384,11 @@ var apiPrefix = []byte("/api/")
 // not served (production mode) it is a plain 404.
 var metricsPath = []byte("/metrics")
 
-func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute) }
+func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.ans.Fail(ctx, httpapi.ErrNoRoute) }
 
 // healthz answers 200 while the process serves HTTP.
 func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
-	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	httpapi.WriteBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 }
 
 // openAPIDocument answers GET /api/openapi.yaml: the API's OpenAPI 3.1

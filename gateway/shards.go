@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -68,32 +69,20 @@ func (s *Server) shardCountMySQL(productID int64) (int, error) {
 // productRow is productID's row from the product cache, re-reading MySQL
 // (at most once per productMissRefresh) for a product created since.
 func (s *Server) productRow(productID int64) (persistence.Product, error) {
-	snap, err := s.products.get(s.cfg.StoreTimeout)
+	snap, err := s.products.Get(s.cfg.StoreTimeout)
 	if err != nil {
 		return persistence.Product{}, err
 	}
-	i, ok := snap.byID[productID]
+	i, ok := snap.ByID[productID]
 	if !ok {
-		if snap, err = s.products.refreshOlderThan(productMissRefresh, s.cfg.StoreTimeout); err != nil {
+		if snap, err = s.products.RefreshOlderThan(productMissRefresh, s.cfg.StoreTimeout); err != nil {
 			return persistence.Product{}, err
 		}
-		if i, ok = snap.byID[productID]; !ok {
-			return persistence.Product{}, errProductNotFound
+		if i, ok = snap.ByID[productID]; !ok {
+			return persistence.Product{}, httpapi.ErrProductNotFound
 		}
 	}
-	return snap.list[i], nil
-}
-
-// refreshOlderThan re-reads MySQL unless the snapshot is younger than minAge.
-func (c *productCache) refreshOlderThan(minAge, timeout time.Duration) (*productSnapshot, error) {
-	c.mu.Lock()
-	if sn := c.snap.Load(); sn != nil && time.Since(sn.at) < minAge {
-		c.mu.Unlock()
-		return sn, nil
-	}
-	c.snap.Store(nil)
-	c.mu.Unlock()
-	return c.get(timeout)
+	return snap.List[i], nil
 }
 
 // Pull policy of a sharded product whose home shard is short.

@@ -68,7 +68,7 @@ func (c *soldOutCache) mark(productID int64, now time.Time) {
 func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productID int64, home int, requestID string, quantity int64, now time.Time) {
 	if s.nonBuyer(productID, home, c.UserID, now) { // buyers.go: no record to replay
 		s.metrics.reserveOutcome(lua.ErrSoldOut)
-		s.fail(ctx, lua.ErrSoldOut)
+		s.ans.Fail(ctx, lua.ErrSoldOut)
 		return
 	}
 	k := lua.ShardKeys(productID, home)
@@ -85,29 +85,29 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productI
 	switch {
 	case errors.Is(err, redis.Nil):
 		s.metrics.reserveOutcome(lua.ErrSoldOut)
-		s.fail(ctx, lua.ErrSoldOut)
+		s.ans.Fail(ctx, lua.ErrSoldOut)
 		return
 	case err != nil:
 		s.metrics.reserveOutcome(err)
-		s.failWith(ctx, err, "", requestID)
+		s.ans.FailWith(ctx, err, "", requestID)
 		return
 	}
 	rec, ok := lua.ParseRequestRecord(seen)
 	no, q, st := rec.OrderNo, rec.Quantity, rec.Status
 	if !ok {
 		s.metrics.reserveOutcome(lua.ErrSoldOut)
-		s.fail(ctx, lua.ErrSoldOut)
+		s.ans.Fail(ctx, lua.ErrSoldOut)
 		return
 	}
 	if q != strconv.FormatInt(quantity, 10) {
 		s.metrics.reserveOutcome(lua.ErrKeyReused)
-		s.failWith(ctx, lua.ErrKeyReused, no, requestID)
+		s.ans.FailWith(ctx, lua.ErrKeyReused, no, requestID)
 		return
 	}
 	if s.durable != nil { // durability.go: a 200 only once the record is on enough replicas
 		if err := s.durable.wait(k); err != nil {
 			s.metrics.reserveOutcome(err)
-			s.failWith(ctx, err, "", requestID)
+			s.ans.FailWith(ctx, err, "", requestID)
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/drop"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -88,11 +89,11 @@ func appendPlace(b []byte, productID int64, p lua.Place) []byte {
 		mode = lua.ModeFIFO
 	}
 	b = append(b, `,"mode":`...)
-	b = appendJSONString(b, string(mode))
+	b = httpapi.AppendJSONString(b, string(mode))
 	b = append(b, `,"ticket":`...)
-	b = appendJSONString(b, p.Ticket)
+	b = httpapi.AppendJSONString(b, p.Ticket)
 	b = append(b, `,"state":`...)
-	b = appendJSONString(b, string(p.State))
+	b = httpapi.AppendJSONString(b, string(p.State))
 	b = append(b, `,"position":`...)
 	b = strconv.AppendInt(b, p.Position, 10)
 	b = append(b, `,"shufflePosition":`...)
@@ -133,9 +134,9 @@ func appendTime(b []byte, t time.Time) []byte {
 // product id.
 func (s *Server) roomProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
 	raw, _ := ctx.UserValue("id").(string)
-	productID, ok := parseID(raw)
+	productID, ok := httpapi.ParseID(raw)
 	if !ok {
-		s.fail(ctx, errProductNotFound)
+		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
 		return 0, false
 	}
 	return productID, true
@@ -168,15 +169,15 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	var args lua.TakeArgs
 	if body := ctx.PostBody(); len(body) > 0 {
 		var payload string
-		fields := [...]field{optional(stringField("altcha", &payload), nil)}
-		if err := decodeBody(body, s.cfg.MaxBodyBytes, fields[:]); err != nil {
-			s.fail(ctx, err)
+		fields := [...]httpapi.Field{httpapi.Optional(httpapi.StringField("altcha", &payload), nil)}
+		if err := httpapi.DecodeBody(body, s.cfg.MaxBodyBytes, fields[:]); err != nil {
+			s.ans.Fail(ctx, err)
 			return
 		}
 		if payload != "" {
 			ch, ttl, err := s.pow.verify(payload, c.UserID, productID, time.Now())
 			if err != nil {
-				s.fail(ctx, err)
+				s.ans.Fail(ctx, err)
 				return
 			}
 			args.PowChallenge, args.PowTTL = ch, ttl
@@ -184,7 +185,7 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	shards, err := s.shardCount(productID) // cached: 404 for an unknown product without a script
 	if err != nil {
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 		return
 	}
 	args.UserID = c.UserID
@@ -197,18 +198,18 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	case err == nil:
 		s.rooms.set(productID, true)
 		var a [320]byte
-		writeBody(ctx, fasthttp.StatusOK, appendPlace(a[:0], productID, p))
+		httpapi.WriteBody(ctx, fasthttp.StatusOK, appendPlace(a[:0], productID, p))
 	case errors.Is(err, lua.ErrPreQueueNotOpen):
-		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodePreQueueNotOpen,
-			message: "the pre-queue opens at " + p.OpensAt.Format(time.RFC3339) + ": come back then"})
+		s.ans.Fail(ctx, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodePreQueueNotOpen,
+			Message: "the pre-queue opens at " + p.OpensAt.Format(time.RFC3339) + ": come back then"})
 	case errors.Is(err, lua.ErrRoomOff):
 		s.rooms.set(productID, false)
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 	case errors.Is(err, lua.ErrLimitExceeded):
-		s.fail(ctx, &apiError{status: fasthttp.StatusConflict, code: CodePurchaseLimitExceeded,
-			message: "you already hold this product's per-user limit: there is nothing left for you to order, so no ticket"})
+		s.ans.Fail(ctx, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodePurchaseLimitExceeded,
+			Message: "you already hold this product's per-user limit: there is nothing left for you to order, so no ticket"})
 	default:
-		s.fail(ctx, err)
+		s.ans.Fail(ctx, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stampede-sh/stampede/drop"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -614,10 +615,10 @@ func TestProofOfWorkOnceForOneUser(t *testing.T) {
 		t.Fatalf("a new challenge buys a new ticket: %s", r)
 	}
 	// Expired: the gate refuses a payload past its expiry.
-	if _, _, err := e.srv.pow.verify(payload, 1, pid, time.Now().Add(time.Hour)); !errors.Is(err, errPowInvalid) {
+	if _, _, err := e.srv.pow.verify(payload, 1, pid, time.Now().Add(time.Hour)); !errors.Is(err, httpapi.ErrPowInvalid) {
 		t.Fatalf("an expired solution: %v", err)
 	}
-	if _, _, err := e.srv.pow.verify(payload, 1, pid+1, time.Now()); !errors.Is(err, errPowInvalid) {
+	if _, _, err := e.srv.pow.verify(payload, 1, pid+1, time.Now()); !errors.Is(err, httpapi.ErrPowInvalid) {
 		t.Fatalf("another product's solution: %v", err)
 	}
 }

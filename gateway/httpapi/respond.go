@@ -1,4 +1,4 @@
-package gateway
+package httpapi
 
 import (
 	"encoding/json"
@@ -7,26 +7,26 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-const contentTypeJSON = "application/json"
+const ContentTypeJSON = "application/json"
 
 // writeBody sends b (copied) as a JSON response with status.
-func writeBody(ctx *fasthttp.RequestCtx, status int, b []byte) {
+func WriteBody(ctx *fasthttp.RequestCtx, status int, b []byte) {
 	ctx.SetStatusCode(status)
-	ctx.SetContentType(contentTypeJSON)
+	ctx.SetContentType(ContentTypeJSON)
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	ctx.Response.SetBody(b)
 }
 
-// writeJSON encodes v with encoding/json; for answers off the hot path.
-func (s *Server) writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+// JSON encodes v with encoding/json; for answers off the hot path.
+func (s *Answers) JSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil { // only our own types are encoded: a bug
-		s.log.Error("encode response", "path", string(ctx.Path()), "err", err)
-		writeError(ctx, fasthttp.StatusInternalServerError, CodeInternal, "internal error")
+		s.Log.Error("encode response", "path", string(ctx.Path()), "err", err)
+		WriteError(ctx, fasthttp.StatusInternalServerError, CodeInternal, "internal error")
 		return
 	}
-	writeBody(ctx, status, b)
+	WriteBody(ctx, status, b)
 }
 
 const hexDigits = "0123456789abcdef"
@@ -34,7 +34,7 @@ const hexDigits = "0123456789abcdef"
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
 // control characters are escaped, and so are <, > and & (as encoding/json
 // does) so a message can never be read as markup.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -1,4 +1,4 @@
-package gateway
+package httpapi
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ const (
 
 // field is one member of a body: its name, its kind, where to store it and
 // whether it must be present.
-type field struct {
+type Field struct {
 	name     string
 	kind     kind
 	optional bool
@@ -56,22 +56,22 @@ type field struct {
 const maxFields = 32
 
 // intField, stringField and timeField declare a required field stored in *p.
-func intField(name string, p *int64) field      { return field{name: name, kind: kindInt, i: p} }
-func stringField(name string, p *string) field  { return field{name: name, kind: kindString, s: p} }
-func timeField(name string, p *time.Time) field { return field{name: name, kind: kindTime, t: p} }
-func boolField(name string, p *bool) field      { return field{name: name, kind: kindBool, b: p} }
+func IntField(name string, p *int64) Field      { return Field{name: name, kind: kindInt, i: p} }
+func StringField(name string, p *string) Field  { return Field{name: name, kind: kindString, s: p} }
+func TimeField(name string, p *time.Time) Field { return Field{name: name, kind: kindTime, t: p} }
+func BoolField(name string, p *bool) Field      { return Field{name: name, kind: kindBool, b: p} }
 
 // optional makes f optional: absent or null leaves its target and *set as
 // they are; a value sets *set to true.
-func optional(f field, set *bool) field {
+func Optional(f Field, set *bool) Field {
 	f.optional, f.set = true, set
 	return f
 }
 
 // nullable makes f optional and records an explicit null in *isNull (absent
 // leaves it false): for fields where null means something (saleEnd: none).
-func nullable(f field, set, isNull *bool) field {
-	f = optional(f, set)
+func Nullable(f Field, set, isNull *bool) Field {
+	f = Optional(f, set)
 	f.null = isNull
 	return f
 }
@@ -79,14 +79,14 @@ func nullable(f field, set, isNull *bool) field {
 // label is f.name for an error message. It is a copy so that, for escape
 // analysis, messages do not leak the field table: the variables the fields
 // point into can then live on the caller's stack.
-func (f *field) label() string { return strings.Clone(f.name) }
+func (f *Field) label() string { return strings.Clone(f.name) }
 
 func (k kind) describe() string {
 	return [...]string{"", "an integer", "a string", "an RFC 3339 time string", "true or false"}[k]
 }
 
 // fieldNames lists the fields for a message: "productId, quantity, requestId".
-func fieldNames(fields []field) string {
+func fieldNames(fields []Field) string {
 	names := make([]string, len(fields))
 	for i := range fields {
 		names[i] = fields[i].label()
@@ -97,7 +97,7 @@ func fieldNames(fields []field) string {
 // decodeBody decodes body, which must be one JSON object, into fields. It
 // returns a 400 INVALID_ARGUMENT *apiError (413 PAYLOAD_TOO_LARGE for a body
 // over maxBytes) or nil: the first problem found.
-func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
+func DecodeBody(body []byte, maxBytes int, fields []Field) *APIError {
 	return decodeFields(body, maxBytes, fields, nil)
 }
 
@@ -105,23 +105,23 @@ func decodeBody(body []byte, maxBytes int, fields []field) *apiError {
 // an unknown, duplicate, missing or mistyped field is added to *errs (its
 // value skipped) and decoding goes on. Only a body that is not a readable
 // JSON object (or is over maxBytes) returns an error at once.
-func decodeBodyAll(body []byte, maxBytes int, fields []field, errs *[]fieldError) *apiError {
+func DecodeBodyAll(body []byte, maxBytes int, fields []Field, errs *[]FieldError) *APIError {
 	return decodeFields(body, maxBytes, fields, errs)
 }
 
 // decodeFields is decodeBody (all nil: stop at the first problem) and
 // decodeBodyAll (all non-nil: collect the problems of fields into *all).
-func decodeFields(body []byte, maxBytes int, fields []field, all *[]fieldError) *apiError {
+func decodeFields(body []byte, maxBytes int, fields []Field, all *[]FieldError) *APIError {
 	if len(fields) > maxFields { // a programming error, caught by the tests
-		return &apiError{status: 500, code: CodeInternal, message: "internal error"}
+		return &APIError{Status: 500, Code: CodeInternal, Message: "internal error"}
 	}
 	if len(body) > maxBytes {
-		return tooLarge(maxBytes)
+		return TooLarge(maxBytes)
 	}
 	d := decoder{b: body}
 	d.skipSpace()
 	if d.peek() != '{' {
-		return invalidArg("request body must be a JSON object with fields %s", fieldNames(fields))
+		return InvalidArg("request body must be a JSON object with fields %s", fieldNames(fields))
 	}
 	d.pos++
 	var seen uint32
@@ -129,21 +129,21 @@ func decodeFields(body []byte, maxBytes int, fields []field, all *[]fieldError) 
 	if d.peek() == '}' {
 		d.pos++
 	} else {
-		var err *apiError
+		var err *APIError
 		if seen, err = d.members(fields, all); err != nil {
 			return err
 		}
 	}
 	d.skipSpace()
 	if d.pos != len(d.b) {
-		return invalidArg("request body has unexpected data after the JSON object (offset %d)", d.pos)
+		return InvalidArg("request body has unexpected data after the JSON object (offset %d)", d.pos)
 	}
 	return missingFields(fields, seen, all)
 }
 
 // members decodes the members of a non-empty object, the cursor after its
 // '{', up to and past its '}'. seen has bit i set for each fields[i] set.
-func (d *decoder) members(fields []field, all *[]fieldError) (uint32, *apiError) {
+func (d *decoder) members(fields []Field, all *[]FieldError) (uint32, *APIError) {
 	var seen uint32
 	for {
 		f, unknown, err := d.memberKey(fields, &seen, all)
@@ -175,7 +175,7 @@ func (d *decoder) members(fields []field, all *[]fieldError) (uint32, *apiError)
 // field it sets, or nil with unknown, the member's name, when it is none of
 // fields, one already set, or one that differs in case (a problem reported
 // to all; the value is then skipped).
-func (d *decoder) memberKey(fields []field, seen *uint32, all *[]fieldError) (f *field, unknown string, err *apiError) {
+func (d *decoder) memberKey(fields []Field, seen *uint32, all *[]FieldError) (f *Field, unknown string, err *APIError) {
 	d.skipSpace()
 	if d.peek() != '"' {
 		return nil, "", d.syntax("expected a field name")
@@ -186,14 +186,14 @@ func (d *decoder) memberKey(fields []field, seen *uint32, all *[]fieldError) (f 
 		return nil, "", d.syntaxAt(keyAt, "malformed field name")
 	}
 	idx := lookup(fields, key)
-	var bad *apiError // a problem of this member: its value is skipped
+	var bad *APIError // a problem of this member: its value is skipped
 	switch {
 	case idx < 0:
-		bad = invalidArg("unknown field %s", quoteField(key))
+		bad = InvalidArg("unknown field %s", quoteField(key))
 	case *seen&(1<<idx) != 0:
-		bad = invalidArg("duplicate field %s (field %q is already set)", quoteField(key), fields[idx].label())
+		bad = InvalidArg("duplicate field %s (field %q is already set)", quoteField(key), fields[idx].label())
 	case string(key) != fields[idx].name:
-		bad = invalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), fields[idx].label())
+		bad = InvalidArg("unknown field %s (field names are case-sensitive: did you mean %q?)", quoteField(key), fields[idx].label())
 	default:
 		*seen |= 1 << idx
 		return &fields[idx], "", nil
@@ -205,7 +205,7 @@ func (d *decoder) memberKey(fields []field, seen *uint32, all *[]fieldError) (f 
 // memberValue decodes a member's value into f, or skips it when f is nil
 // (unknown names the member). With all non-nil a value of the wrong kind
 // is reported there and skipped.
-func (d *decoder) memberValue(f *field, unknown string, all *[]fieldError) *apiError {
+func (d *decoder) memberValue(f *Field, unknown string, all *[]FieldError) *APIError {
 	valueAt := d.pos
 	if f == nil {
 		if !d.skipValue() {
@@ -217,7 +217,7 @@ func (d *decoder) memberValue(f *field, unknown string, all *[]fieldError) *apiE
 	if err == nil {
 		return nil
 	}
-	if err.status != fasthttp.StatusBadRequest || all == nil {
+	if err.Status != fasthttp.StatusBadRequest || all == nil {
 		return err
 	}
 	// A value of the wrong kind: note it, skip the value.
@@ -230,10 +230,10 @@ func (d *decoder) memberValue(f *field, unknown string, all *[]fieldError) *apiE
 
 // missingFields reports every required field of fields not in seen: with
 // all nil the first as the answer.
-func missingFields(fields []field, seen uint32, all *[]fieldError) *apiError {
+func missingFields(fields []Field, seen uint32, all *[]FieldError) *APIError {
 	for i := range fields {
 		if !fields[i].optional && seen&(1<<i) == 0 {
-			if err := report(all, fields[i].label(), invalidArg("missing required field %q", fields[i].label())); err != nil {
+			if err := report(all, fields[i].label(), InvalidArg("missing required field %q", fields[i].label())); err != nil {
 				return err
 			}
 		}
@@ -243,7 +243,7 @@ func missingFields(fields []field, seen uint32, all *[]fieldError) *apiError {
 
 // memberName is f's name for a message (a copy: see label), or unknown's
 // when f is nil.
-func memberName(f *field, unknown string) string {
+func memberName(f *Field, unknown string) string {
 	if f != nil {
 		return f.label()
 	}
@@ -252,11 +252,11 @@ func memberName(f *field, unknown string) string {
 
 // report handles a problem e of field name: with all nil the answer (stop
 // at the first problem), else noted in *all (nil: go on).
-func report(all *[]fieldError, name string, e *apiError) *apiError {
+func report(all *[]FieldError, name string, e *APIError) *APIError {
 	if all == nil {
 		return e
 	}
-	*all = append(*all, fieldError{Field: name, Message: e.message})
+	*all = append(*all, FieldError{Field: name, Message: e.Message})
 	return nil
 }
 
@@ -305,7 +305,7 @@ func (d *decoder) skipValue() bool {
 }
 
 // lookup finds the field whose name equals key ignoring case, or -1.
-func lookup(fields []field, key []byte) int {
+func lookup(fields []Field, key []byte) int {
 	for i := range fields {
 		if string(key) == fields[i].name {
 			return i
@@ -352,21 +352,21 @@ func (d *decoder) skipSpace() {
 	}
 }
 
-func (d *decoder) syntax(what string) *apiError { return d.syntaxAt(d.pos, what) }
+func (d *decoder) syntax(what string) *APIError { return d.syntaxAt(d.pos, what) }
 
-func (d *decoder) syntaxAt(at int, what string) *apiError {
+func (d *decoder) syntaxAt(at int, what string) *APIError {
 	if at >= len(d.b) {
-		return invalidArg("request body is not valid JSON: %s, found end of body", what)
+		return InvalidArg("request body is not valid JSON: %s, found end of body", what)
 	}
-	return invalidArg("request body is not valid JSON at offset %d: %s", at, what)
+	return InvalidArg("request body is not valid JSON at offset %d: %s", at, what)
 }
 
 // value decodes the value at the cursor into f.
-func (d *decoder) value(f *field) *apiError {
+func (d *decoder) value(f *Field) *APIError {
 	c := d.peek()
 	if c == 'n' && bytes.HasPrefix(d.b[d.pos:], []byte("null")) {
 		if !f.optional {
-			return invalidArg("%s must be %s, not null", f.label(), f.kind.describe())
+			return InvalidArg("%s must be %s, not null", f.label(), f.kind.describe())
 		}
 		d.pos += 4
 		if f.null != nil {
@@ -403,7 +403,7 @@ func (d *decoder) value(f *field) *apiError {
 			return d.syntaxAt(at, "malformed string in field "+strconv.Quote(f.name))
 		}
 		if !utf8.Valid(raw) {
-			return invalidArg("%s is not valid UTF-8", f.label())
+			return InvalidArg("%s is not valid UTF-8", f.label())
 		}
 		if f.kind == kindString {
 			*f.s = string(raw)
@@ -411,7 +411,7 @@ func (d *decoder) value(f *field) *apiError {
 		}
 		t, err := time.Parse(time.RFC3339, string(raw))
 		if err != nil {
-			return invalidArg("%s must be an RFC 3339 time such as \"2026-01-02T15:04:05Z\"", f.label())
+			return InvalidArg("%s must be an RFC 3339 time such as \"2026-01-02T15:04:05Z\"", f.label())
 		}
 		*f.t = t
 	}
@@ -422,7 +422,7 @@ func (d *decoder) value(f *field) *apiError {
 }
 
 // wrongType reports the JSON type found where f's kind was expected.
-func (d *decoder) wrongType(f *field) *apiError {
+func (d *decoder) wrongType(f *Field) *APIError {
 	found := "malformed"
 	switch c := d.peek(); {
 	case c == '"':
@@ -438,12 +438,12 @@ func (d *decoder) wrongType(f *field) *apiError {
 	case c == 0:
 		found = "nothing"
 	}
-	return invalidArg("%s must be %s, not %s", f.label(), f.kind.describe(), found)
+	return InvalidArg("%s must be %s, not %s", f.label(), f.kind.describe(), found)
 }
 
 // integer reads -?(0|[1-9][0-9]*) as an int64. A fraction or exponent makes
 // it a non-integer even when its value is whole (1.0, 1e3).
-func (d *decoder) integer(f *field) (int64, *apiError) {
+func (d *decoder) integer(f *Field) (int64, *APIError) {
 	neg := false
 	if d.peek() == '-' {
 		neg = true
@@ -464,21 +464,21 @@ func (d *decoder) integer(f *field) (int64, *apiError) {
 	digits := d.pos - start
 	switch {
 	case digits == 0:
-		return 0, invalidArg("%s must be an integer, not a malformed number", f.label())
+		return 0, InvalidArg("%s must be an integer, not a malformed number", f.label())
 	case digits > 1 && d.b[start] == '0':
-		return 0, invalidArg("%s must be an integer without leading zeros", f.label())
+		return 0, InvalidArg("%s must be an integer without leading zeros", f.label())
 	}
 	if c := d.peek(); c == '.' || c == 'e' || c == 'E' {
-		return 0, invalidArg("%s must be an integer, without a fraction or exponent", f.label())
+		return 0, InvalidArg("%s must be an integer, without a fraction or exponent", f.label())
 	}
 	if neg {
 		if overflow || u > 1<<63 {
-			return 0, invalidArg("%s is out of range for a 64-bit integer", f.label())
+			return 0, InvalidArg("%s is out of range for a 64-bit integer", f.label())
 		}
 		return int64(-u), nil //nolint:gosec // u <= 1<<63: -u fits
 	}
 	if overflow || u > 1<<63-1 {
-		return 0, invalidArg("%s is out of range for a 64-bit integer", f.label())
+		return 0, InvalidArg("%s is out of range for a 64-bit integer", f.label())
 	}
 	return int64(u), nil
 }
@@ -592,4 +592,4 @@ func (d *decoder) hex4() (rune, bool) {
 // parseID parses an id in a path or query: a positive int64 in canonical
 // decimal only ("7", never "+7", "007" or " 7"), so each id has one
 // spelling (auth.ParseDecimalID).
-func parseID(s string) (int64, bool) { return auth.ParseDecimalID(s) }
+func ParseID(s string) (int64, bool) { return auth.ParseDecimalID(s) }

@@ -1,4 +1,4 @@
-package gateway
+package httpapi
 
 import (
 	"bytes"
@@ -20,49 +20,57 @@ type bytesVerifier interface {
 }
 
 // authedHandler is a handler that needs a verified caller.
-type authedHandler func(ctx *fasthttp.RequestCtx, c auth.Claims)
+type AuthedHandler func(ctx *fasthttp.RequestCtx, c auth.Claims)
 
 var bearerPrefix = []byte("bearer ")
 
-// authed verifies "Authorization: Bearer <jwt>" and calls next with the
+// Guard authenticates requests: Authed for any verified caller, AdminOnly
+// for role admin. Its failures are answered by Ans.
+type Guard struct {
+	Verifier TokenVerifier
+	Ans      *Answers
+}
+
+// Authed verifies "Authorization: Bearer <jwt>" and calls next with the
 // claims; a missing or invalid token answers 401 UNAUTHENTICATED.
-func (s *Server) authed(next authedHandler) fasthttp.RequestHandler {
+func (s *Guard) Authed(next AuthedHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		c, err := s.authenticate(ctx)
+		c, err := s.Authenticate(ctx)
 		if err != nil {
-			s.fail(ctx, err)
+			s.Ans.Fail(ctx, err)
 			return
 		}
 		next(ctx, c)
 	}
 }
 
-// adminOnly is authed plus role admin (403 FORBIDDEN otherwise).
-func (s *Server) adminOnly(next authedHandler) fasthttp.RequestHandler {
-	return s.authed(func(ctx *fasthttp.RequestCtx, c auth.Claims) {
+// AdminOnly is Authed plus role admin (403 FORBIDDEN otherwise).
+func (s *Guard) AdminOnly(next AuthedHandler) fasthttp.RequestHandler {
+	return s.Authed(func(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		if !c.Admin {
-			s.fail(ctx, errForbidden)
+			s.Ans.Fail(ctx, ErrForbidden)
 			return
 		}
 		next(ctx, c)
 	})
 }
 
-func (s *Server) authenticate(ctx *fasthttp.RequestCtx) (auth.Claims, error) {
+// Authenticate returns the claims of the request's bearer token.
+func (s *Guard) Authenticate(ctx *fasthttp.RequestCtx) (auth.Claims, error) {
 	h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
 	if len(h) <= len(bearerPrefix) || !bytes.EqualFold(h[:len(bearerPrefix)], bearerPrefix) {
 		return auth.Claims{}, auth.ErrUnauthenticated
 	}
 	tok := bytes.TrimSpace(h[len(bearerPrefix):])
-	if bv, ok := s.verifier.(bytesVerifier); ok {
+	if bv, ok := s.Verifier.(bytesVerifier); ok {
 		return bv.VerifyBytes(tok)
 	}
-	return s.verifier.Verify(string(tok))
+	return s.Verifier.Verify(string(tok))
 }
 
 // adminAttrs are the log attributes naming the admin behind an action: the
 // user id and, for an identity provider's admin, its issuer and subject.
-func adminAttrs(c auth.Claims) []any {
+func AdminAttrs(c auth.Claims) []any {
 	attrs := []any{"adminId", c.UserID}
 	if c.UserID >= auth.FirstMappedUserID {
 		attrs = append(attrs, "adminIssuer", c.Issuer, "adminSubject", c.Subject)

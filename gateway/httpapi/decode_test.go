@@ -1,4 +1,4 @@
-package gateway
+package httpapi
 
 import (
 	"encoding/json"
@@ -9,9 +9,9 @@ import (
 )
 
 // orderBody decodes body with the order request's fields.
-func orderBody(body string) (pid, qty int64, rid string, err *apiError) {
-	fields := [...]field{intField("productId", &pid), intField("quantity", &qty), stringField("requestId", &rid)}
-	err = decodeBody([]byte(body), DefaultMaxBodyBytes, fields[:])
+func orderBody(body string) (pid, qty int64, rid string, err *APIError) {
+	fields := [...]Field{IntField("productId", &pid), IntField("quantity", &qty), StringField("requestId", &rid)}
+	err = DecodeBody([]byte(body), testMaxBodyBytes, fields[:])
 	return pid, qty, rid, err
 }
 
@@ -82,16 +82,16 @@ func TestDecodeBodyRejects(t *testing.T) {
 			t.Errorf("%.80q: accepted", tc.body)
 			continue
 		}
-		if err.status != 400 || err.code != CodeInvalidArgument || !strings.Contains(err.message, tc.want) {
-			t.Errorf("%.80q: got %d %s %q, want message containing %q", tc.body, err.status, err.code, err.message, tc.want)
+		if err.Status != 400 || err.Code != CodeInvalidArgument || !strings.Contains(err.Message, tc.want) {
+			t.Errorf("%.80q: got %d %s %q, want message containing %q", tc.body, err.Status, err.Code, err.Message, tc.want)
 		}
 	}
 }
 
 func TestDecodeBodyTooLarge(t *testing.T) {
-	long := `{"productId":1,"quantity":1,"requestId":"` + strings.Repeat("a", DefaultMaxBodyBytes) + `"}`
+	long := `{"productId":1,"quantity":1,"requestId":"` + strings.Repeat("a", testMaxBodyBytes) + `"}`
 	_, _, _, err := orderBody(long)
-	if err == nil || err.status != 413 || err.code != CodePayloadTooLarge || !strings.Contains(err.message, "exceeds 4096 bytes") {
+	if err == nil || err.Status != 413 || err.Code != CodePayloadTooLarge || !strings.Contains(err.Message, "exceeds 4096 bytes") {
 		t.Fatalf("oversized body: %v", err)
 	}
 }
@@ -105,13 +105,13 @@ func TestDecodeBodyAll(t *testing.T) {
 		at              time.Time
 		hasAt, atIsNull bool
 	)
-	fields := func() []field {
+	fields := func() []Field {
 		n, m, s, at, hasAt, atIsNull = 0, 0, "", time.Time{}, false, false
-		return []field{intField("n", &n), intField("m", &m), stringField("s", &s), nullable(timeField("at", &at), &hasAt, &atIsNull)}
+		return []Field{IntField("n", &n), IntField("m", &m), StringField("s", &s), Nullable(TimeField("at", &at), &hasAt, &atIsNull)}
 	}
-	var errs []fieldError
+	var errs []FieldError
 	body := `{"n":1.5,"x":{"a":[1,"}"]},"s":"ok","N":2,"at":"soon"}`
-	if err := decodeBodyAll([]byte(body), 4096, fields(), &errs); err != nil {
+	if err := DecodeBodyAll([]byte(body), 4096, fields(), &errs); err != nil {
 		t.Fatalf("fatal %v", err)
 	}
 	want := []string{"n", "x", "N", "at", "m"}
@@ -128,17 +128,17 @@ func TestDecodeBodyAll(t *testing.T) {
 	}
 	// null of a nullable field is told apart from absent.
 	errs = nil
-	if err := decodeBodyAll([]byte(`{"n":1,"m":2,"s":"","at":null}`), 4096, fields(), &errs); err != nil || len(errs) != 0 || !atIsNull || hasAt {
+	if err := DecodeBodyAll([]byte(`{"n":1,"m":2,"s":"","at":null}`), 4096, fields(), &errs); err != nil || len(errs) != 0 || !atIsNull || hasAt {
 		t.Fatalf("null: %v %+v null %v set %v", err, errs, atIsNull, hasAt)
 	}
 	errs = nil
-	if err := decodeBodyAll([]byte(`{"n":1,"m":2,"s":""}`), 4096, fields(), &errs); err != nil || len(errs) != 0 || atIsNull || hasAt {
+	if err := DecodeBodyAll([]byte(`{"n":1,"m":2,"s":""}`), 4096, fields(), &errs); err != nil || len(errs) != 0 || atIsNull || hasAt {
 		t.Fatalf("absent: %v %+v null %v set %v", err, errs, atIsNull, hasAt)
 	}
 	// A body that is not readable JSON is one error, at once.
 	for _, bad := range []string{`{"n":1,`, `{"n":[1,2}`, `[1]`, `{"n" 1}`} {
 		errs = nil
-		if err := decodeBodyAll([]byte(bad), 4096, fields(), &errs); err == nil || err.status != 400 {
+		if err := DecodeBodyAll([]byte(bad), 4096, fields(), &errs); err == nil || err.Status != 400 {
 			t.Errorf("%s: %v %+v", bad, err, errs)
 		}
 	}
@@ -149,24 +149,24 @@ func TestDecodeBodyOptionalAndTime(t *testing.T) {
 		n      int64
 		at     time.Time
 		has    bool
-		fields = func() []field {
-			return []field{timeField("at", &at), optional(intField("n", &n), &has)}
+		fields = func() []Field {
+			return []Field{TimeField("at", &at), Optional(IntField("n", &n), &has)}
 		}
 	)
-	if err := decodeBody([]byte(`{"at":"2026-01-02T03:04:05.678+01:00"}`), 4096, fields()); err != nil || has {
+	if err := DecodeBody([]byte(`{"at":"2026-01-02T03:04:05.678+01:00"}`), 4096, fields()); err != nil || has {
 		t.Fatalf("optional absent: %v %v", err, has)
 	}
 	if !at.Equal(time.Date(2026, 1, 2, 2, 4, 5, 678e6, time.UTC)) {
 		t.Fatalf("time %v", at)
 	}
-	if err := decodeBody([]byte(`{"at":"2026-01-02T03:04:05Z","n":null}`), 4096, fields()); err != nil || has {
+	if err := DecodeBody([]byte(`{"at":"2026-01-02T03:04:05Z","n":null}`), 4096, fields()); err != nil || has {
 		t.Fatalf("optional null: %v %v", err, has)
 	}
-	if err := decodeBody([]byte(`{"at":"2026-01-02T03:04:05Z","n":3}`), 4096, fields()); err != nil || !has || n != 3 {
+	if err := DecodeBody([]byte(`{"at":"2026-01-02T03:04:05Z","n":3}`), 4096, fields()); err != nil || !has || n != 3 {
 		t.Fatalf("optional set: %v %v %d", err, has, n)
 	}
 	for _, bad := range []string{`{"at":"2026-01-02"}`, `{"at":"yesterday"}`, `{"at":1}`} {
-		if err := decodeBody([]byte(bad), 4096, fields()); err == nil || !strings.Contains(err.message, "at must be") {
+		if err := DecodeBody([]byte(bad), 4096, fields()); err == nil || !strings.Contains(err.Message, "at must be") {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
@@ -178,8 +178,8 @@ func TestDecodeBodyAllocations(t *testing.T) {
 	allocs := testing.AllocsPerRun(200, func() {
 		var pid, qty int64
 		var rid string
-		fields := [...]field{intField("productId", &pid), intField("quantity", &qty), stringField("requestId", &rid)}
-		if err := decodeBody(body, DefaultMaxBodyBytes, fields[:]); err != nil {
+		fields := [...]Field{IntField("productId", &pid), IntField("quantity", &qty), StringField("requestId", &rid)}
+		if err := DecodeBody(body, testMaxBodyBytes, fields[:]); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -190,7 +190,7 @@ func TestDecodeBodyAllocations(t *testing.T) {
 
 func TestAppendJSONString(t *testing.T) {
 	for _, s := range []string{"", "plain", `q"b\s`, "ctl\x00\x1f\n\r\t", "<a>&", "é😀", "bad\xffutf8", "\u2028"} {
-		b := appendJSONString(nil, s)
+		b := AppendJSONString(nil, s)
 		var back string
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Errorf("%q → %s: %v", s, b, err)
@@ -199,40 +199,6 @@ func TestAppendJSONString(t *testing.T) {
 		want := strings.ToValidUTF8(s, "\uFFFD")
 		if back != want {
 			t.Errorf("%q → %s → %q", s, b, back)
-		}
-	}
-}
-
-func TestConfig(t *testing.T) {
-	c := Config{JWTSecret: []byte("j"), PaymentSecret: []byte("p")}
-	c.setDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if c.Addr != DefaultAddr || c.MaxBodyBytes != 4096 || c.RequestTTL != 24*time.Hour || c.PayTimeout != 15*time.Minute ||
-		c.TokenTTL != 24*time.Hour || c.DisableDemoLogin || c.ProductCacheTTL != time.Second || c.Currency != "USD" {
-		t.Fatalf("defaults: %+v", c)
-	}
-	for name, mod := range map[string]func(*Config){
-		"JWTSecret":     func(c *Config) { c.JWTSecret = nil },
-		"PaymentSecret": func(c *Config) { c.PaymentSecret = nil },
-		"RequestTTL":    func(c *Config) { c.RequestTTL = time.Minute },
-		"NodeID":        func(c *Config) { c.NodeID = 1024 },
-		"MaxBodyBytes":  func(c *Config) { c.MaxBodyBytes = 10 },
-		"AdminUsers":    func(c *Config) { c.AdminUsers = []int64{0} },
-		"negative":      func(c *Config) { c.RedisTimeout = -time.Second },
-		"Currency":      func(c *Config) { c.Currency = "usd" },
-		"Currency long": func(c *Config) { c.Currency = "EURO" },
-	} {
-		c := Config{JWTSecret: []byte("j"), PaymentSecret: []byte("p")}
-		mod(&c)
-		c.setDefaults()
-		err := c.Validate()
-		if err == nil || !strings.HasPrefix(err.Error(), "invalid config: ") {
-			t.Errorf("%s: %v", name, err)
-		}
-		if _, err := New(c, nil, nil, nil); err == nil {
-			t.Errorf("%s: New accepted", name)
 		}
 	}
 }
@@ -251,10 +217,10 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var pid, qty int64
 		var rid string
-		fields := [...]field{intField("productId", &pid), intField("quantity", &qty), stringField("requestId", &rid)}
-		err := decodeBody(body, DefaultMaxBodyBytes, fields[:])
+		fields := [...]Field{IntField("productId", &pid), IntField("quantity", &qty), StringField("requestId", &rid)}
+		err := DecodeBody(body, testMaxBodyBytes, fields[:])
 		if err != nil {
-			if err.status != 400 || err.code != CodeInvalidArgument || err.message == "" {
+			if err.Status != 400 || err.Code != CodeInvalidArgument || err.Message == "" {
 				t.Fatalf("%q: %+v", body, err)
 			}
 			return
@@ -274,7 +240,7 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		if std.ProductID == nil || *std.ProductID != pid || std.Quantity == nil || *std.Quantity != qty ||
 			std.RequestID == nil || *std.RequestID != rid {
-			t.Fatalf("%q: decodeBody %d %d %q, encoding/json %+v", body, pid, qty, rid, std)
+			t.Fatalf("%q: DecodeBody %d %d %q, encoding/json %+v", body, pid, qty, rid, std)
 		}
 	})
 }
@@ -297,26 +263,26 @@ func FuzzDecodeBodyAll(f *testing.F) {
 			at    time.Time
 			isNil bool
 		}
-		decode := func(all *[]fieldError) (vals, *apiError) {
+		decode := func(all *[]FieldError) (vals, *APIError) {
 			var v vals
 			var set bool
-			fields := []field{intField("n", &v.n), optional(intField("m", &v.m), nil), stringField("s", &v.s),
-				nullable(timeField("at", &v.at), &set, &v.isNil)}
+			fields := []Field{IntField("n", &v.n), Optional(IntField("m", &v.m), nil), StringField("s", &v.s),
+				Nullable(TimeField("at", &v.at), &set, &v.isNil)}
 			if all == nil {
-				return v, decodeBody(body, 4096, fields)
+				return v, DecodeBody(body, 4096, fields)
 			}
-			return v, decodeBodyAll(body, 4096, fields, all)
+			return v, DecodeBodyAll(body, 4096, fields, all)
 		}
 		one, err1 := decode(nil)
-		var errs []fieldError
+		var errs []FieldError
 		every, errAll := decode(&errs)
 		switch {
 		case err1 == nil && (errAll != nil || len(errs) > 0):
-			t.Fatalf("decodeBody accepts %q, decodeBodyAll finds %v %+v", body, errAll, errs)
+			t.Fatalf("DecodeBody accepts %q, DecodeBodyAll finds %v %+v", body, errAll, errs)
 		case err1 == nil && (one.n != every.n || one.m != every.m || one.s != every.s || !one.at.Equal(every.at) || one.isNil != every.isNil):
 			t.Fatalf("%q: values differ %+v vs %+v", body, one, every)
 		case err1 != nil && errAll == nil && len(errs) == 0:
-			t.Fatalf("decodeBody refuses %q (%v), decodeBodyAll finds nothing", body, err1)
+			t.Fatalf("DecodeBody refuses %q (%v), DecodeBodyAll finds nothing", body, err1)
 		}
 		for _, e := range errs {
 			if e.Message == "" { // Field may be "": a member named ""
@@ -325,3 +291,6 @@ func FuzzDecodeBodyAll(f *testing.F) {
 		}
 	})
 }
+
+// testMaxBodyBytes is the gateway's default body limit (Config.MaxBodyBytes).
+const testMaxBodyBytes = 4096

@@ -1,0 +1,47 @@
+package gateway
+
+import "github.com/stampede-sh/stampede/gateway/httpapi"
+
+// TokenVerifier checks a bearer token (*auth.Verifier is one).
+type TokenVerifier = httpapi.TokenVerifier
+
+// The API's error codes (SPEC §3), as httpapi defines them.
+const (
+	CodeInvalidArgument       = httpapi.CodeInvalidArgument
+	CodeUnauthenticated       = httpapi.CodeUnauthenticated
+	CodeBadSignature          = httpapi.CodeBadSignature
+	CodeForbidden             = httpapi.CodeForbidden
+	CodeNotFound              = httpapi.CodeNotFound
+	CodeProductNotFound       = httpapi.CodeProductNotFound
+	CodeMethodNotAllowed      = httpapi.CodeMethodNotAllowed
+	CodeSaleNotActive         = httpapi.CodeSaleNotActive
+	CodeSoldOut               = httpapi.CodeSoldOut
+	CodeInsufficientStock     = httpapi.CodeInsufficientStock
+	CodePurchaseLimitExceeded = httpapi.CodePurchaseLimitExceeded
+	CodeInvalidState          = httpapi.CodeInvalidState
+	CodeAmountMismatch        = httpapi.CodeAmountMismatch
+	CodePaymentNoReused       = httpapi.CodePaymentNoReused
+	CodeIdempotencyKeyReused  = httpapi.CodeIdempotencyKeyReused
+	CodeUnavailable           = httpapi.CodeUnavailable
+	CodeRateLimited           = httpapi.CodeRateLimited
+	CodeInternal              = httpapi.CodeInternal
+	CodeStockCorrupt          = httpapi.CodeStockCorrupt
+	CodeNotAdmitted           = httpapi.CodeNotAdmitted
+	CodeWaitingRoomOff        = httpapi.CodeWaitingRoomOff
+	CodePayloadTooLarge       = httpapi.CodePayloadTooLarge
+	CodeSalePaused            = httpapi.CodeSalePaused
+	CodeSaleStarted           = httpapi.CodeSaleStarted
+	CodeSaleEnded             = httpapi.CodeSaleEnded
+	CodePreQueueNotOpen       = httpapi.CodePreQueueNotOpen
+	CodeDrawClosed            = httpapi.CodeDrawClosed
+	CodePowRequired           = httpapi.CodePowRequired
+	CodePowInvalid            = httpapi.CodePowInvalid
+	CodePowReused             = httpapi.CodePowReused
+	CodePowNotRequired        = httpapi.CodePowNotRequired
+	CodeRoomStarted           = httpapi.CodeRoomStarted
+	CodeShuffleNotPublished   = httpapi.CodeShuffleNotPublished
+	CodeStockConflict         = httpapi.CodeStockConflict
+	CodeConflict              = httpapi.CodeConflict
+	CodeAlreadyRefunded       = httpapi.CodeAlreadyRefunded
+	CodeNotRefundable         = httpapi.CodeNotRefundable
+)
