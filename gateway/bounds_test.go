@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stampede-sh/stampede/persistence"
+	"github.com/stampede-sh/stampede/lua"
 )
 
 // fieldsOf is the set of fields named in an error answer's details.
@@ -112,7 +113,9 @@ func TestOrderAmountOverflowRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.srv.loadProduct(p); err != nil {
+		err = e.srv.stock.LoadProduct(lua.Product{ID: p.ID, Incarnation: p.Incarnation, Total: p.Total, Shards: p.Shards,
+			Price: p.Price, PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return p.ID

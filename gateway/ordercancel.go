@@ -22,7 +22,7 @@ var cancelFrom = []order.Status{order.Processing, order.WaitingPay}
 // 200 order; 404 (no such order, or another user's); 409 INVALID_STATE (the
 // order is past cancelling, or is accepted but not yet stored in MySQL).
 func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	no := orderNoParam(ctx)
+	no := httpapi.OrderNoParam(ctx)
 	if no == "" {
 		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
@@ -35,7 +35,7 @@ func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	switch {
 	case err == nil:
 		s.statusCache(o)
-		s.ans.JSON(ctx, fasthttp.StatusOK, toOrderJSON(o))
+		s.ans.JSON(ctx, fasthttp.StatusOK, httpapi.ToOrderJSON(o))
 	case errors.Is(err, persistence.ErrInvalidState):
 		s.ans.Fail(ctx, httpapi.InvalidState("order is %s and can no longer be cancelled", o.Status))
 	case errors.Is(err, persistence.ErrNotFound):

@@ -15,38 +15,10 @@ import (
 	"github.com/stampede-sh/stampede/persistence"
 )
 
-// orderJSON is the API shape of an order (SPEC §3). Times are RFC 3339 UTC;
-// payDeadline is null until the order waits for payment.
-type orderJSON struct {
-	OrderNo     string       `json:"orderNo"`
-	RequestID   string       `json:"requestId"`
-	ProductID   int64        `json:"productId"`
-	Quantity    int64        `json:"quantity"`
-	Amount      int64        `json:"amount"`
-	Status      order.Status `json:"status"`
-	Version     int64        `json:"version"`
-	CreatedAt   time.Time    `json:"createdAt"`
-	UpdatedAt   time.Time    `json:"updatedAt"`
-	PayDeadline *time.Time   `json:"payDeadline"`
-}
-
-func toOrderJSON(o persistence.Order) orderJSON {
-	j := orderJSON{
-		OrderNo: o.OrderNo, RequestID: o.RequestID, ProductID: o.ProductID, Quantity: o.Quantity,
-		Amount: o.Amount, Status: o.Status, Version: o.Version,
-		CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
-	}
-	if o.PayDeadline != nil {
-		t := o.PayDeadline.UTC()
-		j.PayDeadline = &t
-	}
-	return j
-}
-
 // listResponse is the body of GET /api/orders.
 type listResponse struct {
-	Orders     []orderJSON `json:"orders"`
-	NextCursor *string     `json:"nextCursor"` // null on the last page
+	Orders     []httpapi.OrderJSON `json:"orders"`
+	NextCursor *string             `json:"nextCursor"` // null on the last page
 }
 
 // allowRead takes a token from userID's order-read bucket
@@ -62,16 +34,6 @@ func (s *Server) allowRead(ctx *fasthttp.RequestCtx, userID int64) bool {
 	return ok
 }
 
-// orderNoParam returns the {orderNo} of the path, or "" when it is not a
-// well-formed orderNo (which answers 404: no such order can exist).
-func orderNoParam(ctx *fasthttp.RequestCtx) string {
-	no, _ := ctx.UserValue("orderNo").(string)
-	if _, _, _, err := order.ParseNo(no); err != nil {
-		return ""
-	}
-	return no
-}
-
 // getOrder is GET /api/orders/{orderNo}: the caller's order from MySQL, or,
 // while the writers have not stored it yet, from its pending record in Redis
 // (status PROCESSING, version 1). Another user's order is 404.
@@ -79,7 +41,7 @@ func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if !s.allowRead(ctx, c.UserID) {
 		return
 	}
-	no := orderNoParam(ctx)
+	no := httpapi.OrderNoParam(ctx)
 	if no == "" {
 		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
@@ -98,14 +60,14 @@ func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 // record in Redis, MySQL once more — so that how long a 404 takes tells
 // nothing of whether another user's order exists (a timing oracle before:
 // another user's stored order answered after one read).
-func (s *Server) findOrder(no string, userID int64) (orderJSON, error) {
+func (s *Server) findOrder(no string, userID int64) (httpapi.OrderJSON, error) {
 	o, found, err := s.storedOrder(no, userID)
 	if err != nil || found {
 		return o, err
 	}
 	p, owner, err := s.pendingOrder(no)
 	if err != nil {
-		return orderJSON{}, err
+		return httpapi.OrderJSON{}, err
 	}
 	if owner == userID {
 		return p, nil
@@ -117,31 +79,31 @@ func (s *Server) findOrder(no string, userID int64) (orderJSON, error) {
 	if err != nil || found {
 		return o, err
 	}
-	return orderJSON{}, persistence.ErrNotFound
+	return httpapi.OrderJSON{}, persistence.ErrNotFound
 }
 
 // storedOrder reads no from MySQL: found only if it is userID's (another
 // user's order is not found).
-func (s *Server) storedOrder(no string, userID int64) (orderJSON, bool, error) {
+func (s *Server) storedOrder(no string, userID int64) (httpapi.OrderJSON, bool, error) {
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	o, err := s.store.GetOrder(sctx, no)
 	cancel()
 	switch {
 	case err == nil && o.UserID == userID:
-		return toOrderJSON(o), true, nil
+		return httpapi.ToOrderJSON(o), true, nil
 	case err == nil || errors.Is(err, persistence.ErrNotFound):
-		return orderJSON{}, false, nil
+		return httpapi.OrderJSON{}, false, nil
 	}
-	return orderJSON{}, false, err
+	return httpapi.OrderJSON{}, false, err
 }
 
 // pendingOrder reads the record reserve.lua keeps for an accepted order
 // (lua.ReadPendingOrder) until the writers have stored it. owner is 0 when
 // there is no usable record.
-func (s *Server) pendingOrder(no string) (o orderJSON, owner int64, err error) {
+func (s *Server) pendingOrder(no string) (o httpapi.OrderJSON, owner int64, err error) {
 	_, shard, productID, err := order.ParseNo(no)
 	if err != nil {
-		return orderJSON{}, 0, nil
+		return httpapi.OrderJSON{}, 0, nil
 	}
 	var p lua.PendingOrder
 	var bad error // the record's answer: Redis worked
@@ -157,15 +119,15 @@ func (s *Server) pendingOrder(no string) (o orderJSON, owner int64, err error) {
 	}
 	switch {
 	case errors.Is(err, lua.ErrNoRecord):
-		return orderJSON{}, 0, nil // no record (or a partial one): not found
+		return httpapi.OrderJSON{}, 0, nil // no record (or a partial one): not found
 	case errors.Is(err, lua.ErrStockCorrupt):
 		s.log.Warn("malformed pending order record", "orderNo", no, "err", err)
-		return orderJSON{}, 0, nil
+		return httpapi.OrderJSON{}, 0, nil
 	case err != nil:
-		return orderJSON{}, 0, err
+		return httpapi.OrderJSON{}, 0, err
 	}
 	at := time.UnixMilli(p.AcceptedMs).UTC()
-	return orderJSON{
+	return httpapi.OrderJSON{
 		OrderNo: no, RequestID: p.RequestID, ProductID: productID, Quantity: p.Quantity, Amount: p.Quantity * p.UnitPrice,
 		Status: order.Processing, Version: 1, CreatedAt: at, UpdatedAt: at,
 	}, p.UserID, nil
@@ -202,9 +164,9 @@ func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.ans.Fail(ctx, err)
 		return
 	}
-	resp := listResponse{Orders: make([]orderJSON, 0, len(orders))}
+	resp := listResponse{Orders: make([]httpapi.OrderJSON, 0, len(orders))}
 	for _, o := range orders {
-		resp.Orders = append(resp.Orders, toOrderJSON(o))
+		resp.Orders = append(resp.Orders, httpapi.ToOrderJSON(o))
 	}
 	if next != "" {
 		resp.NextCursor = &next

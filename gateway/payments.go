@@ -116,7 +116,7 @@ func validOrderNo(no string) bool {
 // the payment secret and applies it through applyPayment, the callback's own
 // path. 200 order; 404; 409 INVALID_STATE when the order is not WAITING_PAY.
 func (s *Server) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	no := orderNoParam(ctx)
+	no := httpapi.OrderNoParam(ctx)
 	if no == "" {
 		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
@@ -148,7 +148,7 @@ func (s *Server) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		// recorded for refund and the order stays closed.
 		s.ans.Fail(ctx, httpapi.InvalidState("order is %s; the payment was recorded for refund", paid.Status))
 	default:
-		s.ans.JSON(ctx, fasthttp.StatusOK, toOrderJSON(paid))
+		s.ans.JSON(ctx, fasthttp.StatusOK, httpapi.ToOrderJSON(paid))
 	}
 }
 

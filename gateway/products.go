@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
@@ -12,69 +11,6 @@ import (
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
-
-// productJSON is the API shape of a product (SPEC §3). available is the sum
-// of the Redis counts of the product's stock shards; total is the units the
-// sale started with plus every stock adjustment since (so available ≤ total);
-// saleEnd is null for a sale open until sold out.
-type productJSON struct {
-	ID           int64      `json:"id"`
-	Name         string     `json:"name"`
-	Price        int64      `json:"price"`
-	Total        int64      `json:"total"`
-	Available    int64      `json:"available"`
-	SaleStart    time.Time  `json:"saleStart"`
-	SaleEnd      *time.Time `json:"saleEnd"`
-	PerUserLimit int64      `json:"perUserLimit"` // 0 = no limit
-	MaxPerOrder  int64      `json:"maxPerOrder"`  // largest quantity of one order
-	Shards       int        `json:"shards"`       // Redis stock shards (lua/shards.go)
-	State        string     `json:"state"`        // saleState
-	Paused       bool       `json:"paused"`       // an admin paused the sale (sale_admin.go)
-	SoldOut      bool       `json:"soldOut"`
-	ImageURL     string     `json:"imageUrl,omitempty"`    // absolute http(s) URL; absent = none
-	Description  string     `json:"description,omitempty"` // plain text; absent = none
-	// WaitingRoom: buyers take a place in line first (waitingroom.go).
-	WaitingRoom bool `json:"waitingRoom"`
-}
-
-// Sale states of the product JSON's state.
-const (
-	StateUpcoming = "upcoming" // before saleStart
-	StateLive     = "live"     // in the window, not paused, stock left
-	StatePaused   = "paused"   // in (or before) the window, paused by an admin
-	StateEnded    = "ended"    // at or after saleEnd (ended by an admin: saleEnd = that time)
-	StateSoldOut  = "soldOut"  // in the window, nothing available
-)
-
-// saleState is p's state at now with available units left: ended first,
-// then paused, upcoming, soldOut, live.
-func saleState(p persistence.Product, available int64, now time.Time) string {
-	switch {
-	case !now.Before(p.SaleEnd):
-		return StateEnded
-	case p.Paused:
-		return StatePaused
-	case now.Before(p.SaleStart):
-		return StateUpcoming
-	case available <= 0:
-		return StateSoldOut
-	}
-	return StateLive
-}
-
-func toProductJSON(p persistence.Product, available int64) productJSON {
-	pj := productJSON{
-		ID: p.ID, Name: p.Name, Price: p.Price, Total: p.Units(), Available: available,
-		SaleStart: p.SaleStart.UTC(), PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder,
-		Shards: max(p.Shards, 1), State: saleState(p, available, time.Now()), Paused: p.Paused,
-		SoldOut: available <= 0, ImageURL: p.ImageURL, Description: p.Description,
-	}
-	if !p.OpenEnded() {
-		end := p.SaleEnd.UTC()
-		pj.SaleEnd = &end
-	}
-	return pj
-}
 
 // listProducts is GET /api/products: every product, oldest first.
 func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
@@ -88,9 +24,9 @@ func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
 		s.ans.Fail(ctx, err)
 		return
 	}
-	out := make([]productJSON, len(snap.List))
+	out := make([]httpapi.ProductJSON, len(snap.List))
 	for i, p := range snap.List {
-		out[i] = toProductJSON(p, avail[i])
+		out[i] = httpapi.ToProductJSON(p, avail[i])
 		out[i].WaitingRoom = rooms[i]
 	}
 	s.ans.JSON(ctx, fasthttp.StatusOK, out)
@@ -119,7 +55,7 @@ func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
 		s.ans.Fail(ctx, err)
 		return
 	}
-	pj := toProductJSON(snap.List[i], avail[0])
+	pj := httpapi.ToProductJSON(snap.List[i], avail[0])
 	pj.WaitingRoom = rooms[0]
 	s.ans.JSON(ctx, fasthttp.StatusOK, pj)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/operator"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -39,6 +40,7 @@ type Server struct {
 	gen        *order.NoGenerator
 	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
 	products   *httpapi.ProductCache
+	operator   *operator.API // the operator's routes, /api/admin/… (package operator)
 	admins     map[int64]bool
 	router     *router.Router
 	static     fasthttp.RequestHandler // nil without StaticDir
@@ -127,6 +129,10 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	}
 	s.breaker = newRedisBreaker(cfg, logger)
 	s.products = httpapi.NewProductCache(store, cfg.ProductCacheTTL, logger)
+	s.operator = operator.New(operator.Config{MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: cfg.StoreTimeout,
+		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.stock,
+		Products: s.products, Answers: s.ans, Log: logger, RedisCall: s.redisCall, Available: s.available,
+		PendingOrder: s.pendingOrder, SaveRoom: s.saveRoom})
 	if err := s.wireStatic(); err != nil {
 		return nil, err
 	}
@@ -226,22 +232,7 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/api/products/{id}/drop/tickets", s.dropTickets)
 	handle("POST", "/api/admin/products/{id}/waiting-room", s.guard.AdminOnly(s.adminWaitingRoom))
 	handle("GET", "/api/admin/products/{id}/waiting-room", s.guard.AdminOnly(s.adminRoomStatus))
-	handle("POST", "/api/admin/products", s.guard.AdminOnly(s.createProduct))
-	handle("GET", "/api/admin/products", s.guard.AdminOnly(s.adminListProducts))
-	handle("PATCH", "/api/admin/products/{id}", s.guard.AdminOnly(s.adminPatchProduct))
-	handle("POST", "/api/admin/products/{id}/pause", s.guard.AdminOnly(s.adminPauseProduct))
-	handle("POST", "/api/admin/products/{id}/resume", s.guard.AdminOnly(s.adminResumeProduct))
-	handle("POST", "/api/admin/products/{id}/end", s.guard.AdminOnly(s.adminEndProduct))
-	handle("GET", "/api/admin/audit", s.guard.AdminOnly(s.adminAudit))
-	handle("POST", "/api/admin/products/{id}/stock", s.guard.AdminOnly(s.adminAdjustStock))
-	handle("GET", "/api/admin/reconcile", s.guard.AdminOnly(s.adminReconcile))
-	handle("GET", "/api/admin/dlq", s.guard.AdminOnly(s.adminDLQ))
-	handle("POST", "/api/admin/dlq/replay", s.guard.AdminOnly(s.adminReplay))
-	handle("GET", "/api/admin/pulse", s.guard.AdminOnly(s.adminPulse))
-	handle("GET", "/api/admin/orders", s.guard.AdminOnly(s.adminSearchOrders)) // admin_support.go
-	handle("GET", "/api/admin/orders/{orderNo}", s.guard.AdminOnly(s.adminGetOrder))
-	handle("GET", "/api/admin/refunds", s.guard.AdminOnly(s.adminRefunds))
-	handle("POST", "/api/admin/payments/{paymentNo}/refund", s.guard.AdminOnly(s.adminRefund))
+	s.operator.Mount(handle, &s.guard) // package operator: /api/admin/…
 	return r
 }
 

@@ -1,6 +1,9 @@
 package gateway
 
-import "github.com/stampede-sh/stampede/gateway/httpapi"
+import (
+	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/operator"
+)
 
 // TokenVerifier checks a bearer token (*auth.Verifier is one).
 type TokenVerifier = httpapi.TokenVerifier
@@ -44,4 +47,20 @@ const (
 	CodeConflict              = httpapi.CodeConflict
 	CodeAlreadyRefunded       = httpapi.CodeAlreadyRefunded
 	CodeNotRefundable         = httpapi.CodeNotRefundable
+)
+
+// AdminOps are the operator actions behind GET /api/admin/reconcile,
+// GET /api/admin/dlq and POST /api/admin/dlq/replay (operator.AdminOps).
+type AdminOps = operator.AdminOps
+
+// PulseReader reads the operator console's live readings (operator.PulseReader).
+type PulseReader = operator.PulseReader
+
+// Sale states of the product JSON's state.
+const (
+	StateUpcoming = httpapi.StateUpcoming
+	StateLive     = httpapi.StateLive
+	StatePaused   = httpapi.StatePaused
+	StateEnded    = httpapi.StateEnded
+	StateSoldOut  = httpapi.StateSoldOut
 )

@@ -1,4 +1,4 @@
-package gateway
+package operator
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ const (
 // process's /metrics). products: up to 50 ids; by default the newest 50
 // sales that have not ended or ended within the last hour. window: the
 // latency window in seconds, 1…300 (10). 200; 400; 403; 503 without Ops.
-func (s *Server) adminPulse(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminPulse(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	pr, ok := s.cfg.Ops.(PulseReader)
 	if !ok {
 		s.ans.Fail(ctx, errNoOps)

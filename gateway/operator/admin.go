@@ -1,4 +1,4 @@
-package gateway
+package operator
 
 import (
 	"context"
@@ -64,7 +64,7 @@ const (
 // stored the product the answer is 503 and the product exists unloaded: the
 // sweeper's reconcile reports it, and a retry of the load is safe (load.lua
 // never overwrites available).
-func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	p, room, aerr := s.decodeNewProduct(ctx)
 	if aerr != nil {
 		s.ans.Fail(ctx, aerr)
@@ -76,7 +76,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	s.log.Info("product created", append(httpapi.AdminAttrs(c), "productId", p.ID, "stock", p.Total, "shards", p.Shards, "waitingRoom", room)...)
-	pj := toProductJSON(p, p.Total)
+	pj := httpapi.ToProductJSON(p, p.Total)
 	pj.WaitingRoom = room
 	ctx.Response.Header.Set("Location", "/api/products/"+strconv.FormatInt(p.ID, 10))
 	s.ans.JSON(ctx, fasthttp.StatusCreated, pj)
@@ -85,7 +85,7 @@ func (s *Server) createProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 // decodeNewProduct reads a POST /api/admin/products body into the product
 // to create, its defaults filled in, and whether its waiting room is on;
 // 400 INVALID_ARGUMENT listing every problem.
-func (s *Server) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Product, room bool, aerr *httpapi.APIError) {
+func (s *API) decodeNewProduct(ctx *fasthttp.RequestCtx) (p persistence.Product, room bool, aerr *httpapi.APIError) {
 	var (
 		stock, limit, shards int64
 		maxPer               int64
@@ -149,7 +149,7 @@ func normalizeWindow(p *persistence.Product) {
 // of an earlier product with its id), loads its stock into Redis and, with
 // room, turns its waiting room on (fifo). It returns p as stored; after
 // MySQL stored it, an error leaves the product stored (logged).
-func (s *Server) storeProduct(c auth.Claims, p persistence.Product, room bool) (persistence.Product, error) {
+func (s *API) storeProduct(c auth.Claims, p persistence.Product, room bool) (persistence.Product, error) {
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	p, err := s.store.CreateProductChecked(sctx, c.UserID, p, s.checkUnused)
 	cancel()
@@ -287,14 +287,14 @@ func validateDescription(desc string) string {
 // hold no stock of an earlier product with p's id (lua.CheckUnused), else
 // the creation is rolled back and answered 409 STOCK_CONFLICT (logged by
 // storeProduct, with the admin); the stock found is left untouched.
-func (s *Server) checkUnused(_ context.Context, p persistence.Product) error {
+func (s *API) checkUnused(_ context.Context, p persistence.Product) error {
 	return s.stock.Do(func(ctx context.Context) error { return lua.CheckUnused(ctx, s.rdb, p.ID, p.Incarnation) })
 }
 
 // loadProduct creates the Redis stock hash of every shard of p and registers
 // the shards' intake streams and the product (lua.Sharded.LoadProduct).
 // Idempotent.
-func (s *Server) loadProduct(p persistence.Product) error {
+func (s *API) loadProduct(p persistence.Product) error {
 	err := s.stock.LoadProduct(lua.Product{
 		ID: p.ID, Incarnation: p.Incarnation, Total: p.Total, Shards: p.Shards, Price: p.Price, PerUserLimit: p.PerUserLimit,
 		MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd,

@@ -1,4 +1,4 @@
-package gateway
+package operator
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // adminOrderJSON is an order as support sees it in the search: the buyer's
 // shape (orderJSON) plus the buyer.
 type adminOrderJSON struct {
-	orderJSON
+	httpapi.OrderJSON
 	UserID int64 `json:"userId"`
 }
 
@@ -102,7 +102,7 @@ func timeArg(ctx *fasthttp.RequestCtx, name string) (time.Time, error) {
 // createdAt. limit 1…200 (50); cursor the previous page's nextCursor.
 // 200 {"orders": [Order + "userId"], "nextCursor": "..." ("" on the last
 // page)}; 400 INVALID_ARGUMENT; 401; 403.
-func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	var f persistence.OrderFilter
 	var err error
 	limit, cursor, err := pageArgs(ctx)
@@ -151,7 +151,7 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	}
 	out := adminOrderList{Orders: make([]adminOrderJSON, 0, len(orders)), NextCursor: next.String()}
 	for _, o := range orders {
-		out.Orders = append(out.Orders, adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID})
+		out.Orders = append(out.Orders, adminOrderJSON{OrderJSON: httpapi.ToOrderJSON(o), UserID: o.UserID})
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	s.ans.JSON(ctx, fasthttp.StatusOK, out)
@@ -159,7 +159,7 @@ func (s *Server) adminSearchOrders(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 
 // subjectArg applies ?subject= (and ?issuer=) to f.UserID: unknown is true
 // for a subject never seen (no orders).
-func (s *Server) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter) (unknown bool, err error) {
+func (s *API) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter) (unknown bool, err error) {
 	args := ctx.QueryArgs()
 	sub, iss := args.Peek("subject"), args.Peek("issuer")
 	switch {
@@ -197,8 +197,8 @@ func (s *Server) subjectArg(ctx *fasthttp.RequestCtx, f *persistence.OrderFilter
 // order, read from its outbox events (persistence.Store.OrderHistory: events
 // purged after the outbox retention are missing). 404 NOT_FOUND (the code
 // of GET /api/orders/{orderNo}) for an unknown or malformed orderNo; 401; 403.
-func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
-	no := orderNoParam(ctx)
+func (s *API) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	no := httpapi.OrderNoParam(ctx)
 	if no == "" {
 		s.ans.Fail(ctx, persistence.ErrNotFound)
 		return
@@ -217,7 +217,7 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 				s.ans.Fail(ctx, berr)
 				return
 			}
-			s.ans.JSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{orderJSON: p, UserID: owner}, buyer, []historyEntry{}})
+			s.ans.JSON(ctx, fasthttp.StatusOK, adminOrderHistoryJSON{adminOrderJSON{OrderJSON: p, UserID: owner}, buyer, []historyEntry{}})
 			return
 		default:
 			// The writer may have stored it between the two reads.
@@ -238,7 +238,7 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.ans.Fail(ctx, err)
 		return
 	}
-	out := adminOrderHistoryJSON{adminOrderJSON{orderJSON: toOrderJSON(o), UserID: o.UserID}, buyer, make([]historyEntry, 0, len(hist))}
+	out := adminOrderHistoryJSON{adminOrderJSON{OrderJSON: httpapi.ToOrderJSON(o), UserID: o.UserID}, buyer, make([]historyEntry, 0, len(hist))}
 	for _, h := range hist {
 		out.History = append(out.History, historyEntry{Status: h.Status, At: h.At, Event: h.Event})
 	}
@@ -248,7 +248,7 @@ func (s *Server) adminGetOrder(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 
 // buyer is the identity provider's name of userID ("" fields for an id of
 // the direct range).
-func (s *Server) buyer(ctx context.Context, userID int64) (buyerJSON, error) {
+func (s *API) buyer(ctx context.Context, userID int64) (buyerJSON, error) {
 	id, _, err := s.store.IdentityOf(ctx, userID)
 	return buyerJSON{Issuer: id.Issuer, Subject: id.Subject}, err
 }
@@ -274,7 +274,7 @@ type refundList struct {
 // payments (money taken for an order that was no longer payable), oldest
 // first, keyset-paged (limit 1…200, default 50). 200 {"refunds": [...],
 // "nextCursor"}; 400; 401; 403.
-func (s *Server) adminRefunds(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminRefunds(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	limit, cursor, err := pageArgs(ctx)
 	if err != nil {
 		s.ans.Fail(ctx, err)
@@ -319,7 +319,7 @@ type refundedJSON struct {
 // ALREADY_REFUNDED (refunded under another refundNo); 409 NOT_REFUNDABLE (a
 // PAID payment); 409 CONFLICT (the refundNo already refunded another
 // payment).
-func (s *Server) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminRefund(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	paymentNo, _ := ctx.UserValue("paymentNo").(string)
 	if !order.ValidRequestID(paymentNo) {
 		s.ans.Fail(ctx, errPaymentNotFound)

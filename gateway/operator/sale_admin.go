@@ -1,4 +1,4 @@
-package gateway
+package operator
 
 import (
 	"encoding/base64"
@@ -108,8 +108,8 @@ func pageCursor(kind string, id int64) string {
 
 // productListJSON is the answer of GET /api/admin/products.
 type productListJSON struct {
-	Products   []productJSON `json:"products"`
-	NextCursor string        `json:"nextCursor,omitempty"` // absent: last page
+	Products   []httpapi.ProductJSON `json:"products"`
+	NextCursor string                `json:"nextCursor,omitempty"` // absent: last page
 }
 
 // adminListProducts is GET /api/admin/products?state=&limit=&cursor=: the
@@ -117,12 +117,12 @@ type productListJSON struct {
 // ended, soldOut) when given, read from MySQL (not the product cache) and
 // Redis. 200 {"products": [...], "nextCursor"}; 400 for a bad state, limit
 // or cursor.
-func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	var errs []httpapi.FieldError
 	limit, before := pageQuery(ctx, "p", &errs)
 	state := string(ctx.QueryArgs().Peek("state"))
 	switch state {
-	case "", StateUpcoming, StateLive, StatePaused, StateEnded, StateSoldOut:
+	case "", httpapi.StateUpcoming, httpapi.StateLive, httpapi.StatePaused, httpapi.StateEnded, httpapi.StateSoldOut:
 	default:
 		errs = append(errs, httpapi.FieldError{Field: "state", Message: "state must be one of upcoming, live, paused, ended, soldOut"})
 	}
@@ -130,7 +130,7 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		s.ans.Fail(ctx, httpapi.InvalidFields(errs))
 		return
 	}
-	out := productListJSON{Products: []productJSON{}}
+	out := productListJSON{Products: []httpapi.ProductJSON{}}
 	// Read in chunks until limit+1 matches (the one more tells a next page
 	// exists) or no product is left.
 	for {
@@ -150,7 +150,7 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 			return
 		}
 		for i, p := range rows {
-			pj := toProductJSON(p, avail[i])
+			pj := httpapi.ToProductJSON(p, avail[i])
 			pj.WaitingRoom = rooms[i]
 			if state == "" || pj.State == state {
 				out.Products = append(out.Products, pj)
@@ -186,7 +186,7 @@ func (s *Server) adminListProducts(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 // naming the fields that may no longer change, or SALE_ENDED. The same
 // body again answers the same product and changes nothing (a saleEnd of
 // "now" again too: within endSkew of the stored end, it is no change).
-func (s *Server) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminPatchProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, err := productID(ctx)
 	if err != nil {
 		s.ans.Fail(ctx, err)
@@ -217,7 +217,7 @@ type productPatch struct {
 
 // decodeProductPatch reads the PATCH body; 400 INVALID_ARGUMENT with
 // details for malformed fields.
-func (s *Server) decodeProductPatch(ctx *fasthttp.RequestCtx) (*productPatch, *httpapi.APIError) {
+func (s *API) decodeProductPatch(ctx *fasthttp.RequestCtx) (*productPatch, *httpapi.APIError) {
 	p := &productPatch{}
 	in := &p.in
 	fields := [...]httpapi.Field{
@@ -387,18 +387,18 @@ func endJSONOf(t time.Time) any {
 // adminPauseProduct is POST /api/admin/products/{id}/pause: reserve.lua
 // refuses the product's orders (409 SALE_PAUSED) on every gateway from the
 // moment this answers. 200 product (also when already paused); 404.
-func (s *Server) adminPauseProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminPauseProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	s.setPaused(ctx, c, true)
 }
 
 // adminResumeProduct is POST /api/admin/products/{id}/resume: the pause is
 // lifted on every gateway from the moment this answers. 200 product (also
 // when not paused); 404.
-func (s *Server) adminResumeProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminResumeProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	s.setPaused(ctx, c, false)
 }
 
-func (s *Server) setPaused(ctx *fasthttp.RequestCtx, c auth.Claims, paused bool) {
+func (s *API) setPaused(ctx *fasthttp.RequestCtx, c auth.Claims, paused bool) {
 	pid, err := productID(ctx)
 	if err != nil {
 		s.ans.Fail(ctx, err)
@@ -422,7 +422,7 @@ func (s *Server) setPaused(ctx *fasthttp.RequestCtx, c auth.Claims, paused bool)
 // MySQL and every Redis shard; the sale answers as ended (orders 409
 // SALE_NOT_ACTIVE) from the moment this answers. 200 product (an ended
 // sale keeps its saleEnd); 404.
-func (s *Server) adminEndProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminEndProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, err := productID(ctx)
 	if err != nil {
 		s.ans.Fail(ctx, err)
@@ -444,7 +444,7 @@ func (s *Server) adminEndProduct(ctx *fasthttp.RequestCtx, c auth.Claims) {
 // product. A Redis failure after the commit answers 503: the change is
 // stored and audited, and sending the request again completes the Redis
 // half (the MySQL half is then no change).
-func (s *Server) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action string, pid int64, fn persistence.ChangeFunc) {
+func (s *API) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action string, pid int64, fn persistence.ChangeFunc) {
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	p, changed, err := s.store.ChangeProduct(sctx, c.UserID, action, pid, fn)
 	cancel()
@@ -477,7 +477,7 @@ func (s *Server) changeSale(ctx *fasthttp.RequestCtx, c auth.Claims, action stri
 		s.ans.Fail(ctx, err)
 		return
 	}
-	pj := toProductJSON(p, avail[0])
+	pj := httpapi.ToProductJSON(p, avail[0])
 	pj.WaitingRoom = rooms[0]
 	s.ans.JSON(ctx, fasthttp.StatusOK, pj)
 }
@@ -506,7 +506,7 @@ type auditListJSON struct {
 // change (product creation, PATCH, pause, resume, end, stock adjustment,
 // refund, waiting-room setting, dead-letter replay), newest first; only
 // productId's with productId. 200; 400.
-func (s *Server) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminAudit(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	var errs []httpapi.FieldError
 	limit, before := pageQuery(ctx, "a", &errs)
 	var pid int64

@@ -1,4 +1,4 @@
-package gateway
+package operator
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ var errNoOps = &httpapi.APIError{Status: fasthttp.StatusServiceUnavailable, Code
 
 // adminReconcile is GET /api/admin/reconcile: pipeline.Reconcile's report,
 // 200 whether or not the invariants hold (see its "ok").
-func (s *Server) adminReconcile(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminReconcile(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	if s.cfg.Ops == nil {
 		s.ans.Fail(ctx, errNoOps)
 		return
@@ -54,7 +54,7 @@ func (s *Server) adminReconcile(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 
 // adminDLQ is GET /api/admin/dlq?limit=100 (1…1000): the dead-letter queue's
 // depth, its first messages (peeked, not removed) and the DEAD outbox rows.
-func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+func (s *API) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 	if s.cfg.Ops == nil {
 		s.ans.Fail(ctx, errNoOps)
 		return
@@ -86,7 +86,7 @@ func (s *Server) adminDLQ(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 // publishes them again; consumers deduplicate by event id) and removes their
 // messages from the dead-letter queue. 200 with what it did, also written
 // to admin_audit (action replay) with the admin; 400.
-func (s *Server) adminReplay(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminReplay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if s.cfg.Ops == nil {
 		s.ans.Fail(ctx, errNoOps)
 		return
@@ -160,7 +160,7 @@ type adjustJSON struct {
 // fails after the MySQL commit the answer is 503: sending the same request
 // again is safe and completes the Redis half (the MySQL half is then a no-op);
 // otherwise the sweeper applies it (pipeline.RepairAdjustments).
-func (s *Server) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) adminAdjustStock(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	pid, ok := httpapi.ParseID(ctx.UserValue("id").(string))
 	if !ok {
 		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
@@ -195,7 +195,7 @@ type stockAdjustment struct {
 }
 
 // decodeAdjustment reads and validates the body: 400 INVALID_ARGUMENT.
-func (s *Server) decodeAdjustment(ctx *fasthttp.RequestCtx) (stockAdjustment, *httpapi.APIError) {
+func (s *API) decodeAdjustment(ctx *fasthttp.RequestCtx) (stockAdjustment, *httpapi.APIError) {
 	var (
 		a         stockAdjustment
 		hasReason bool
@@ -223,7 +223,7 @@ func (s *Server) decodeAdjustment(ctx *fasthttp.RequestCtx) (stockAdjustment, *h
 
 // adjustMySQL is the MySQL half of the repair (persistence.AdjustStockBy),
 // its errors as the API answers them.
-func (s *Server) adjustMySQL(c auth.Claims, pid int64, a stockAdjustment) (persistence.AdjustResult, error) {
+func (s *API) adjustMySQL(c auth.Claims, pid int64, a stockAdjustment) (persistence.AdjustResult, error) {
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	res, err := s.store.AdjustStockBy(sctx, c.UserID, pid, a.repairNo, a.delta, a.reason)
 	cancel()
@@ -247,7 +247,7 @@ func (s *Server) adjustMySQL(c auth.Claims, pid int64, a stockAdjustment) (persi
 
 // adjustRedis is the Redis half (adjust.lua on shard 0), after the MySQL
 // commit: shard 0's available after it; failures logged with the admin c.
-func (s *Server) adjustRedis(c auth.Claims, pid int64, a stockAdjustment) (int64, error) {
+func (s *API) adjustRedis(c auth.Claims, pid int64, a stockAdjustment) (int64, error) {
 	var redisAvail int64
 	err := s.redisCall(func(ctx context.Context) error {
 		var err error
