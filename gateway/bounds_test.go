@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stampede-sh/stampede/persistence"
 	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
 )
 
 // fieldsOf is the set of fields named in an error answer's details.

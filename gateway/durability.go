@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -76,7 +77,7 @@ type durableWaiter struct {
 
 	mu    sync.Mutex
 	ctx   context.Context // the workers' context once started; nil before
-	nodes map[string]*pipeBatcher[waitCall]
+	nodes map[string]*rediscall.PipeBatcher[waitCall]
 	done  []<-chan struct{}
 }
 
@@ -87,7 +88,7 @@ type waitCall struct {
 }
 
 func newDurableWaiter(s *Server, acks int, timeout time.Duration) *durableWaiter {
-	return &durableWaiter{s: s, acks: acks, timeout: timeout, nodes: map[string]*pipeBatcher[waitCall]{}}
+	return &durableWaiter{s: s, acks: acks, timeout: timeout, nodes: map[string]*rediscall.PipeBatcher[waitCall]{}}
 }
 
 // start runs the batchers' workers (those made later too) until ctx ends;
@@ -96,7 +97,7 @@ func (w *durableWaiter) start(ctx context.Context) <-chan struct{} {
 	w.mu.Lock()
 	w.ctx = ctx
 	for _, b := range w.nodes {
-		w.done = append(w.done, b.start(ctx))
+		w.done = append(w.done, b.Start(ctx))
 	}
 	w.mu.Unlock()
 	out := make(chan struct{})
@@ -123,7 +124,7 @@ func (w *durableWaiter) wait(k lua.Keys) error {
 	}
 	b := w.batcher(name, node)
 	start := time.Now()
-	c := b.do(waitCall{key: key})
+	c := b.Do(waitCall{key: key})
 	w.s.metrics.replicaWait(c.err, time.Since(start))
 	return c.err
 }
@@ -149,7 +150,7 @@ func (w *durableWaiter) master(key string) (*redis.Client, string, error) {
 	return nil, "", fmt.Errorf("gateway: redis durability replicated needs a *redis.Client or *redis.ClusterClient, not %T", w.s.rdb)
 }
 
-func (w *durableWaiter) batcher(name string, node *redis.Client) *pipeBatcher[waitCall] {
+func (w *durableWaiter) batcher(name string, node *redis.Client) *rediscall.PipeBatcher[waitCall] {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if b := w.nodes[name]; b != nil {
@@ -161,10 +162,10 @@ func (w *durableWaiter) batcher(name string, node *redis.Client) *pipeBatcher[wa
 			c.err = err
 		}
 	}
-	b := newPipeBatcher(64, func(c *waitCall) { run([]*waitCall{c}) }, run)
+	b := rediscall.NewPipeBatcher(64, func(c *waitCall) { run([]*waitCall{c}) }, run)
 	w.nodes[name] = b
 	if w.ctx != nil {
-		w.done = append(w.done, b.start(w.ctx))
+		w.done = append(w.done, b.Start(w.ctx))
 	}
 	return b
 }

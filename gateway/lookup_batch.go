@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 )
 
 // Request-record lookups in pipelines (Config.LookupPipeline, issue 19). A
@@ -28,7 +29,7 @@ type lookupCall struct {
 
 // lookupBatcher pipelines GETs of request records (pipeBatcher).
 type lookupBatcher struct {
-	*pipeBatcher[lookupCall]
+	*rediscall.PipeBatcher[lookupCall]
 }
 
 func newLookupBatcher(s *Server, max int) *lookupBatcher {
@@ -38,8 +39,8 @@ func newLookupBatcher(s *Server, max int) *lookupBatcher {
 			return err
 		})
 	}
-	cmds := make(chan []*redis.SliceCmd, pipeWorkers) // one buffer per worker in flight
-	for range pipeWorkers {
+	cmds := make(chan []*redis.SliceCmd, rediscall.PipeWorkers) // one buffer per worker in flight
+	for range rediscall.PipeWorkers {
 		cmds <- make([]*redis.SliceCmd, 0, max)
 	}
 	many := func(calls []*lookupCall) {
@@ -64,12 +65,12 @@ func newLookupBatcher(s *Server, max int) *lookupBatcher {
 		clear(buf)
 		cmds <- buf
 	}
-	return &lookupBatcher{newPipeBatcher(max, one, many)}
+	return &lookupBatcher{rediscall.NewPipeBatcher(max, one, many)}
 }
 
 // get is GET key: the value, or redis.Nil.
 func (b *lookupBatcher) get(key string) (string, error) {
-	c := b.do(lookupCall{key: key})
+	c := b.Do(lookupCall{key: key})
 	return c.val, c.err
 }
 

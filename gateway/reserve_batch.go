@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -18,7 +19,7 @@ import (
 
 // reserveBatcher pipelines reserve calls (pipeBatcher).
 type reserveBatcher struct {
-	*pipeBatcher[lua.ReserveCall]
+	*rediscall.PipeBatcher[lua.ReserveCall]
 }
 
 func newReserveBatcher(s *Server, max int) *reserveBatcher {
@@ -28,8 +29,8 @@ func newReserveBatcher(s *Server, max int) *reserveBatcher {
 			return err
 		})
 	}
-	bufs := make(chan []lua.ReserveCall, pipeWorkers) // one buffer per worker in flight
-	for range pipeWorkers {
+	bufs := make(chan []lua.ReserveCall, rediscall.PipeWorkers) // one buffer per worker in flight
+	for range rediscall.PipeWorkers {
 		bufs <- make([]lua.ReserveCall, 0, max)
 	}
 	many := func(cs []*lua.ReserveCall) {
@@ -43,7 +44,7 @@ func newReserveBatcher(s *Server, max int) *reserveBatcher {
 			ran = true
 			lua.ReserveMany(ctx, s.rdb, calls)
 			for i := range calls { // the breaker counts a failed round trip once
-				if isRedisFailure(calls[i].Err) {
+				if rediscall.IsFailure(calls[i].Err) {
 					return calls[i].Err
 				}
 			}
@@ -61,11 +62,11 @@ func newReserveBatcher(s *Server, max int) *reserveBatcher {
 		clear(calls)
 		bufs <- calls
 	}
-	return &reserveBatcher{newPipeBatcher(max, one, many)}
+	return &reserveBatcher{rediscall.NewPipeBatcher(max, one, many)}
 }
 
 // reserve queues one call and waits for its answer.
 func (b *reserveBatcher) reserve(k lua.Keys, a lua.ReserveArgs) (lua.ReserveResult, error) {
-	c := b.do(lua.ReserveCall{Keys: k, Args: a})
+	c := b.Do(lua.ReserveCall{Keys: k, Args: a})
 	return c.Result, c.Err
 }

@@ -16,13 +16,13 @@ import (
 
 	"github.com/fasthttp/router"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/gateway/operator"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -38,7 +38,7 @@ type Server struct {
 	guard      httpapi.Guard    // bearer-token authentication
 	signer     auth.Signer      // the demo login's tokens
 	gen        *order.NoGenerator
-	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	breaker    *rediscall.Breaker // every Redis call of a request (package rediscall)
 	products   *httpapi.ProductCache
 	operator   *operator.API // the operator's routes, /api/admin/… (package operator)
 	admins     map[int64]bool
@@ -127,7 +127,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	for _, id := range cfg.AdminUsers {
 		s.admins[id] = true
 	}
-	s.breaker = newRedisBreaker(cfg, logger)
+	s.breaker = rediscall.NewBreaker(cfg.BreakerFailures, cfg.BreakerOpen, cfg.RedisTimeout, logger)
 	s.products = httpapi.NewProductCache(store, cfg.ProductCacheTTL, logger)
 	s.operator = operator.New(operator.Config{MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: cfg.StoreTimeout,
 		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.stock,
@@ -278,15 +278,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		defer func() { stopRepair(); <-leaseDone }()
 	}
 	if s.batcher != nil {
-		batchDone := s.batcher.start(rctx) // reserve_batch.go
+		batchDone := s.batcher.Start(rctx) // reserve_batch.go
 		defer func() { stopRepair(); <-batchDone }()
 	}
 	if s.lookups != nil {
-		lookupDone := s.lookups.start(rctx) // lookup_batch.go
+		lookupDone := s.lookups.Start(rctx) // lookup_batch.go
 		defer func() { stopRepair(); <-lookupDone }()
 	}
 	if s.takes != nil {
-		takesDone := s.takes.start(rctx) // waitingroom.go
+		takesDone := s.takes.Start(rctx) // waitingroom.go
 		defer func() { stopRepair(); <-takesDone }()
 	}
 	if s.durable != nil {
@@ -455,3 +455,7 @@ func errorKind(err error) string {
 func (s *Server) callCtx(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.base, d)
 }
+
+// redisCall runs fn under the Redis breaker with a RedisTimeout deadline
+// (rediscall.Breaker.Call).
+func (s *Server) redisCall(fn func(ctx context.Context) error) error { return s.breaker.Call(fn) }

@@ -13,6 +13,7 @@ import (
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/drop"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -222,7 +223,7 @@ func (s *Server) take(productID int64, args lua.TakeArgs) (lua.Place, error) {
 	}
 	args.TicketID = tid
 	if s.takes != nil {
-		c := s.takes.do(lua.TakeCall{ProductID: productID, Args: args})
+		c := s.takes.Do(lua.TakeCall{ProductID: productID, Args: args})
 		return c.Place, c.Err
 	}
 	var p lua.Place
@@ -248,7 +249,7 @@ const takeWorkers = 1
 // like the reserve calls of reserve_batch.go) into one room_take.lua call
 // per product (lua.TakeMany).
 type takeBatcher struct {
-	*pipeBatcher[lua.TakeCall]
+	*rediscall.PipeBatcher[lua.TakeCall]
 }
 
 func newTakeBatcher(s *Server, max int) *takeBatcher {
@@ -268,7 +269,7 @@ func newTakeBatcher(s *Server, max int) *takeBatcher {
 			ran = true
 			lua.TakeMany(ctx, s.rdb, calls)
 			for i := range calls { // the breaker counts a failed round trip once
-				if isRedisFailure(calls[i].Err) {
+				if rediscall.IsFailure(calls[i].Err) {
 					return calls[i].Err
 				}
 			}
@@ -282,8 +283,8 @@ func newTakeBatcher(s *Server, max int) *takeBatcher {
 			}
 		}
 	}
-	b := newPipeBatcher(max, one, many)
-	b.workers = takeWorkers
+	b := rediscall.NewPipeBatcher(max, one, many)
+	b.Workers = takeWorkers
 	return &takeBatcher{b}
 }
 

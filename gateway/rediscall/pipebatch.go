@@ -1,4 +1,4 @@
-package gateway
+package rediscall
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// pipeBatcher sends the Redis calls of concurrent requests in shared
+// PipeBatcher sends the Redis calls of concurrent requests in shared
 // pipelines (the reserve calls of Config.ReservePipeline, the request-record
 // lookups of Config.LookupPipeline). A few workers each take one waiting call,
 // add whatever else is already waiting (up to max, never waiting for more: a
@@ -14,9 +14,9 @@ import (
 // for all; each call's answer is what it would have been alone. Calls made
 // while no worker runs (before start, after the workers stopped) run alone,
 // with one.
-type pipeBatcher[C any] struct {
+type PipeBatcher[C any] struct {
 	max     int
-	workers int // pipelines in flight at once
+	Workers int // pipelines in flight at once (set before Start)
 	jobs    chan *pipeJob[C]
 	stopped atomic.Pointer[chan struct{}] // closed while no worker runs
 	pool    sync.Pool
@@ -24,17 +24,17 @@ type pipeBatcher[C any] struct {
 	many    func(cs []*C) // runs calls as one pipeline, filling in each answer
 }
 
-// pipeWorkers is the number of pipelines in flight at once, unless a
+// PipeWorkers is the number of pipelines in flight at once, unless a
 // batcher sets its own.
-const pipeWorkers = 4
+const PipeWorkers = 4
 
 type pipeJob[C any] struct {
 	call C
 	done chan struct{}
 }
 
-func newPipeBatcher[C any](max int, one func(*C), many func([]*C)) *pipeBatcher[C] {
-	b := &pipeBatcher[C]{max: max, workers: pipeWorkers, jobs: make(chan *pipeJob[C], 4*max), one: one, many: many}
+func NewPipeBatcher[C any](max int, one func(*C), many func([]*C)) *PipeBatcher[C] {
+	b := &PipeBatcher[C]{max: max, Workers: PipeWorkers, jobs: make(chan *pipeJob[C], 4*max), one: one, many: many}
 	closed := make(chan struct{})
 	close(closed)
 	b.stopped.Store(&closed)
@@ -42,13 +42,13 @@ func newPipeBatcher[C any](max int, one func(*C), many func([]*C)) *pipeBatcher[
 	return b
 }
 
-// start runs the workers until ctx ends; the returned channel closes when
+// Start runs the workers until ctx ends; the returned channel closes when
 // they have stopped and the calls queued meanwhile were answered.
-func (b *pipeBatcher[C]) start(ctx context.Context) <-chan struct{} {
+func (b *PipeBatcher[C]) Start(ctx context.Context) <-chan struct{} {
 	stopped := make(chan struct{})
 	b.stopped.Store(&stopped)
 	var wg sync.WaitGroup
-	for range b.workers {
+	for range b.Workers {
 		wg.Go(func() { b.work(ctx) })
 	}
 	done := make(chan struct{})
@@ -69,8 +69,8 @@ func (b *pipeBatcher[C]) start(ctx context.Context) <-chan struct{} {
 	return done
 }
 
-// do queues call, waits for its answer and returns the call with it.
-func (b *pipeBatcher[C]) do(call C) C {
+// Do queues call, waits for its answer and returns the call with it.
+func (b *PipeBatcher[C]) Do(call C) C {
 	j := b.pool.Get().(*pipeJob[C])
 	j.call = call
 	select {
@@ -87,7 +87,7 @@ func (b *pipeBatcher[C]) do(call C) C {
 	return out
 }
 
-func (b *pipeBatcher[C]) work(ctx context.Context) {
+func (b *PipeBatcher[C]) work(ctx context.Context) {
 	batch := make([]*pipeJob[C], 0, b.max)
 	calls := make([]*C, 0, b.max)
 	for {

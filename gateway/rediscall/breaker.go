@@ -1,9 +1,14 @@
-package gateway
+// Package rediscall runs the gateway's Redis calls: every one under a
+// deadline and one circuit breaker (Breaker), and those of concurrent
+// requests in shared pipelines (PipeBatcher). The buyer's and the
+// operator's APIs and the waiting room share one Breaker.
+package rediscall
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -17,12 +22,30 @@ import (
 // after BreakerOpen it lets one probe through and closes again if the probe
 // succeeds (SPEC §6: "Redis unreachable → 503 fast").
 
-func newRedisBreaker(cfg Config, log *slog.Logger) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	failures := uint32(cfg.BreakerFailures)
+// Breaker is the gateway's one Redis circuit breaker with the deadline of
+// every call it lets through.
+type Breaker struct {
+	cb      *gobreaker.TwoStepCircuitBreaker[struct{}]
+	timeout time.Duration // one Redis call (Config.RedisTimeout)
+}
+
+// NewBreaker opens after failures consecutive failed calls, stays open for
+// open, and gives each call timeout.
+func NewBreaker(failures int, open, timeout time.Duration, log *slog.Logger) *Breaker {
+	return &Breaker{cb: newRedisBreaker(uint32(failures), open, log), timeout: timeout}
+}
+
+// State is the breaker's state.
+func (b *Breaker) State() gobreaker.State { return b.cb.State() }
+
+// Allow is the breaker's two-step admission (a probe that bypasses Call).
+func (b *Breaker) Allow() (done func(error), err error) { return b.cb.Allow() }
+
+func newRedisBreaker(failures uint32, open time.Duration, log *slog.Logger) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
-		Timeout:     cfg.BreakerOpen,
+		Timeout:     open,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			lvl := slog.LevelWarn
@@ -34,21 +57,21 @@ func newRedisBreaker(cfg Config, log *slog.Logger) *gobreaker.TwoStepCircuitBrea
 	})
 }
 
-// redisCall runs fn behind the breaker with a RedisTimeout deadline. Answers
+// Call runs fn behind the breaker with a RedisTimeout deadline. Answers
 // of a script (lua sentinels) and redis.Nil count as success: only a failed
 // round trip counts against Redis. lua.ErrStockCorrupt (unusable data of one
 // product, or a script error on it) counts as success too: Redis answered,
 // and one product's bad data must not open the breaker for every product. It returns fn's error, or the breaker's
 // when the breaker is open.
-func (s *Server) redisCall(fn func(ctx context.Context) error) error {
-	done, err := s.breaker.Allow()
+func (b *Breaker) Call(fn func(ctx context.Context) error) error {
+	done, err := b.cb.Allow()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.callCtx(s.cfg.RedisTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	err = fn(ctx)
 	cancel()
-	if isRedisFailure(err) {
+	if IsFailure(err) {
 		done(err)
 	} else {
 		done(nil)
@@ -66,7 +89,8 @@ var scriptOutcomes = []error{
 	lua.ErrClaimRevoked, lua.ErrClaimContended,
 }
 
-func isRedisFailure(err error) bool {
+// IsFailure tells a failed round trip to Redis from an answer of a script.
+func IsFailure(err error) bool {
 	if err == nil {
 		return false
 	}
