@@ -108,7 +108,7 @@ func (s *Server) reserveOrder(c auth.Claims, req orderRequest, shards, home int)
 		TTL:       s.cfg.RequestTTL,
 		Sync:      s.cfg.SyncIntake,
 	}
-	res, dry, err := s.reserve(req.productID, shards, home, args)
+	res, dry, err := s.room.Reserve(req.productID, shards, home, args) // room: the admission first
 	// A replay tells the stock of its shard too: on a one-shard product a
 	// storm of replays after the sell-out keeps the sold-out cache marked
 	// (its replays are then answered by the pipelined record lookups)
@@ -130,24 +130,6 @@ func (s *Server) reserveOrder(c auth.Claims, req orderRequest, shards, home int)
 		})
 	}
 	return res, err
-}
-
-// reserve is one reserve.lua call (a sharded product's through
-// reserveSharded, which claims the waiting room first); dry: the shard is
-// out of stock. A one-shard product whose waiting room was turned on since
-// this gateway last looked is tried again with its admission checked.
-func (s *Server) reserve(productID int64, shards, home int, args lua.ReserveArgs) (res lua.ReserveResult, dry bool, err error) {
-	if shards > 1 {
-		return s.reserveSharded(productID, shards, home, args) // lua/shards.go, waiting room claimed first
-	}
-	args.Admission = s.rooms.on(productID)                         // waitingroom.go: one map read
-	res, dry, err = s.stock.Reserve(productID, shards, home, args) // lua/shards.go
-	if errors.Is(err, lua.ErrRoomOn) {
-		s.rooms.set(productID, true)
-		args.Admission = true
-		res, dry, err = s.stock.Reserve(productID, shards, home, args)
-	}
-	return res, dry, err
 }
 
 // answerOrder writes the answer to a reservation's outcome: 202 with

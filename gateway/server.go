@@ -10,7 +10,6 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/gateway/operator"
 	"github.com/stampede-sh/stampede/gateway/rediscall"
+	"github.com/stampede-sh/stampede/gateway/room"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
@@ -30,39 +30,35 @@ import (
 
 // Server is the gateway. Create it with New; it is safe for concurrent use.
 type Server struct {
-	cfg        Config
-	rdb        redis.UniversalClient
-	store      *persistence.Store
-	log        *slog.Logger
-	ans        *httpapi.Answers // error and JSON answers (errors.go's table)
-	guard      httpapi.Guard    // bearer-token authentication
-	signer     auth.Signer      // the demo login's tokens
-	gen        *order.NoGenerator
-	breaker    *rediscall.Breaker // every Redis call of a request (package rediscall)
-	products   *httpapi.ProductCache
-	operator   *operator.API // the operator's routes, /api/admin/… (package operator)
-	admins     map[int64]bool
-	router     *router.Router
-	static     fasthttp.RequestHandler // nil without StaticDir
-	handler    fasthttp.RequestHandler
-	metrics    *Metrics
-	limiter    *rateLimiter       // nil: no rate limits
-	reads      *rateLimiter       // per-user order reads; nil: no limit (orderread.go)
-	stock      *lua.Sharded       // the multi-shard operations, run under redisCall (shards.go)
-	admissions *lua.AdmissionSaga // a sharded room product's orders (waitingroom.go)
-	batcher    *reserveBatcher    // nil: one round trip per reserve call
-	lookups    *lookupBatcher     // nil: one round trip per request-record lookup
-	durable    *durableWaiter     // nil: no wait for replicas (durability none or aof, or sync intake)
-	soldOut    soldOutCache
-	buyers     buyerCache   // buyers.go
-	rooms      roomHints    // waitingroom.go
-	takes      *takeBatcher // nil: one round trip per ticket (waitingroom.go)
-	pow        powGate      // pow.go
-	lists      sync.Map     // int64 → []byte: published pre-queue lists (drop.go)
-	routing    routeCache
-	corrupt    corruptLog                     // stockfault.go
-	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
-	lease      atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
+	cfg       Config
+	rdb       redis.UniversalClient
+	store     *persistence.Store
+	log       *slog.Logger
+	ans       *httpapi.Answers // error and JSON answers (errors.go's table)
+	guard     httpapi.Guard    // bearer-token authentication
+	signer    auth.Signer      // the demo login's tokens
+	gen       *order.NoGenerator
+	breaker   *rediscall.Breaker // every Redis call of a request (package rediscall)
+	products  *httpapi.ProductCache
+	operator  *operator.API // the operator's routes, /api/admin/… (package operator)
+	admins    map[int64]bool
+	router    *router.Router
+	static    fasthttp.RequestHandler // nil without StaticDir
+	handler   fasthttp.RequestHandler
+	metrics   *Metrics
+	limiter   *rateLimiter    // nil: no rate limits
+	reads     *rateLimiter    // per-user order reads; nil: no limit (orderread.go)
+	stock     *lua.Sharded    // the multi-shard operations, run under redisCall (shards.go)
+	batcher   *reserveBatcher // nil: one round trip per reserve call
+	lookups   *lookupBatcher  // nil: one round trip per request-record lookup
+	durable   *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
+	soldOut   soldOutCache
+	buyers    buyerCache // buyers.go
+	room      *room.Room // the waiting room: tickets, drops, admissions (package room)
+	routing   routeCache
+	corrupt   corruptLog                     // stockfault.go
+	redisConf atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
+	lease     atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
@@ -132,7 +128,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	s.operator = operator.New(operator.Config{MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: cfg.StoreTimeout,
 		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.stock,
 		Products: s.products, Answers: s.ans, Log: logger, RedisCall: s.redisCall, Available: s.available,
-		PendingOrder: s.pendingOrder, SaveRoom: s.saveRoom})
+		PendingOrder: s.pendingOrder, Room: s.room, ShardCount: s.shardCount})
 	if err := s.wireStatic(); err != nil {
 		return nil, err
 	}
@@ -153,15 +149,24 @@ func (s *Server) wireBatchers() {
 	if s.cfg.LookupPipeline > 1 {
 		s.lookups = newLookupBatcher(s, s.cfg.LookupPipeline)
 	}
-	if s.cfg.RoomPipeline > 1 {
-		s.takes = newTakeBatcher(s, s.cfg.RoomPipeline)
-	}
-	s.pow = newPowGate(s.cfg.PowSecret, s.cfg.PaymentSecret, s.cfg.PowExpiry)
 	if s.cfg.Durability == DurabilityReplicated && !s.cfg.SyncIntake {
 		s.durable = newDurableWaiter(s, s.cfg.ReplicaAcks, s.cfg.ReplicaWait)
 	}
 	s.stock = s.newSharded()
-	s.admissions = s.newAdmissionSaga()
+	var limit func(ctx *fasthttp.RequestCtx, userID int64) bool
+	if s.limiter != nil { // tickets share the order path's per-user bucket
+		limit = func(ctx *fasthttp.RequestCtx, userID int64) bool {
+			ok, wait := s.limiter.allow(userID, time.Now())
+			if !ok {
+				s.rateLimited(ctx, wait)
+			}
+			return ok
+		}
+	}
+	s.room = room.New(room.Config{MaxBodyBytes: s.cfg.MaxBodyBytes, PowSecret: s.cfg.PowSecret,
+		PaymentSecret: s.cfg.PaymentSecret, PowExpiry: s.cfg.PowExpiry, RoomPipeline: s.cfg.RoomPipeline},
+		room.Deps{Redis: s.rdb, Stock: s.stock, Answers: s.ans, Log: s.log, RedisCall: s.redisCall,
+			ShardCount: s.shardCount, Limit: limit})
 }
 
 // wireStatic serves Config.StaticDir (the built client), with the security
@@ -226,13 +231,8 @@ func (s *Server) routes() *router.Router {
 
 	handle("GET", "/api/products", s.listProducts)
 	handle("GET", "/api/products/{id}", s.getProduct)
-	handle("POST", "/api/products/{id}/queue", s.guard.Authed(s.takePlace))
-	handle("GET", "/api/products/{id}/queue/challenge", s.guard.Authed(s.queueChallenge)) // pow.go
-	handle("GET", "/api/products/{id}/drop", s.dropInfo)                                  // drop.go
-	handle("GET", "/api/products/{id}/drop/tickets", s.dropTickets)
-	handle("POST", "/api/admin/products/{id}/waiting-room", s.guard.AdminOnly(s.adminWaitingRoom))
-	handle("GET", "/api/admin/products/{id}/waiting-room", s.guard.AdminOnly(s.adminRoomStatus))
-	s.operator.Mount(handle, &s.guard) // package operator: /api/admin/…
+	s.room.Mount(handle, s.guard.Authed) // package room: tickets, challenges, drops
+	s.operator.Mount(handle, &s.guard)   // package operator: /api/admin/…
 	return r
 }
 
@@ -285,10 +285,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		lookupDone := s.lookups.Start(rctx) // lookup_batch.go
 		defer func() { stopRepair(); <-lookupDone }()
 	}
-	if s.takes != nil {
-		takesDone := s.takes.Start(rctx) // waitingroom.go
-		defer func() { stopRepair(); <-takesDone }()
-	}
+	takesDone := s.room.Start(rctx) // package room: the ticket batcher
+	defer func() { stopRepair(); <-takesDone }()
 	if s.durable != nil {
 		durableDone := s.durable.start(rctx) // durability.go
 		defer func() { stopRepair(); <-durableDone }()

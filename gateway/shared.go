@@ -3,6 +3,8 @@ package gateway
 import (
 	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/gateway/operator"
+	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/persistence"
 )
 
 // TokenVerifier checks a bearer token (*auth.Verifier is one).
@@ -64,3 +66,11 @@ const (
 	StateEnded    = httpapi.StateEnded
 	StateSoldOut  = httpapi.StateSoldOut
 )
+
+// RoomSettings are the Redis side (lua.SetRoom) of a product's stored room
+// terms, shards being the product's stock shards (operator.RoomSettings):
+// what the admin endpoint writes, and what a reload into an emptied Redis
+// DB writes again (`stampede redis-takeover`).
+func RoomSettings(t persistence.RoomTerms, shards int) lua.RoomSettings {
+	return operator.RoomSettings(t, shards)
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/room"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -50,9 +51,11 @@ type Deps struct {
 	// PendingOrder is an order accepted in Redis and not yet in MySQL, and
 	// its buyer.
 	PendingOrder func(no string) (httpapi.OrderJSON, int64, error)
-	// SaveRoom stores a product's waiting-room terms and writes them to
-	// Redis, shards being the product's stock shards.
-	SaveRoom func(adminID int64, t persistence.RoomTerms, shards int) (persistence.RoomTerms, error)
+	// Room is the gateway's waiting room (package room).
+	Room *room.Room
+	// ShardCount is a product's number of stock shards (404 for an
+	// unknown product).
+	ShardCount func(productID int64) (int, error)
 }
 
 // API serves the operator's routes. Create it with New.
@@ -67,13 +70,14 @@ type API struct {
 	redisCall    func(fn func(ctx context.Context) error) error
 	available    func(ps []persistence.Product) ([]int64, []bool, error)
 	pendingOrder func(no string) (httpapi.OrderJSON, int64, error)
-	saveRoom     func(adminID int64, t persistence.RoomTerms, shards int) (persistence.RoomTerms, error)
+	room         *room.Room
+	shardCount   func(productID int64) (int, error)
 }
 
 // New returns the operator's API on d.
 func New(cfg Config, d Deps) *API {
 	return &API{cfg: cfg, store: d.Store, rdb: d.Redis, stock: d.Stock, products: d.Products, ans: d.Answers,
-		log: d.Log, redisCall: d.RedisCall, available: d.Available, pendingOrder: d.PendingOrder, saveRoom: d.SaveRoom}
+		log: d.Log, redisCall: d.RedisCall, available: d.Available, pendingOrder: d.PendingOrder, room: d.Room, shardCount: d.ShardCount}
 }
 
 // Mount registers the operator's routes on r: handle wraps each handler
@@ -91,6 +95,8 @@ func (s *API) Mount(handle func(method, path string, h fasthttp.RequestHandler),
 	handle("GET", "/api/admin/reconcile", admin(s.adminReconcile))
 	handle("GET", "/api/admin/dlq", admin(s.adminDLQ))
 	handle("POST", "/api/admin/dlq/replay", admin(s.adminReplay))
+	handle("POST", "/api/admin/products/{id}/waiting-room", admin(s.adminWaitingRoom)) // room.go
+	handle("GET", "/api/admin/products/{id}/waiting-room", admin(s.adminRoomStatus))
 	handle("GET", "/api/admin/pulse", admin(s.adminPulse))
 	handle("GET", "/api/admin/orders", admin(s.adminSearchOrders)) // admin_support.go
 	handle("GET", "/api/admin/orders/{orderNo}", admin(s.adminGetOrder))

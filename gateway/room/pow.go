@@ -1,4 +1,4 @@
-package gateway
+package room
 
 import (
 	"crypto/hmac"
@@ -158,8 +158,8 @@ func (g powGate) verify(payload string, userID, productID int64, now time.Time) 
 //
 //	200 {"algorithm","challenge","maxnumber","salt","signature"}
 //	404 PRODUCT_NOT_FOUND; 409 WAITING_ROOM_OFF; 409 POW_NOT_REQUIRED (the room asks none)
-func (s *Server) queueChallenge(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	productID, ok := s.roomProductID(ctx)
+func (s *Room) queueChallenge(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	productID, ok := s.ProductID(ctx)
 	if !ok {
 		return
 	}
@@ -179,4 +179,12 @@ func (s *Server) queueChallenge(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	s.ans.JSON(ctx, fasthttp.StatusOK, ch)
+}
+
+// VerifyPow checks a proof-of-work payload for userID and productID at now
+// as POST /api/products/{id}/queue does (httpapi.ErrPowInvalid when it does
+// not verify); it marks nothing used.
+func (s *Room) VerifyPow(payload string, userID, productID int64, now time.Time) error {
+	_, _, err := s.pow.verify(payload, userID, productID, now)
+	return err
 }

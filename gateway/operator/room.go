@@ -1,9 +1,8 @@
-package gateway
+package operator
 
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -11,13 +10,15 @@ import (
 	"github.com/stampede-sh/stampede/auth"
 	"github.com/stampede-sh/stampede/drop"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/room"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
-// A room's terms and its public record (issue 28): the admin settings
-// (POST/GET /api/admin/products/{id}/waiting-room) and what any buyer reads
-// to check the shuffle (GET /api/products/{id}/drop and …/drop/tickets).
+// A room's terms (issue 28): the admin settings (POST/GET
+// /api/admin/products/{id}/waiting-room), stored in MySQL and written to
+// Redis. The room itself — tickets, the public record, the admission on the
+// order path — is package room's.
 
 // Limits of the admin room settings.
 const (
@@ -59,7 +60,7 @@ func RoomSettings(t persistence.RoomTerms, shards int) lua.RoomSettings {
 // saveRoom stores t (drawing the room's seed if it has none: the stored
 // one never changes) and writes it to Redis, shards being the product's
 // stock shards. It returns the stored terms, with their commitment.
-func (s *Server) saveRoom(adminID int64, t persistence.RoomTerms, shards int) (persistence.RoomTerms, error) {
+func (s *API) saveRoom(adminID int64, t persistence.RoomTerms, shards int) (persistence.RoomTerms, error) {
 	seed, err := drop.NewSeed()
 	if err != nil {
 		return t, err
@@ -74,7 +75,7 @@ func (s *Server) saveRoom(adminID int64, t persistence.RoomTerms, shards int) (p
 	rs := RoomSettings(t, shards)
 	err = s.redisCall(func(rctx context.Context) error { return lua.SetRoom(rctx, s.rdb, t.ProductID, rs) })
 	if err == nil {
-		s.rooms.set(t.ProductID, t.On)
+		s.room.Seen(t.ProductID, t.On)
 	}
 	return t, err
 }
@@ -97,8 +98,8 @@ func (s *Server) saveRoom(adminID int64, t persistence.RoomTerms, shards int) (p
 // directly; the line is kept and is used again if the room is turned back on. Other gateways
 // learn of a room turned on from their next order request for the product (ROOM_ON, answered
 // again with the admission check).
-func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	productID, ok := s.roomProductID(ctx)
+func (s *API) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	productID, ok := s.room.ProductID(ctx)
 	if !ok {
 		return
 	}
@@ -172,7 +173,7 @@ func (s *Server) adminWaitingRoom(ctx *fasthttp.RequestCtx, c auth.Claims) {
 // checkRoomTerms validates t for productID: bounds and (ROOM_STARTED) no
 // change of mode, pre-queue or reserve once a ticket exists. A draw's
 // maxPerOrder is checked by the store (persistence.ErrDrawOnePerOrder).
-func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error {
+func (s *API) checkRoomTerms(productID int64, t persistence.RoomTerms) error {
 	window := int64(t.Window / time.Second)
 	pq := int64(t.PreQueue / time.Second)
 	switch {
@@ -189,7 +190,7 @@ func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error 
 	case t.PowCost < 0 || t.PowCost > maxRoomPowCost:
 		return httpapi.InvalidArg("powCost must be from 0 (none) to %d", maxRoomPowCost)
 	}
-	st, err := s.readRoom(productID)
+	st, err := s.room.Read(productID)
 	if err != nil {
 		return err
 	}
@@ -200,151 +201,12 @@ func (s *Server) checkRoomTerms(productID int64, t persistence.RoomTerms) error 
 	return nil
 }
 
-// dropState names where a room stands: OFF, PRE_QUEUE (before the
-// opening), SHUFFLING (the opening passed, the shuffle is not published
-// yet), OPEN (published).
-func dropState(st lua.RoomStatus, now time.Time) string {
-	switch {
-	case !st.On && !st.Shuffled:
-		return "OFF"
-	case st.Shuffled:
-		return "OPEN"
-	case now.Before(st.Start) && !st.Closed:
-		return "PRE_QUEUE"
-	}
-	return "SHUFFLING"
-}
-
-// dropJSON is GET /api/products/{id}/drop: the public record of a room's
-// shuffle, everything a buyer needs to recompute its position.
-type dropJSON struct {
-	ProductID       int64      `json:"productId"`
-	On              bool       `json:"on"`
-	Mode            string     `json:"mode"`
-	State           string     `json:"state"`
-	Rule            string     `json:"rule"`
-	Commitment      string     `json:"commitment"`
-	PreQueueOpensAt *time.Time `json:"preQueueOpensAt"` // null: open whenever the room is on
-	OpensAt         time.Time  `json:"opensAt"`
-	PreQueued       int64      `json:"preQueued"`
-	Seed            *string    `json:"seed"`
-	ListHash        *string    `json:"listHash"`
-	ShuffledAt      *time.Time `json:"shuffledAt"`
-	ListURL         string     `json:"listUrl"`
-	PowCost         int64      `json:"powCost"`
-	Winners         *int64     `json:"winners"` // draw, after the close
-	Reserve         int64      `json:"reserve"`
-}
-
-func toDropJSON(productID int64, st lua.RoomStatus, now time.Time) dropJSON {
-	d := dropJSON{ProductID: productID, On: st.On, Mode: string(st.Mode), State: dropState(st, now), Rule: drop.Rule,
-		Commitment: st.Commitment, OpensAt: st.Start, PreQueued: st.PreQueued, PowCost: st.PowCost, Reserve: st.Reserve,
-		ListURL: "/api/products/" + strconv.FormatInt(productID, 10) + "/drop/tickets"}
-	if st.PreQueue > 0 {
-		at := st.Start.Add(-st.PreQueue)
-		d.PreQueueOpensAt = &at
-	}
-	if st.Shuffled {
-		seed, lh, at := st.Seed, st.ListHash, st.ShuffledAt
-		d.Seed, d.ListHash, d.ShuffledAt = &seed, &lh, &at
-		if st.Mode == lua.ModeDraw {
-			w := st.Winners
-			d.Winners = &w
-		}
-	}
-	return d
-}
-
-// dropInfo is GET /api/products/{id}/drop (no auth): the room's public
-// record. Before the opening it shows the commitment; from the shuffle on
-// also the seed, the list's hash and when it was published.
-//
-//	200 dropJSON; 404 PRODUCT_NOT_FOUND; 409 WAITING_ROOM_OFF (the product never had a room)
-func (s *Server) dropInfo(ctx *fasthttp.RequestCtx) {
-	productID, ok := s.roomProductID(ctx)
-	if !ok {
-		return
-	}
-	st, err := s.readRoom(productID)
-	if err != nil {
-		s.ans.Fail(ctx, err)
-		return
-	}
-	if !st.On && st.Commitment == "" {
-		s.ans.Fail(ctx, lua.ErrRoomOff)
-		return
-	}
-	s.ans.JSON(ctx, fasthttp.StatusOK, toDropJSON(productID, st, time.Now()))
-}
-
-// readRoom reads productID's room (404 for an unknown product).
-func (s *Server) readRoom(productID int64) (lua.RoomStatus, error) {
-	if _, err := s.shardCount(productID); err != nil {
-		return lua.RoomStatus{}, err
-	}
-	var st lua.RoomStatus
-	err := s.redisCall(func(rctx context.Context) (err error) {
-		st, err = lua.ReadRoom(rctx, s.rdb, productID)
-		return err
-	})
-	return st, err
-}
-
-// dropTickets is GET /api/products/{id}/drop/tickets (no auth): the
-// published pre-queue list, text/plain, the ticket ids sorted ascending one
-// per line (each ended by "\n"); its SHA-256 is the drop's listHash. It
-// never changes once published (this gateway keeps it in memory).
-//
-//	200 text/plain; 404 PRODUCT_NOT_FOUND; 409 WAITING_ROOM_OFF; 409 SHUFFLE_NOT_PUBLISHED
-func (s *Server) dropTickets(ctx *fasthttp.RequestCtx) {
-	productID, ok := s.roomProductID(ctx)
-	if !ok {
-		return
-	}
-	if v, ok := s.lists.Load(productID); ok {
-		writeList(ctx, v.([]byte))
-		return
-	}
-	st, err := s.readRoom(productID)
-	if err != nil {
-		s.ans.Fail(ctx, err)
-		return
-	}
-	switch {
-	case !st.On && st.Commitment == "":
-		s.ans.Fail(ctx, lua.ErrRoomOff)
-		return
-	case !st.Shuffled:
-		s.ans.Fail(ctx, httpapi.ErrNotShuffled)
-		return
-	}
-	var list []byte
-	err = s.redisCall(func(rctx context.Context) (err error) {
-		list, err = lua.PublishedList(rctx, s.rdb, productID)
-		return err
-	})
-	if err != nil {
-		s.ans.Fail(ctx, err)
-		return
-	}
-	s.lists.Store(productID, list)
-	writeList(ctx, list)
-}
-
-func writeList(ctx *fasthttp.RequestCtx, list []byte) {
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	ctx.SetContentType("text/plain; charset=utf-8")
-	ctx.Response.Header.Set("Cache-Control", "public, max-age=300")
-	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
-	ctx.Response.SetBody(list)
-}
-
 // roomStatusJSON is GET /api/admin/products/{id}/waiting-room: the terms,
 // the public record and the live counters the console shows.
 type roomStatusJSON struct {
 	ProductID     int64         `json:"productId"`
 	Terms         roomTermsJSON `json:"terms"`
-	Drop          dropJSON      `json:"drop"`
+	Drop          room.DropJSON `json:"drop"`
 	Paused        bool          `json:"paused"`
 	Available     int64         `json:"available"`     // units left (sharded: at the pacer's last step)
 	Issued        int64         `json:"issued"`        // places given (pre-queued ones from the close)
@@ -363,12 +225,12 @@ type roomStatusJSON struct {
 // terms, its public record and its counters (403 for a buyer; 404; 409
 // WAITING_ROOM_OFF for a product that never had a room). The seed shows only
 // once published.
-func (s *Server) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
-	productID, ok := s.roomProductID(ctx)
+func (s *API) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
+	productID, ok := s.room.ProductID(ctx)
 	if !ok {
 		return
 	}
-	st, err := s.readRoom(productID)
+	st, err := s.room.Read(productID)
 	if err != nil {
 		s.ans.Fail(ctx, err)
 		return
@@ -388,7 +250,7 @@ func (s *Server) adminRoomStatus(ctx *fasthttp.RequestCtx, _ auth.Claims) {
 		return
 	}
 	t.On = st.On
-	out := roomStatusJSON{ProductID: productID, Terms: toRoomTermsJSON(t), Drop: toDropJSON(productID, st, time.Now()),
+	out := roomStatusJSON{ProductID: productID, Terms: toRoomTermsJSON(t), Drop: room.ToDropJSON(productID, st, time.Now()),
 		Paused: st.Paused, Available: st.Available, Issued: st.Issued, AdmittedUpTo: st.UpTo, Admitted: st.Admitted,
 		Expired: st.Expired, Claimed: st.Claimed, Used: st.Used, Live: st.Live, Waiting: st.Waiting(), Cutoff: st.Cutoff, RatePerSecond: st.Rate}
 	s.ans.JSON(ctx, fasthttp.StatusOK, out)

@@ -1,4 +1,4 @@
-package gateway
+package room
 
 import (
 	"context"
@@ -131,9 +131,9 @@ func appendTime(b []byte, t time.Time) []byte {
 	return append(b, '"')
 }
 
-// roomProductID reads the route's {id}; false (answered 404) if it is not a
+// ProductID reads the route's {id}; false (answered 404) if it is not a
 // product id.
-func (s *Server) roomProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
+func (s *Room) ProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
 	raw, _ := ctx.UserValue("id").(string)
 	productID, ok := httpapi.ParseID(raw)
 	if !ok {
@@ -156,14 +156,11 @@ func (s *Server) roomProductID(ctx *fasthttp.RequestCtx) (int64, bool) {
 //	DRAW_CLOSED, POW_REUSED, SALE_NOT_ACTIVE (the sale ended: no ticket, and a place or a live
 //	admission is over), PURCHASE_LIMIT_EXCEEDED (the buyer holds the per-user limit already;
 //	one-shard products, lua.TakeArgs.CheckLimit); 429 RATE_LIMITED (the order path's per-user bucket)
-func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	if s.limiter != nil {
-		if ok, wait := s.limiter.allow(c.UserID, time.Now()); !ok {
-			s.rateLimited(ctx, wait)
-			return
-		}
+func (s *Room) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	if s.limit != nil && !s.limit(ctx, c.UserID) {
+		return
 	}
-	productID, ok := s.roomProductID(ctx)
+	productID, ok := s.ProductID(ctx)
 	if !ok {
 		return
 	}
@@ -197,14 +194,14 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	}
 	switch {
 	case err == nil:
-		s.rooms.set(productID, true)
+		s.hints.set(productID, true)
 		var a [320]byte
 		httpapi.WriteBody(ctx, fasthttp.StatusOK, appendPlace(a[:0], productID, p))
 	case errors.Is(err, lua.ErrPreQueueNotOpen):
 		s.ans.Fail(ctx, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodePreQueueNotOpen,
 			Message: "the pre-queue opens at " + p.OpensAt.Format(time.RFC3339) + ": come back then"})
 	case errors.Is(err, lua.ErrRoomOff):
-		s.rooms.set(productID, false)
+		s.hints.set(productID, false)
 		s.ans.Fail(ctx, err)
 	case errors.Is(err, lua.ErrLimitExceeded):
 		s.ans.Fail(ctx, &httpapi.APIError{Status: fasthttp.StatusConflict, Code: httpapi.CodePurchaseLimitExceeded,
@@ -216,7 +213,7 @@ func (s *Server) takePlace(ctx *fasthttp.RequestCtx, c auth.Claims) {
 
 // take runs room_take.lua with a new ticket id, in one call with other
 // requests' (Config.RoomPipeline) or alone.
-func (s *Server) take(productID int64, args lua.TakeArgs) (lua.Place, error) {
+func (s *Room) take(productID int64, args lua.TakeArgs) (lua.Place, error) {
 	tid, err := drop.NewTicketID()
 	if err != nil {
 		return lua.Place{}, err
@@ -252,7 +249,7 @@ type takeBatcher struct {
 	*rediscall.PipeBatcher[lua.TakeCall]
 }
 
-func newTakeBatcher(s *Server, max int) *takeBatcher {
+func newTakeBatcher(s *Room, max int) *takeBatcher {
 	one := func(c *lua.TakeCall) {
 		c.Err = s.redisCall(func(ctx context.Context) (err error) {
 			c.Place, err = lua.Take(ctx, s.rdb, c.ProductID, c.Args)
@@ -288,6 +285,25 @@ func newTakeBatcher(s *Server, max int) *takeBatcher {
 	return &takeBatcher{b}
 }
 
+// Reserve is the order path's one reserve.lua call, with the room's
+// admission (a sharded product's through reserveSharded, which claims the
+// waiting room first); dry: the shard is
+// out of stock. A one-shard product whose waiting room was turned on since
+// this gateway last looked is tried again with its admission checked.
+func (s *Room) Reserve(productID int64, shards, home int, args lua.ReserveArgs) (res lua.ReserveResult, dry bool, err error) {
+	if shards > 1 {
+		return s.reserveSharded(productID, shards, home, args) // lua/shards.go, waiting room claimed first
+	}
+	args.Admission = s.hints.on(productID)                         // waitingroom.go: one map read
+	res, dry, err = s.stock.Reserve(productID, shards, home, args) // lua/shards.go
+	if errors.Is(err, lua.ErrRoomOn) {
+		s.hints.set(productID, true)
+		args.Admission = true
+		res, dry, err = s.stock.Reserve(productID, shards, home, args)
+	}
+	return res, dry, err
+}
+
 // reserveSharded reserves for a sharded product, whose waiting room (if on)
 // lives in shard 0's slot while the reservation runs on the buyer's home
 // shard: the admission saga (lua/admission.go, lua.AdmissionSaga) claims the
@@ -295,13 +311,13 @@ func newTakeBatcher(s *Server, max int) *takeBatcher {
 // home shard confirms nothing was reserved with it — gives it back. A
 // product whose room is off costs one round trip; a room product two, or
 // three for the order that uses the admission.
-func (s *Server) reserveSharded(productID int64, shards, home int, args lua.ReserveArgs) (lua.ReserveResult, bool, error) {
-	if !s.rooms.on(productID) {
+func (s *Room) reserveSharded(productID int64, shards, home int, args lua.ReserveArgs) (lua.ReserveResult, bool, error) {
+	if !s.hints.on(productID) {
 		res, dry, err := s.stock.Reserve(productID, shards, home, args)
 		if !errors.Is(err, lua.ErrRoomOn) {
 			return res, dry, err
 		}
-		s.rooms.set(productID, true)
+		s.hints.set(productID, true)
 	}
 	return s.admissions.Order(productID, shards, home, args)
 }
@@ -309,7 +325,7 @@ func (s *Server) reserveSharded(productID int64, shards, home int, args lua.Rese
 // newAdmissionSaga is the gateway's admission saga: its Redis steps run
 // under redisCall, its reservations through the sharded stock (batched and
 // timed like any other).
-func (s *Server) newAdmissionSaga() *lua.AdmissionSaga {
+func (s *Room) newAdmissionSaga() *lua.AdmissionSaga {
 	return &lua.AdmissionSaga{RDB: s.rdb, Do: s.redisCall, Reserve: s.stock.Reserve,
 		OnFault: func(step string, productID, userID int64, err error) {
 			s.log.Warn("waiting room: admission claim left pending (the buyer's next order settles it)",
@@ -319,8 +335,8 @@ func (s *Server) newAdmissionSaga() *lua.AdmissionSaga {
 
 // roomPowCost is the proof-of-work cost of productID's room (one HMGET);
 // lua.ErrRoomOff when the room is off.
-func (s *Server) roomPowCost(productID int64) (int64, error) {
-	st, err := s.readRoom(productID)
+func (s *Room) roomPowCost(productID int64) (int64, error) {
+	st, err := s.Read(productID)
 	if err != nil {
 		return 0, err
 	}
