@@ -113,7 +113,7 @@ func TestOrderAmountOverflowRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = e.srv.stock.LoadProduct(lua.Product{ID: p.ID, Incarnation: p.Incarnation, Total: p.Total, Shards: p.Shards,
+		err = e.srv.intake.Stock().LoadProduct(lua.Product{ID: p.ID, Incarnation: p.Incarnation, Total: p.Total, Shards: p.Shards,
 			Price: p.Price, PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd})
 		if err != nil {
 			t.Fatal(err)

@@ -12,17 +12,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 )
 
 // ErrNoFreeNode is returned by LeaseNode when all 1024 node ids are leased.
 var ErrNoFreeNode = errors.New("gateway: all 1024 orderNo node ids are leased")
-
-// errNoNode answers orders while the gateway holds no valid node lease.
-var errNoNode = &httpapi.APIError{Status: 503, Code: httpapi.CodeUnavailable,
-	Message: "this gateway holds no orderNo node id yet; retry shortly", RetryAfter: true}
 
 // NodeLease is an orderNo node id (0…1023) leased from Redis, so that any
 // number of gateways started without a configured node id (NodeID -1, the

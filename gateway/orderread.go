@@ -27,9 +27,9 @@ func (s *Server) allowRead(ctx *fasthttp.RequestCtx, userID int64) bool {
 	if s.reads == nil {
 		return true
 	}
-	ok, wait := s.reads.allow(userID, time.Now())
+	ok, wait := s.reads.Allow(userID, time.Now())
 	if !ok {
-		tooMany(ctx, wait)
+		httpapi.TooMany(ctx, wait)
 	}
 	return ok
 }

@@ -101,7 +101,7 @@ func (s *Server) available(ps []persistence.Product) ([]int64, []bool, error) {
 				// an integer, or not a hash. That product's data is corrupt:
 				// show it with nothing available rather than fail the list
 				// for every product.
-				s.stockCorrupt(p.ID, &lua.CorruptError{Key: lua.ShardKeys(p.ID, 0).Tag(), Detail: "available: " + err.Error()})
+				s.intake.StockCorrupt(p.ID, &lua.CorruptError{Key: lua.ShardKeys(p.ID, 0).Tag(), Detail: "available: " + err.Error()})
 				n = 0
 			}
 			out[i] += n

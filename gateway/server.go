@@ -19,6 +19,7 @@ import (
 
 	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/buyer/intake"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/gateway/operator"
 	"github.com/stampede-sh/stampede/gateway/rediscall"
@@ -46,17 +47,9 @@ type Server struct {
 	static    fasthttp.RequestHandler // nil without StaticDir
 	handler   fasthttp.RequestHandler
 	metrics   *Metrics
-	limiter   *rateLimiter    // nil: no rate limits
-	reads     *rateLimiter    // per-user order reads; nil: no limit (orderread.go)
-	stock     *lua.Sharded    // the multi-shard operations, run under redisCall (shards.go)
-	batcher   *reserveBatcher // nil: one round trip per reserve call
-	lookups   *lookupBatcher  // nil: one round trip per request-record lookup
-	durable   *durableWaiter  // nil: no wait for replicas (durability none or aof, or sync intake)
-	soldOut   soldOutCache
-	buyers    buyerCache // buyers.go
-	room      *room.Room // the waiting room: tickets, drops, admissions (package room)
-	routing   routeCache
-	corrupt   corruptLog                     // stockfault.go
+	reads     *httpapi.RateLimiter           // per-user order reads; nil: no limit (orderread.go)
+	intake    *intake.Intake                 // the order path, POST /api/orders (package intake)
+	room      *room.Room                     // the waiting room: tickets, drops, admissions (package room)
 	redisConf atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
 	lease     atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
 	// base is the parent of every context a handler passes to Redis or
@@ -101,8 +94,7 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		admins:  make(map[int64]bool, len(cfg.AdminUsers)),
 		base:    context.Background(),
 		metrics: cfg.Metrics,
-		limiter: newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
-		reads:   newRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
+		reads:   httpapi.NewRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
 	}
 	s.ans = &httpapi.Answers{Log: logger, RetryAfter: httpapi.RetryAfterSeconds(cfg.BreakerOpen.Seconds())}
 	s.guard = httpapi.Guard{Verifier: cfg.Verifier, Ans: s.ans}
@@ -114,21 +106,19 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		s.signer = *cfg.Signer
 	}
 	s.pushPort, s.pushOrigin = pushSources(cfg)
-	s.soldOut.ttl = cfg.SoldOutTTL
-	s.buyers.ttl, s.buyers.max = cfg.SoldOutTTL, cfg.SoldOutBuyers
-	s.wireBatchers()
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
+	s.wireBatchers()
 	for _, id := range cfg.AdminUsers {
 		s.admins[id] = true
 	}
 	s.breaker = rediscall.NewBreaker(cfg.BreakerFailures, cfg.BreakerOpen, cfg.RedisTimeout, logger)
 	s.products = httpapi.NewProductCache(store, cfg.ProductCacheTTL, logger)
 	s.operator = operator.New(operator.Config{MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: cfg.StoreTimeout,
-		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.stock,
+		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.intake.Stock(),
 		Products: s.products, Answers: s.ans, Log: logger, RedisCall: s.redisCall, Available: s.available,
-		PendingOrder: s.pendingOrder, Room: s.room, ShardCount: s.shardCount})
+		PendingOrder: s.pendingOrder, Room: s.room, ShardCount: s.intake.ShardCount})
 	if err := s.wireStatic(); err != nil {
 		return nil, err
 	}
@@ -139,34 +129,25 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	return s, nil
 }
 
-// wireBatchers sets up the request pipelines (reserve, lookup, room take;
-// each only when its Config size is over 1), the proof-of-work gate, the
-// replicated-durability waiter and the sharded stock of a new Server.
+// wireBatchers builds the buyer's order path (package intake: its reserve
+// and lookup pipelines, the replicated-durability waiter, the sharded stock)
+// and the waiting room (package room) of a new Server.
 func (s *Server) wireBatchers() {
-	if s.cfg.ReservePipeline > 1 {
-		s.batcher = newReserveBatcher(s, s.cfg.ReservePipeline)
-	}
-	if s.cfg.LookupPipeline > 1 {
-		s.lookups = newLookupBatcher(s, s.cfg.LookupPipeline)
-	}
-	if s.cfg.Durability == DurabilityReplicated && !s.cfg.SyncIntake {
-		s.durable = newDurableWaiter(s, s.cfg.ReplicaAcks, s.cfg.ReplicaWait)
-	}
-	s.stock = s.newSharded()
-	var limit func(ctx *fasthttp.RequestCtx, userID int64) bool
-	if s.limiter != nil { // tickets share the order path's per-user bucket
-		limit = func(ctx *fasthttp.RequestCtx, userID int64) bool {
-			ok, wait := s.limiter.allow(userID, time.Now())
-			if !ok {
-				s.rateLimited(ctx, wait)
-			}
-			return ok
-		}
-	}
-	s.room = room.New(room.Config{MaxBodyBytes: s.cfg.MaxBodyBytes, PowSecret: s.cfg.PowSecret,
-		PaymentSecret: s.cfg.PaymentSecret, PowExpiry: s.cfg.PowExpiry, RoomPipeline: s.cfg.RoomPipeline},
-		room.Deps{Redis: s.rdb, Stock: s.stock, Answers: s.ans, Log: s.log, RedisCall: s.redisCall,
-			ShardCount: s.shardCount, Limit: limit})
+	c := s.cfg
+	s.intake = intake.New(intake.Config{MaxBodyBytes: c.MaxBodyBytes, RequestTTL: c.RequestTTL, SyncIntake: c.SyncIntake,
+		SoldOutTTL: c.SoldOutTTL, SoldOutBuyers: c.SoldOutBuyers, ReservePipeline: c.ReservePipeline,
+		LookupPipeline: c.LookupPipeline, Replicated: c.Durability == DurabilityReplicated, ReplicaAcks: c.ReplicaAcks,
+		ReplicaWait: c.ReplicaWait, RateGlobal: c.RateGlobal, RateGlobalBurst: c.RateGlobalBurst, RateUser: c.RateUser,
+		RateUserBurst: c.RateUserBurst},
+		intake.Deps{Redis: s.rdb, Answers: s.ans, Log: s.log, Metrics: s.metrics, Gen: s.gen, NodeValid: s.nodeValid,
+			RedisCall: s.redisCall, ProductShards: s.productShards, PersistSync: s.persistSync,
+			Reserve: func(productID int64, shards, home int, args lua.ReserveArgs) (lua.ReserveResult, bool, error) {
+				return s.room.Reserve(productID, shards, home, args)
+			}})
+	s.room = room.New(room.Config{MaxBodyBytes: c.MaxBodyBytes, PowSecret: c.PowSecret,
+		PaymentSecret: c.PaymentSecret, PowExpiry: c.PowExpiry, RoomPipeline: c.RoomPipeline},
+		room.Deps{Redis: s.rdb, Stock: s.intake.Stock(), Answers: s.ans, Log: s.log, RedisCall: s.redisCall,
+			ShardCount: s.intake.ShardCount, Limit: s.intake.Allow}) // tickets share the order path's bucket
 }
 
 // wireStatic serves Config.StaticDir (the built client), with the security
@@ -220,7 +201,7 @@ func (s *Server) routes() *router.Router {
 		handle("POST", "/api/auth/login", s.login)
 	}
 
-	handle("POST", "/api/orders", s.guard.Authed(s.createOrder))
+	s.intake.Mount(handle, s.guard.Authed) // package intake: POST /api/orders
 	handle("GET", "/api/orders", s.guard.Authed(s.listOrders))
 	handle("GET", "/api/orders/{orderNo}", s.guard.Authed(s.getOrder))
 	handle("POST", "/api/orders/{orderNo}/cancel", s.guard.Authed(s.cancelOrder))
@@ -269,7 +250,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// reserve batcher) must outlive the drain of requests in flight: it stops
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
-	defer s.buyers.wg.Wait()              // buyers.go: reads in flight
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {
@@ -277,20 +257,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go func() { defer close(leaseDone); s.keepNode(rctx, s.gen) }() // nodeid.go
 		defer func() { stopRepair(); <-leaseDone }()
 	}
-	if s.batcher != nil {
-		batchDone := s.batcher.Start(rctx) // reserve_batch.go
-		defer func() { stopRepair(); <-batchDone }()
-	}
-	if s.lookups != nil {
-		lookupDone := s.lookups.Start(rctx) // lookup_batch.go
-		defer func() { stopRepair(); <-lookupDone }()
-	}
+	intakeDone := s.intake.Start(rctx) // package intake: pipelines, replica waits, buyer-set reads
+	defer func() { stopRepair(); <-intakeDone }()
 	takesDone := s.room.Start(rctx) // package room: the ticket batcher
 	defer func() { stopRepair(); <-takesDone }()
-	if s.durable != nil {
-		durableDone := s.durable.start(rctx) // durability.go
-		defer func() { stopRepair(); <-durableDone }()
-	}
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:
@@ -457,3 +427,51 @@ func (s *Server) callCtx(d time.Duration) (context.Context, context.CancelFunc) 
 // redisCall runs fn under the Redis breaker with a RedisTimeout deadline
 // (rediscall.Breaker.Call).
 func (s *Server) redisCall(fn func(ctx context.Context) error) error { return s.breaker.Call(fn) }
+
+// productRowFuncs: the order path's MySQL reads and write, wired in by
+// wireBatchers (package intake holds no MySQL code).
+
+// productShards is the shard count of a product Redis does not list, from
+// the product cache.
+func (s *Server) productShards(productID int64) (int, error) {
+	p, err := s.productRow(productID)
+	if err != nil {
+		return 0, err
+	}
+	return max(p.Shards, 1), nil
+}
+
+// persistSync writes one accepted reservation to MySQL (synchronous intake,
+// Config.SyncIntake); nil means committed.
+func (s *Server) persistSync(r order.Reservation) error {
+	p, err := s.productRow(r.ProductID) // the item's name snapshot; cached
+	if err == nil {
+		ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
+		_, err = s.store.InsertReservationsWithin(ctx, []order.Reservation{r}, map[int64]string{r.ProductID: p.Name}, s.cfg.RequestTTL)
+		cancel()
+	}
+	return err
+}
+
+// productMissRefresh bounds how often an unknown productId makes the gateway
+// re-read the product table.
+const productMissRefresh = 100 * time.Millisecond
+
+// productRow is productID's row from the product cache, re-reading MySQL
+// (at most once per productMissRefresh) for a product created since.
+func (s *Server) productRow(productID int64) (persistence.Product, error) {
+	snap, err := s.products.Get(s.cfg.StoreTimeout)
+	if err != nil {
+		return persistence.Product{}, err
+	}
+	i, ok := snap.ByID[productID]
+	if !ok {
+		if snap, err = s.products.RefreshOlderThan(productMissRefresh, s.cfg.StoreTimeout); err != nil {
+			return persistence.Product{}, err
+		}
+		if i, ok = snap.ByID[productID]; !ok {
+			return persistence.Product{}, httpapi.ErrProductNotFound
+		}
+	}
+	return snap.List[i], nil
+}

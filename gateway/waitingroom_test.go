@@ -70,7 +70,7 @@ func (e *env) openRoom(pid int64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	shards, _ := e.srv.shardCount(pid)
+	shards, _ := e.srv.intake.ShardCount(pid)
 	left := int64(-1)
 	if shards > 1 {
 		left, _ = lua.UnitsLeft(ctx, e.rdb, pid, shards)
@@ -88,7 +88,7 @@ func (e *env) openRoom(pid int64) {
 func (e *env) admit(pid int64, n int) []lua.Admission {
 	e.t.Helper()
 	e.openRoom(pid)
-	shards, _ := e.srv.shardCount(pid)
+	shards, _ := e.srv.intake.ShardCount(pid)
 	var out []lua.Admission
 	deadline := time.Now().Add(5 * time.Second)
 	for len(out) < n && time.Now().Before(deadline) {

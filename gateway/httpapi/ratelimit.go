@@ -1,4 +1,4 @@
-package gateway
+package httpapi
 
 import (
 	"math"
@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/time/rate"
 )
@@ -27,7 +26,7 @@ const (
 	perShardCap = 4096 // 262,144 buckets per gateway at most, ~100 B each
 )
 
-type rateLimiter struct {
+type RateLimiter struct {
 	global    *rate.Limiter // nil: off
 	userRate  rate.Limit    // 0: per-user buckets off
 	userBurst int
@@ -47,11 +46,11 @@ type userBucket struct {
 }
 
 // newRateLimiter returns nil when both limits are off.
-func newRateLimiter(globalRate float64, globalBurst int, userRate float64, userBurst int) *rateLimiter {
+func NewRateLimiter(globalRate float64, globalBurst int, userRate float64, userBurst int) *RateLimiter {
 	if globalRate <= 0 && userRate <= 0 {
 		return nil
 	}
-	l := &rateLimiter{}
+	l := &RateLimiter{}
 	if globalRate > 0 {
 		l.global = rate.NewLimiter(rate.Limit(globalRate), max(globalBurst, 1))
 	}
@@ -67,7 +66,7 @@ func newRateLimiter(globalRate float64, globalBurst int, userRate float64, userB
 
 // allow takes one token from userID's bucket and then from the global one.
 // When refused it returns how long until a token is due.
-func (l *rateLimiter) allow(userID int64, now time.Time) (bool, time.Duration) {
+func (l *RateLimiter) Allow(userID int64, now time.Time) (bool, time.Duration) {
 	if l.userRate > 0 {
 		if ok, wait := l.allowUser(userID, now); !ok {
 			return false, wait
@@ -79,7 +78,7 @@ func (l *rateLimiter) allow(userID int64, now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
-func (l *rateLimiter) allowUser(userID int64, now time.Time) (bool, time.Duration) {
+func (l *RateLimiter) allowUser(userID int64, now time.Time) (bool, time.Duration) {
 	sh := &l.shards[uint64(userID)%userShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -116,7 +115,7 @@ func (sh *userShard) sweep(now time.Time, idle time.Duration) {
 }
 
 // size is the number of per-user buckets held (tests).
-func (l *rateLimiter) size() int {
+func (l *RateLimiter) size() int {
 	n := 0
 	for i := range l.shards {
 		l.shards[i].mu.Lock()
@@ -135,17 +134,10 @@ func tokenWait(lim *rate.Limiter, now time.Time) time.Duration {
 	return time.Duration(missing / float64(lim.Limit()) * float64(time.Second))
 }
 
-// rateLimited answers 429 RATE_LIMITED with Retry-After in whole seconds
-// (at least 1) and counts it.
-func (s *Server) rateLimited(ctx *fasthttp.RequestCtx, wait time.Duration) {
-	s.metrics.ReserveRateLimited()
-	tooMany(ctx, wait)
-}
-
-// tooMany answers 429 RATE_LIMITED with Retry-After (whole seconds, at
+// TooMany answers 429 RATE_LIMITED with Retry-After (whole seconds, at
 // least 1).
-func tooMany(ctx *fasthttp.RequestCtx, wait time.Duration) {
+func TooMany(ctx *fasthttp.RequestCtx, wait time.Duration) {
 	secs := int64(math.Ceil(wait.Seconds()))
 	ctx.Response.Header.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-	httpapi.WriteError(ctx, fasthttp.StatusTooManyRequests, httpapi.CodeRateLimited, "too many requests; retry after the time in Retry-After")
+	WriteError(ctx, fasthttp.StatusTooManyRequests, CodeRateLimited, "too many requests; retry after the time in Retry-After")
 }

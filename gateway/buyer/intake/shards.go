@@ -1,13 +1,11 @@
-package gateway
+package intake
 
 import (
 	"context"
 	"sync"
 	"time"
 
-	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
-	"github.com/stampede-sh/stampede/persistence"
 )
 
 // Hot-SKU sharding (lua/shards.go holds the model: home shards, transfers,
@@ -20,18 +18,14 @@ type routeCache struct {
 	m sync.Map // int64 → int
 }
 
-// productMissRefresh bounds how often an unknown productId makes the gateway
-// re-read the product table.
-const productMissRefresh = 100 * time.Millisecond
-
-// shardCount returns productID's number of stock shards, or
+// ShardCount returns productID's number of stock shards, or
 // errProductNotFound. The answer must be exact: a wrong count would send a
 // replay to another shard than its first request. It asks Redis first (one
 // pipelined round trip, once per product and gateway), so the order path
 // works while MySQL is down: a product is in the stampede:products set only
 // after every shard was loaded, and its shards are the stock hashes 0, 1, …
 // that exist. A product not registered there is looked up in MySQL.
-func (s *Server) shardCount(productID int64) (int, error) {
+func (s *Intake) ShardCount(productID int64) (int, error) {
 	if v, ok := s.routing.m.Load(productID); ok {
 		return v.(int), nil
 	}
@@ -45,12 +39,12 @@ func (s *Server) shardCount(productID int64) (int, error) {
 		}
 	}
 	s.routing.m.Store(productID, n)
-	s.metrics.productSeen(productID)
+	s.metrics.ProductSeen(productID)
 	return n, nil
 }
 
 // shardCountRedis is 0 when the product is not registered in Redis.
-func (s *Server) shardCountRedis(productID int64) (n int, err error) {
+func (s *Intake) shardCountRedis(productID int64) (n int, err error) {
 	err = s.redisCall(func(ctx context.Context) (err error) {
 		n, err = lua.ShardCount(ctx, s.rdb, productID)
 		return err
@@ -58,32 +52,9 @@ func (s *Server) shardCountRedis(productID int64) (n int, err error) {
 	return n, err
 }
 
-func (s *Server) shardCountMySQL(productID int64) (int, error) {
-	p, err := s.productRow(productID)
-	if err != nil {
-		return 0, err
-	}
-	return max(p.Shards, 1), nil
-}
-
-// productRow is productID's row from the product cache, re-reading MySQL
-// (at most once per productMissRefresh) for a product created since.
-func (s *Server) productRow(productID int64) (persistence.Product, error) {
-	snap, err := s.products.Get(s.cfg.StoreTimeout)
-	if err != nil {
-		return persistence.Product{}, err
-	}
-	i, ok := snap.ByID[productID]
-	if !ok {
-		if snap, err = s.products.RefreshOlderThan(productMissRefresh, s.cfg.StoreTimeout); err != nil {
-			return persistence.Product{}, err
-		}
-		if i, ok = snap.ByID[productID]; !ok {
-			return persistence.Product{}, httpapi.ErrProductNotFound
-		}
-	}
-	return snap.List[i], nil
-}
+// shardCountMySQL is the shard count of a product Redis does not list,
+// from the product table (Deps.ProductShards, behind the product cache).
+func (s *Intake) shardCountMySQL(productID int64) (int, error) { return s.productShards(productID) }
 
 // Pull policy of a sharded product whose home shard is short.
 const (
@@ -99,21 +70,21 @@ const (
 // newSharded is the gateway's lua.Sharded: every Redis call under
 // redisCall, reservations through reserveOnce, transfer ids from the orderNo
 // generator, the gateway's pull policy.
-func (s *Server) newSharded() *lua.Sharded {
+func (s *Intake) newSharded() *lua.Sharded {
 	return &lua.Sharded{RDB: s.rdb, MarkerTTL: s.cfg.RequestTTL, Do: s.redisCall, ReserveShard: s.reserveOnce, TransferID: s.gen.Next,
 		MinPull: minPull, MaxPulls: maxPulls}
 }
 
 // reserveOnce runs reserve.lua on one shard: through the reserve batcher
 // when there is one, else alone, timed in stampede_lua_call_duration_seconds.
-func (s *Server) reserveOnce(k lua.Keys, args lua.ReserveArgs) (res lua.ReserveResult, err error) {
+func (s *Intake) reserveOnce(k lua.Keys, args lua.ReserveArgs) (res lua.ReserveResult, err error) {
 	if s.batcher != nil {
 		return s.batcher.reserve(k, args)
 	}
 	err = s.redisCall(func(rctx context.Context) (err error) {
 		start := time.Now()
 		res, err = lua.Reserve(rctx, s.rdb, k, args)
-		s.metrics.lua.Observe(time.Since(start).Seconds())
+		s.metrics.LuaCall(time.Since(start).Seconds())
 		return err
 	})
 	return res, err

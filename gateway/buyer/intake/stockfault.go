@@ -1,14 +1,8 @@
-package gateway
+package intake
 
 import (
-	"context"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/stampede-sh/stampede/lua"
-	"github.com/stampede-sh/stampede/order"
-	"github.com/stampede-sh/stampede/persistence"
 )
 
 // Fault isolation per product. When the stock data of one product is
@@ -31,8 +25,8 @@ type corruptLog struct {
 	last map[int64]time.Time
 }
 
-func (s *Server) stockCorrupt(productID int64, err error) {
-	s.metrics.stockCorrupt(productID)
+func (s *Intake) StockCorrupt(productID int64, err error) {
+	s.metrics.StockCorrupt(productID)
 	now := time.Now()
 	s.corrupt.mu.Lock()
 	if s.corrupt.last == nil {
@@ -48,24 +42,3 @@ func (s *Server) stockCorrupt(productID int64, err error) {
 			"productId", productID, "err", err)
 	}
 }
-
-// statusCache records o's status in its idempotency record (lua.SetStatus)
-// after a transition the gateway made (cancel, payment), so that replays of
-// its request answer it without MySQL. A failure only leaves replays with
-// an older status: it is logged, never answered.
-func (s *Server) statusCache(o persistence.Order) {
-	_, shard, pid, err := order.ParseNo(o.OrderNo)
-	if err != nil || o.RequestID == "" {
-		return
-	}
-	err = s.redisCall(func(ctx context.Context) error {
-		_, err := lua.SetStatus(ctx, s.rdb, lua.ShardKeys(pid, shard), o.UserID, o.RequestID, o.OrderNo, string(o.Status))
-		return err
-	})
-	if err != nil {
-		s.log.Warn("could not record the order status for replays", "orderNo", o.OrderNo, "requestId", o.RequestID,
-			"status", string(o.Status), "err", err)
-	}
-}
-
-func productLabel(id int64) string { return strconv.FormatInt(id, 10) }

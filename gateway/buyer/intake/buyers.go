@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"context"
@@ -70,7 +70,7 @@ type buyerSnap struct {
 // shard, by the gateway's copy of its buyers set; false when not known. It
 // starts a read of the set when there is no copy or the copy is half its
 // life old.
-func (s *Server) nonBuyer(productID int64, shard int, userID int64, now time.Time) bool {
+func (s *Intake) nonBuyer(productID int64, shard int, userID int64, now time.Time) bool {
 	c := &s.buyers
 	if c.max <= 0 || c.ttl <= 0 {
 		return false
@@ -98,7 +98,7 @@ func (s *Server) nonBuyer(productID int64, shard int, userID int64, now time.Tim
 
 // readBuyers reads the shard's buyers set in the background, unless a read
 // is in flight already.
-func (s *Server) readBuyers(k buyerKey, e *buyerEntry, prev *buyerSnap) {
+func (s *Intake) readBuyers(k buyerKey, e *buyerEntry, prev *buyerSnap) {
 	if !e.loading.CompareAndSwap(false, true) {
 		return
 	}
@@ -146,7 +146,7 @@ func (s *Server) readBuyers(k buyerKey, e *buyerEntry, prev *buyerSnap) {
 
 // accepted drops the copy of the shard's buyers set after this gateway
 // accepted an intent there: the next hit reads the set again.
-func (s *Server) acceptedBuyer(productID int64, shard int) {
+func (s *Intake) acceptedBuyer(productID int64, shard int) {
 	if s.buyers.max <= 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // sale window, stock, per-user limit) but does not append to the intake
 // stream; the gateway then writes order_info, order_item and the
 // ORDER_CREATED outbox row in one MySQL transaction within the request
-// (persistence.Store.InsertReservations) and answers 202 only after the
+// (persistence.Store.InsertReservations, through Deps.PersistSync) and answers 202 only after the
 // commit. The relay, consumers and sweeper work as in stream mode.
 //
 // When the transaction fails (or its answer is lost) the request answers 503
@@ -28,14 +28,10 @@ import (
 // never exists while the next request reserves a second one. Sync mode
 // therefore still needs a writer role somewhere, for these fallbacks.
 
-// persistSync writes one accepted reservation to MySQL; nil means committed.
-func (s *Server) persistSync(r order.Reservation) error {
-	p, err := s.productRow(r.ProductID) // the item's name snapshot; cached
-	if err == nil {
-		ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-		_, err = s.store.InsertReservationsWithin(ctx, []order.Reservation{r}, map[int64]string{r.ProductID: p.Name}, s.cfg.RequestTTL)
-		cancel()
-	}
+// persistSync writes one accepted reservation to MySQL (Deps.PersistSync:
+// the order path holds no MySQL code of its own); nil means committed.
+func (s *Intake) persistSync(r order.Reservation) error {
+	err := s.persist(r)
 	if err != nil {
 		s.enqueue(r)
 	}
@@ -44,7 +40,7 @@ func (s *Server) persistSync(r order.Reservation) error {
 
 // enqueue appends r to its shard's intake stream, as reserve.lua does in
 // stream mode.
-func (s *Server) enqueue(r order.Reservation) {
+func (s *Intake) enqueue(r order.Reservation) {
 	k := lua.ShardKeys(r.ProductID, r.Shard)
 	err := s.redisCall(func(ctx context.Context) error {
 		return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Intake(), Values: lua.ReservationValues(r)}).Err()

@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"context"
@@ -65,9 +65,9 @@ func (c *soldOutCache) mark(productID int64, now time.Time) {
 
 // answerSoldOut answers an order request for a product the cache holds sold
 // out: the stored answer of a replay, else 409 SOLD_OUT.
-func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productID int64, home int, requestID string, quantity int64, now time.Time) {
+func (s *Intake) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productID int64, home int, requestID string, quantity int64, now time.Time) {
 	if s.nonBuyer(productID, home, c.UserID, now) { // buyers.go: no record to replay
-		s.metrics.reserveOutcome(lua.ErrSoldOut)
+		s.metrics.ReserveOutcome(lua.ErrSoldOut)
 		s.ans.Fail(ctx, lua.ErrSoldOut)
 		return
 	}
@@ -84,34 +84,34 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productI
 	}
 	switch {
 	case errors.Is(err, redis.Nil):
-		s.metrics.reserveOutcome(lua.ErrSoldOut)
+		s.metrics.ReserveOutcome(lua.ErrSoldOut)
 		s.ans.Fail(ctx, lua.ErrSoldOut)
 		return
 	case err != nil:
-		s.metrics.reserveOutcome(err)
+		s.metrics.ReserveOutcome(err)
 		s.ans.FailWith(ctx, err, "", requestID)
 		return
 	}
 	rec, ok := lua.ParseRequestRecord(seen)
 	no, q, st := rec.OrderNo, rec.Quantity, rec.Status
 	if !ok {
-		s.metrics.reserveOutcome(lua.ErrSoldOut)
+		s.metrics.ReserveOutcome(lua.ErrSoldOut)
 		s.ans.Fail(ctx, lua.ErrSoldOut)
 		return
 	}
 	if q != strconv.FormatInt(quantity, 10) {
-		s.metrics.reserveOutcome(lua.ErrKeyReused)
+		s.metrics.ReserveOutcome(lua.ErrKeyReused)
 		s.ans.FailWith(ctx, lua.ErrKeyReused, no, requestID)
 		return
 	}
 	if s.durable != nil { // durability.go: a 200 only once the record is on enough replicas
 		if err := s.durable.wait(k); err != nil {
-			s.metrics.reserveOutcome(err)
+			s.metrics.ReserveOutcome(err)
 			s.ans.FailWith(ctx, err, "", requestID)
 			return
 		}
 	}
-	s.metrics.reserveOutcome(lua.ErrDuplicate)
+	s.metrics.ReserveOutcome(lua.ErrDuplicate)
 	s.replay(ctx, no, requestID, st)
 }
 
@@ -121,7 +121,7 @@ func (s *Server) answerSoldOut(ctx *fasthttp.RequestCtx, c auth.Claims, productI
 // re-sending accepted intents costs Redis one script call each and the
 // database nothing; the buyer's page gets later changes over push, and GET
 // /api/orders/{orderNo} reads the current row.
-func (s *Server) replay(ctx *fasthttp.RequestCtx, orderNo, requestID, status string) {
+func (s *Intake) replay(ctx *fasthttp.RequestCtx, orderNo, requestID, status string) {
 	st := order.Status(status)
 	if !st.Valid() {
 		st = order.Processing

@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"context"
@@ -32,7 +32,7 @@ type lookupBatcher struct {
 	*rediscall.PipeBatcher[lookupCall]
 }
 
-func newLookupBatcher(s *Server, max int) *lookupBatcher {
+func newLookupBatcher(s *Intake, max int) *lookupBatcher {
 	one := func(c *lookupCall) {
 		c.err = s.redisCall(func(ctx context.Context) (err error) {
 			c.val, err = s.rdb.Get(ctx, c.key).Result()

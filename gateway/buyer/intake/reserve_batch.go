@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"context"
@@ -22,7 +22,7 @@ type reserveBatcher struct {
 	*rediscall.PipeBatcher[lua.ReserveCall]
 }
 
-func newReserveBatcher(s *Server, max int) *reserveBatcher {
+func newReserveBatcher(s *Intake, max int) *reserveBatcher {
 	one := func(c *lua.ReserveCall) {
 		c.Err = s.redisCall(func(ctx context.Context) (err error) {
 			c.Result, err = lua.Reserve(ctx, s.rdb, c.Keys, c.Args)
@@ -57,7 +57,7 @@ func newReserveBatcher(s *Server, max int) *reserveBatcher {
 			} else {
 				c.Err = err
 			}
-			s.metrics.lua.Observe(d)
+			s.metrics.LuaCall(d)
 		}
 		clear(calls)
 		bufs <- calls

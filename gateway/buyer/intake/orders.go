@@ -1,4 +1,4 @@
-package gateway
+package intake
 
 import (
 	"errors"
@@ -11,6 +11,11 @@ import (
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 )
+
+// errNoNode answers orders while the gateway holds no valid node lease
+// (Deps.NodeValid).
+var errNoNode = &httpapi.APIError{Status: 503, Code: httpapi.CodeUnavailable,
+	Message: "this gateway holds no orderNo node id yet; retry shortly", RetryAfter: true}
 
 // createOrder is POST /api/orders {"productId", "quantity", "requestId"}: the
 // hot path of a sale. The caller's token buckets are checked first (429), then
@@ -31,22 +36,19 @@ import (
 //	200 {"orderNo", "requestId", "status"}                replay of the same intent
 //	409 SALE_PAUSED                                       an admin paused the sale
 //	500 STOCK_CORRUPT                                     the product's stock data is unusable
-func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
-	if s.limiter != nil {
-		if ok, wait := s.limiter.allow(c.UserID, time.Now()); !ok {
-			s.rateLimited(ctx, wait)
-			return
-		}
+func (s *Intake) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+	if !s.Allow(ctx, c.UserID) {
+		return
 	}
 	req, aerr := s.decodeOrder(ctx)
 	if aerr != nil {
 		s.ans.Fail(ctx, aerr)
 		return
 	}
-	shards, err := s.shardCount(req.productID)
+	shards, err := s.ShardCount(req.productID)
 	if err != nil {
 		if errors.Is(err, httpapi.ErrProductNotFound) {
-			s.metrics.reserveOutcome(lua.ErrNotFound)
+			s.metrics.ReserveOutcome(lua.ErrNotFound)
 		}
 		s.ans.Fail(ctx, err)
 		return
@@ -62,7 +64,7 @@ func (s *Server) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		return
 	}
 	res, err := s.reserveOrder(c, req, shards, home)
-	s.metrics.reserveOutcome(err)
+	s.metrics.ReserveOutcome(err)
 	s.answerOrder(ctx, req, home, res, err)
 }
 
@@ -74,7 +76,7 @@ type orderRequest struct {
 
 // decodeOrder reads and validates the POST /api/orders body: 400
 // INVALID_ARGUMENT for a malformed body or field.
-func (s *Server) decodeOrder(ctx *fasthttp.RequestCtx) (orderRequest, *httpapi.APIError) {
+func (s *Intake) decodeOrder(ctx *fasthttp.RequestCtx) (orderRequest, *httpapi.APIError) {
 	var req orderRequest
 	fields := [...]httpapi.Field{
 		httpapi.IntField("productId", &req.productID),
@@ -99,7 +101,7 @@ func (s *Server) decodeOrder(ctx *fasthttp.RequestCtx) (orderRequest, *httpapi.A
 // does what must precede the answer: the sold-out mark, the replicated
 // durability wait, the synchronous MySQL write. err is the reservation's
 // outcome (lua.ErrDuplicate: a replay, res its record).
-func (s *Server) reserveOrder(c auth.Claims, req orderRequest, shards, home int) (lua.ReserveResult, error) {
+func (s *Intake) reserveOrder(c auth.Claims, req orderRequest, shards, home int) (lua.ReserveResult, error) {
 	args := lua.ReserveArgs{
 		OrderNo:   s.gen.Next(req.productID, home),
 		UserID:    c.UserID,
@@ -108,7 +110,7 @@ func (s *Server) reserveOrder(c auth.Claims, req orderRequest, shards, home int)
 		TTL:       s.cfg.RequestTTL,
 		Sync:      s.cfg.SyncIntake,
 	}
-	res, dry, err := s.room.Reserve(req.productID, shards, home, args) // room: the admission first
+	res, dry, err := s.reserve(req.productID, shards, home, args) // room: the admission first
 	// A replay tells the stock of its shard too: on a one-shard product a
 	// storm of replays after the sell-out keeps the sold-out cache marked
 	// (its replays are then answered by the pipelined record lookups)
@@ -134,7 +136,7 @@ func (s *Server) reserveOrder(c auth.Claims, req orderRequest, shards, home int)
 
 // answerOrder writes the answer to a reservation's outcome: 202 with
 // Location, a replay's 200, or the error.
-func (s *Server) answerOrder(ctx *fasthttp.RequestCtx, req orderRequest, home int, res lua.ReserveResult, err error) {
+func (s *Intake) answerOrder(ctx *fasthttp.RequestCtx, req orderRequest, home int, res lua.ReserveResult, err error) {
 	switch {
 	case err == nil:
 		s.acceptedBuyer(req.productID, home) // buyers.go
@@ -143,7 +145,7 @@ func (s *Server) answerOrder(ctx *fasthttp.RequestCtx, req orderRequest, home in
 	case errors.Is(err, lua.ErrDuplicate):
 		s.replay(ctx, res.OrderNo, req.requestID, res.Status)
 	case errors.Is(err, lua.ErrStockCorrupt):
-		s.stockCorrupt(req.productID, err)
+		s.StockCorrupt(req.productID, err)
 		s.ans.FailWith(ctx, err, "", req.requestID)
 	default:
 		s.ans.FailWith(ctx, err, "", req.requestID)
