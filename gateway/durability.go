@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 )
 
 // Durability is how far an accepted reservation must have travelled in
@@ -81,7 +82,7 @@ func CheckDurability(ctx context.Context, rdb redis.UniversalClient, level Durab
 		case DurabilityAOF:
 			cfg, err := c.ConfigGet(ctx, "appendonly").Result()
 			if err != nil {
-				if isConnError(err) || ctx.Err() != nil {
+				if rediscall.IsConnError(err) || ctx.Err() != nil {
 					return fmt.Errorf("redis at %s: config get appendonly: %w", addr, err)
 				}
 				log.Warn("redis: CONFIG GET is not allowed; cannot verify appendonly yes for durability aof", "addr", addr)
@@ -94,7 +95,7 @@ func CheckDurability(ctx context.Context, rdb redis.UniversalClient, level Durab
 		case DurabilityReplicated:
 			info, err := c.Info(ctx, "replication").Result()
 			if err != nil {
-				if isConnError(err) || ctx.Err() != nil {
+				if rediscall.IsConnError(err) || ctx.Err() != nil {
 					return fmt.Errorf("redis at %s: info replication: %w", addr, err)
 				}
 				log.Warn("redis: INFO is not allowed; cannot count the replicas for durability replicated", "addr", addr)

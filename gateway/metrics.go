@@ -247,3 +247,5 @@ func (r *routeMetrics) instrument(h fasthttp.RequestHandler) fasthttp.RequestHan
 		r.observe(ctx.Response.StatusCode(), time.Since(start))
 	}
 }
+
+func productLabel(id int64) string { return strconv.FormatInt(id, 10) }

@@ -19,12 +19,12 @@ import (
 
 	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
+	"github.com/stampede-sh/stampede/gateway/buyer"
 	"github.com/stampede-sh/stampede/gateway/buyer/intake"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/gateway/operator"
 	"github.com/stampede-sh/stampede/gateway/rediscall"
 	"github.com/stampede-sh/stampede/gateway/room"
-	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
@@ -42,13 +42,12 @@ type Server struct {
 	breaker   *rediscall.Breaker // every Redis call of a request (package rediscall)
 	products  *httpapi.ProductCache
 	operator  *operator.API // the operator's routes, /api/admin/… (package operator)
-	admins    map[int64]bool
 	router    *router.Router
 	static    fasthttp.RequestHandler // nil without StaticDir
 	handler   fasthttp.RequestHandler
 	metrics   *Metrics
-	reads     *httpapi.RateLimiter           // per-user order reads; nil: no limit (orderread.go)
-	intake    *intake.Intake                 // the order path, POST /api/orders (package intake)
+	buyer     *buyer.API                     // the buyer's routes (package buyer)
+	intake    *intake.Intake                 // the buyer's order path, POST /api/orders (package intake)
 	room      *room.Room                     // the waiting room: tickets, drops, admissions (package room)
 	redisConf atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
 	lease     atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
@@ -91,10 +90,8 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		store:   store,
 		log:     logger,
 		gen:     gen,
-		admins:  make(map[int64]bool, len(cfg.AdminUsers)),
 		base:    context.Background(),
 		metrics: cfg.Metrics,
-		reads:   httpapi.NewRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
 	}
 	s.ans = &httpapi.Answers{Log: logger, RetryAfter: httpapi.RetryAfterSeconds(cfg.BreakerOpen.Seconds())}
 	s.guard = httpapi.Guard{Verifier: cfg.Verifier, Ans: s.ans}
@@ -109,16 +106,13 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
-	s.wireBatchers()
-	for _, id := range cfg.AdminUsers {
-		s.admins[id] = true
-	}
 	s.breaker = rediscall.NewBreaker(cfg.BreakerFailures, cfg.BreakerOpen, cfg.RedisTimeout, logger)
 	s.products = httpapi.NewProductCache(store, cfg.ProductCacheTTL, logger)
+	s.wireBuyer()
 	s.operator = operator.New(operator.Config{MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: cfg.StoreTimeout,
 		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.intake.Stock(),
-		Products: s.products, Answers: s.ans, Log: logger, RedisCall: s.redisCall, Available: s.available,
-		PendingOrder: s.pendingOrder, Room: s.room, ShardCount: s.intake.ShardCount})
+		Products: s.products, Answers: s.ans, Log: logger, RedisCall: s.redisCall, Available: s.buyer.Available,
+		PendingOrder: s.buyer.PendingOrder, Room: s.room, ShardCount: s.intake.ShardCount})
 	if err := s.wireStatic(); err != nil {
 		return nil, err
 	}
@@ -129,25 +123,24 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	return s, nil
 }
 
-// wireBatchers builds the buyer's order path (package intake: its reserve
-// and lookup pipelines, the replicated-durability waiter, the sharded stock)
-// and the waiting room (package room) of a new Server.
-func (s *Server) wireBatchers() {
+// wireBuyer builds the buyer's API (package buyer), with its order intake
+// (package intake) and the waiting room (package room), of a new Server.
+func (s *Server) wireBuyer() {
 	c := s.cfg
-	s.intake = intake.New(intake.Config{MaxBodyBytes: c.MaxBodyBytes, RequestTTL: c.RequestTTL, SyncIntake: c.SyncIntake,
-		SoldOutTTL: c.SoldOutTTL, SoldOutBuyers: c.SoldOutBuyers, ReservePipeline: c.ReservePipeline,
-		LookupPipeline: c.LookupPipeline, Replicated: c.Durability == DurabilityReplicated, ReplicaAcks: c.ReplicaAcks,
-		ReplicaWait: c.ReplicaWait, RateGlobal: c.RateGlobal, RateGlobalBurst: c.RateGlobalBurst, RateUser: c.RateUser,
-		RateUserBurst: c.RateUserBurst},
-		intake.Deps{Redis: s.rdb, Answers: s.ans, Log: s.log, Metrics: s.metrics, Gen: s.gen, NodeValid: s.nodeValid,
-			RedisCall: s.redisCall, ProductShards: s.productShards, PersistSync: s.persistSync,
-			Reserve: func(productID int64, shards, home int, args lua.ReserveArgs) (lua.ReserveResult, bool, error) {
-				return s.room.Reserve(productID, shards, home, args)
-			}})
-	s.room = room.New(room.Config{MaxBodyBytes: c.MaxBodyBytes, PowSecret: c.PowSecret,
-		PaymentSecret: c.PaymentSecret, PowExpiry: c.PowExpiry, RoomPipeline: c.RoomPipeline},
-		room.Deps{Redis: s.rdb, Stock: s.intake.Stock(), Answers: s.ans, Log: s.log, RedisCall: s.redisCall,
-			ShardCount: s.intake.ShardCount, Limit: s.intake.Allow}) // tickets share the order path's bucket
+	s.buyer = buyer.New(buyer.Config{MaxBodyBytes: c.MaxBodyBytes, StoreTimeout: c.StoreTimeout, RequestTTL: c.RequestTTL,
+		PaymentSecret: c.PaymentSecret, TokenTTL: c.TokenTTL, DisableDemoLogin: c.DisableDemoLogin,
+		DisableDemoCheckout: c.DisableDemoCheckout, AdminUsers: c.AdminUsers, RateUserRead: c.RateUserRead,
+		RateUserReadBurst: c.RateUserReadBurst,
+		Intake: intake.Config{MaxBodyBytes: c.MaxBodyBytes, RequestTTL: c.RequestTTL, SyncIntake: c.SyncIntake,
+			SoldOutTTL: c.SoldOutTTL, SoldOutBuyers: c.SoldOutBuyers, ReservePipeline: c.ReservePipeline,
+			LookupPipeline: c.LookupPipeline, Replicated: c.Durability == DurabilityReplicated, ReplicaAcks: c.ReplicaAcks,
+			ReplicaWait: c.ReplicaWait, RateGlobal: c.RateGlobal, RateGlobalBurst: c.RateGlobalBurst, RateUser: c.RateUser,
+			RateUserBurst: c.RateUserBurst},
+		Room: room.Config{MaxBodyBytes: c.MaxBodyBytes, PowSecret: c.PowSecret, PaymentSecret: c.PaymentSecret,
+			PowExpiry: c.PowExpiry, RoomPipeline: c.RoomPipeline}},
+		buyer.Deps{Store: s.store, Redis: s.rdb, Products: s.products, Answers: s.ans, Log: s.log, Signer: s.signer,
+			Metrics: s.metrics, Gen: s.gen, NodeValid: s.nodeValid, RedisCall: s.redisCall})
+	s.intake, s.room = s.buyer.Intake(), s.buyer.Room()
 }
 
 // wireStatic serves Config.StaticDir (the built client), with the security
@@ -197,23 +190,8 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/api/config", s.clientConfig)
 	handle("GET", "/api/openapi.yaml", openAPIDocument)
-	if !s.cfg.DisableDemoLogin { // otherwise the path is unknown: 404
-		handle("POST", "/api/auth/login", s.login)
-	}
-
-	s.intake.Mount(handle, s.guard.Authed) // package intake: POST /api/orders
-	handle("GET", "/api/orders", s.guard.Authed(s.listOrders))
-	handle("GET", "/api/orders/{orderNo}", s.guard.Authed(s.getOrder))
-	handle("POST", "/api/orders/{orderNo}/cancel", s.guard.Authed(s.cancelOrder))
-	if !s.cfg.DisableDemoCheckout { // otherwise the path is unknown: 404
-		handle("POST", "/api/orders/{orderNo}/pay", s.guard.Authed(s.demoPay))
-	}
-	handle("POST", "/api/payments/callback", s.paymentCallback)
-
-	handle("GET", "/api/products", s.listProducts)
-	handle("GET", "/api/products/{id}", s.getProduct)
-	s.room.Mount(handle, s.guard.Authed) // package room: tickets, challenges, drops
-	s.operator.Mount(handle, &s.guard)   // package operator: /api/admin/…
+	s.buyer.Mount(handle, &s.guard)    // package buyer: login, orders, payments, products, the room's routes
+	s.operator.Mount(handle, &s.guard) // package operator: /api/admin/…
 	return r
 }
 
@@ -257,10 +235,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go func() { defer close(leaseDone); s.keepNode(rctx, s.gen) }() // nodeid.go
 		defer func() { stopRepair(); <-leaseDone }()
 	}
-	intakeDone := s.intake.Start(rctx) // package intake: pipelines, replica waits, buyer-set reads
-	defer func() { stopRepair(); <-intakeDone }()
-	takesDone := s.room.Start(rctx) // package room: the ticket batcher
-	defer func() { stopRepair(); <-takesDone }()
+	buyerDone := s.buyer.Start(rctx) // package buyer: the order intake's pipelines, replica waits, buyer-set reads; the room's ticket batcher
+	defer func() { stopRepair(); <-buyerDone }()
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:
@@ -427,51 +403,3 @@ func (s *Server) callCtx(d time.Duration) (context.Context, context.CancelFunc) 
 // redisCall runs fn under the Redis breaker with a RedisTimeout deadline
 // (rediscall.Breaker.Call).
 func (s *Server) redisCall(fn func(ctx context.Context) error) error { return s.breaker.Call(fn) }
-
-// productRowFuncs: the order path's MySQL reads and write, wired in by
-// wireBatchers (package intake holds no MySQL code).
-
-// productShards is the shard count of a product Redis does not list, from
-// the product cache.
-func (s *Server) productShards(productID int64) (int, error) {
-	p, err := s.productRow(productID)
-	if err != nil {
-		return 0, err
-	}
-	return max(p.Shards, 1), nil
-}
-
-// persistSync writes one accepted reservation to MySQL (synchronous intake,
-// Config.SyncIntake); nil means committed.
-func (s *Server) persistSync(r order.Reservation) error {
-	p, err := s.productRow(r.ProductID) // the item's name snapshot; cached
-	if err == nil {
-		ctx, cancel := s.callCtx(s.cfg.StoreTimeout)
-		_, err = s.store.InsertReservationsWithin(ctx, []order.Reservation{r}, map[int64]string{r.ProductID: p.Name}, s.cfg.RequestTTL)
-		cancel()
-	}
-	return err
-}
-
-// productMissRefresh bounds how often an unknown productId makes the gateway
-// re-read the product table.
-const productMissRefresh = 100 * time.Millisecond
-
-// productRow is productID's row from the product cache, re-reading MySQL
-// (at most once per productMissRefresh) for a product created since.
-func (s *Server) productRow(productID int64) (persistence.Product, error) {
-	snap, err := s.products.Get(s.cfg.StoreTimeout)
-	if err != nil {
-		return persistence.Product{}, err
-	}
-	i, ok := snap.ByID[productID]
-	if !ok {
-		if snap, err = s.products.RefreshOlderThan(productMissRefresh, s.cfg.StoreTimeout); err != nil {
-			return persistence.Product{}, err
-		}
-		if i, ok = snap.ByID[productID]; !ok {
-			return persistence.Product{}, httpapi.ErrProductNotFound
-		}
-	}
-	return snap.List[i], nil
-}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/stampede-sh/stampede/gateway/buyer"
 	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/gateway/operator"
 	"github.com/stampede-sh/stampede/lua"
@@ -74,3 +75,10 @@ const (
 func RoomSettings(t persistence.RoomTerms, shards int) lua.RoomSettings {
 	return operator.RoomSettings(t, shards)
 }
+
+// HeaderSignature carries the lower-case hex HMAC-SHA256 of a payment
+// callback's raw body (buyer.HeaderSignature).
+const HeaderSignature = buyer.HeaderSignature
+
+// Sign returns the X-Signature of a payment callback body (buyer.Sign).
+func Sign(secret, body []byte) string { return buyer.Sign(secret, body) }

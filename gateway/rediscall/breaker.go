@@ -101,3 +101,9 @@ func IsFailure(err error) bool {
 	}
 	return true
 }
+
+// IsConnError tells an error about reaching Redis from one about the command.
+func IsConnError(err error) bool {
+	var re redis.Error
+	return !errors.As(err, &re)
+}

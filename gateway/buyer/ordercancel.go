@@ -1,4 +1,4 @@
-package gateway
+package buyer
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ var cancelFrom = []order.Status{order.Processing, order.WaitingPay}
 //
 // 200 order; 404 (no such order, or another user's); 409 INVALID_STATE (the
 // order is past cancelling, or is accepted but not yet stored in MySQL).
-func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	no := httpapi.OrderNoParam(ctx)
 	if no == "" {
 		s.ans.Fail(ctx, persistence.ErrNotFound)
@@ -47,8 +47,8 @@ func (s *Server) cancelOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 
 // failNotStored answers a change asked for an order MySQL does not have: 409
 // if it is the caller's order still on its way from Redis to MySQL, else 404.
-func (s *Server) failNotStored(ctx *fasthttp.RequestCtx, no string, userID int64) {
-	_, owner, err := s.pendingOrder(no)
+func (s *API) failNotStored(ctx *fasthttp.RequestCtx, no string, userID int64) {
+	_, owner, err := s.PendingOrder(no)
 	switch {
 	case err != nil:
 		s.ans.Fail(ctx, err)

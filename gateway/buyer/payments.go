@@ -1,4 +1,4 @@
-package gateway
+package buyer
 
 import (
 	"crypto/hmac"
@@ -38,7 +38,7 @@ func Sign(secret, body []byte) string {
 // AMOUNT_MISMATCH, 409 INVALID_STATE (order still PROCESSING: retry later),
 // 409 PAYMENT_NO_REUSED (the paymentNo already paid another order: a provider
 // must not read SUCCESS for a payment that did nothing).
-func (s *Server) paymentCallback(ctx *fasthttp.RequestCtx) {
+func (s *API) paymentCallback(ctx *fasthttp.RequestCtx) {
 	if _, _, err := s.applyPayment(ctx.PostBody(), ctx.Request.Header.Peek(HeaderSignature)); err != nil {
 		s.ans.Fail(ctx, err)
 		return
@@ -49,7 +49,7 @@ func (s *Server) paymentCallback(ctx *fasthttp.RequestCtx) {
 // applyPayment is the one code path of every payment, the callback's and the
 // demo checkout's: verify the signature of the raw body, decode it strictly,
 // apply it with store.Pay.
-func (s *Server) applyPayment(body, signature []byte) (persistence.PayOutcome, persistence.Order, error) {
+func (s *API) applyPayment(body, signature []byte) (persistence.PayOutcome, persistence.Order, error) {
 	if !s.validSignature(body, signature) {
 		return 0, persistence.Order{}, httpapi.ErrBadSignature
 	}
@@ -87,7 +87,7 @@ func (s *Server) applyPayment(body, signature []byte) (persistence.PayOutcome, p
 
 // validSignature checks X-Signature in constant time: exactly 64 lower-case
 // hex digits (the one form the API documents; upper case is refused).
-func (s *Server) validSignature(body, signature []byte) bool {
+func (s *API) validSignature(body, signature []byte) bool {
 	var got [sha256.Size]byte
 	if len(signature) != hex.EncodedLen(sha256.Size) {
 		return false
@@ -115,7 +115,7 @@ func validOrderNo(no string) bool {
 // send (paymentNo "demo-<orderNo>", the order's amount, now), signs it with
 // the payment secret and applies it through applyPayment, the callback's own
 // path. 200 order; 404; 409 INVALID_STATE when the order is not WAITING_PAY.
-func (s *Server) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) demoPay(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	no := httpapi.OrderNoParam(ctx)
 	if no == "" {
 		s.ans.Fail(ctx, persistence.ErrNotFound)

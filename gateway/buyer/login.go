@@ -1,4 +1,4 @@
-package gateway
+package buyer
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ type loginResponse struct {
 // Anyone may log in as any userId of the direct range (1 …
 // auth.MaxDirectUserID); ids in Config.AdminUsers get admin tokens (at most
 // auth.MaxAdminTokenTTL). 404 when Config.DisableDemoLogin is set.
-func (s *Server) login(ctx *fasthttp.RequestCtx) {
+func (s *API) login(ctx *fasthttp.RequestCtx) {
 	if s.cfg.DisableDemoLogin {
 		s.ans.Fail(ctx, httpapi.ErrLoginDisabled)
 		return

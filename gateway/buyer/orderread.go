@@ -1,4 +1,4 @@
-package gateway
+package buyer
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type listResponse struct {
 
 // allowRead takes a token from userID's order-read bucket
 // (Config.RateUserRead); false: answered 429 RATE_LIMITED.
-func (s *Server) allowRead(ctx *fasthttp.RequestCtx, userID int64) bool {
+func (s *API) allowRead(ctx *fasthttp.RequestCtx, userID int64) bool {
 	if s.reads == nil {
 		return true
 	}
@@ -37,7 +37,7 @@ func (s *Server) allowRead(ctx *fasthttp.RequestCtx, userID int64) bool {
 // getOrder is GET /api/orders/{orderNo}: the caller's order from MySQL, or,
 // while the writers have not stored it yet, from its pending record in Redis
 // (status PROCESSING, version 1). Another user's order is 404.
-func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if !s.allowRead(ctx, c.UserID) {
 		return
 	}
@@ -60,12 +60,12 @@ func (s *Server) getOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 // record in Redis, MySQL once more — so that how long a 404 takes tells
 // nothing of whether another user's order exists (a timing oracle before:
 // another user's stored order answered after one read).
-func (s *Server) findOrder(no string, userID int64) (httpapi.OrderJSON, error) {
+func (s *API) findOrder(no string, userID int64) (httpapi.OrderJSON, error) {
 	o, found, err := s.storedOrder(no, userID)
 	if err != nil || found {
 		return o, err
 	}
-	p, owner, err := s.pendingOrder(no)
+	p, owner, err := s.PendingOrder(no)
 	if err != nil {
 		return httpapi.OrderJSON{}, err
 	}
@@ -84,7 +84,7 @@ func (s *Server) findOrder(no string, userID int64) (httpapi.OrderJSON, error) {
 
 // storedOrder reads no from MySQL: found only if it is userID's (another
 // user's order is not found).
-func (s *Server) storedOrder(no string, userID int64) (httpapi.OrderJSON, bool, error) {
+func (s *API) storedOrder(no string, userID int64) (httpapi.OrderJSON, bool, error) {
 	sctx, cancel := s.callCtx(s.cfg.StoreTimeout)
 	o, err := s.store.GetOrder(sctx, no)
 	cancel()
@@ -97,10 +97,10 @@ func (s *Server) storedOrder(no string, userID int64) (httpapi.OrderJSON, bool, 
 	return httpapi.OrderJSON{}, false, err
 }
 
-// pendingOrder reads the record reserve.lua keeps for an accepted order
+// PendingOrder reads the record reserve.lua keeps for an accepted order
 // (lua.ReadPendingOrder) until the writers have stored it. owner is 0 when
 // there is no usable record.
-func (s *Server) pendingOrder(no string) (o httpapi.OrderJSON, owner int64, err error) {
+func (s *API) PendingOrder(no string) (o httpapi.OrderJSON, owner int64, err error) {
 	_, shard, productID, err := order.ParseNo(no)
 	if err != nil {
 		return httpapi.OrderJSON{}, 0, nil
@@ -136,7 +136,7 @@ func (s *Server) pendingOrder(no string) (o httpapi.OrderJSON, owner int64, err 
 // listOrders is GET /api/orders?limit=20&cursor=: the caller's orders stored
 // in MySQL, newest first. limit is 1…100 (default 20); cursor is the
 // nextCursor of the previous page.
-func (s *Server) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
+func (s *API) listOrders(ctx *fasthttp.RequestCtx, c auth.Claims) {
 	if !s.allowRead(ctx, c.UserID) {
 		return
 	}

@@ -1,4 +1,4 @@
-package gateway
+package buyer
 
 import (
 	"context"
@@ -8,18 +8,19 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
 // listProducts is GET /api/products: every product, oldest first.
-func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
+func (s *API) listProducts(ctx *fasthttp.RequestCtx) {
 	snap, err := s.products.Get(s.cfg.StoreTimeout)
 	if err != nil {
 		s.ans.Fail(ctx, err)
 		return
 	}
-	avail, rooms, err := s.available(snap.List)
+	avail, rooms, err := s.Available(snap.List)
 	if err != nil {
 		s.ans.Fail(ctx, err)
 		return
@@ -33,7 +34,7 @@ func (s *Server) listProducts(ctx *fasthttp.RequestCtx) {
 }
 
 // getProduct is GET /api/products/{id}; 404 PRODUCT_NOT_FOUND.
-func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
+func (s *API) getProduct(ctx *fasthttp.RequestCtx) {
 	raw, _ := ctx.UserValue("id").(string)
 	id, ok := httpapi.ParseID(raw)
 	if !ok {
@@ -50,7 +51,7 @@ func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
 		s.ans.Fail(ctx, httpapi.ErrProductNotFound)
 		return
 	}
-	avail, rooms, err := s.available(snap.List[i : i+1])
+	avail, rooms, err := s.Available(snap.List[i : i+1])
 	if err != nil {
 		s.ans.Fail(ctx, err)
 		return
@@ -60,11 +61,11 @@ func (s *Server) getProduct(ctx *fasthttp.RequestCtx) {
 	s.ans.JSON(ctx, fasthttp.StatusOK, pj)
 }
 
-// available reads, in one pipelined round trip, the Redis available count of
+// Available reads, in one pipelined round trip, the Redis available count of
 // every shard of ps and returns the sum per product, and whether the
 // product's waiting room is on (shard 0's room field). A shard whose stock
 // hash is missing counts 0.
-func (s *Server) available(ps []persistence.Product) ([]int64, []bool, error) {
+func (s *API) Available(ps []persistence.Product) ([]int64, []bool, error) {
 	out := make([]int64, len(ps))
 	rooms := make([]bool, len(ps))
 	if len(ps) == 0 {
@@ -82,7 +83,7 @@ func (s *Server) available(ps []persistence.Product) ([]int64, []bool, error) {
 		}
 		// An error reply of one command (WRONGTYPE) is about its key,
 		// handled below per product; only a failed round trip fails all.
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && isConnError(err) {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && rediscall.IsConnError(err) {
 			return err
 		}
 		return nil

@@ -1,8 +1,7 @@
-package gateway
+package buyer
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/order"
@@ -13,7 +12,7 @@ import (
 // after a transition the gateway made (cancel, payment), so that replays of
 // its request answer it without MySQL. A failure only leaves replays with
 // an older status: it is logged, never answered.
-func (s *Server) statusCache(o persistence.Order) {
+func (s *API) statusCache(o persistence.Order) {
 	_, shard, pid, err := order.ParseNo(o.OrderNo)
 	if err != nil || o.RequestID == "" {
 		return
@@ -27,5 +26,3 @@ func (s *Server) statusCache(o persistence.Order) {
 			"status", string(o.Status), "err", err)
 	}
 }
-
-func productLabel(id int64) string { return strconv.FormatInt(id, 10) }
