@@ -294,7 +294,7 @@ func (s *Room) Reserve(productID int64, shards, home int, args lua.ReserveArgs) 
 	if shards > 1 {
 		return s.reserveSharded(productID, shards, home, args) // lua/shards.go, waiting room claimed first
 	}
-	args.Admission = s.hints.on(productID)                         // waitingroom.go: one map read
+	args.Admission = s.hints.on(productID)                         // roomHints: one map read
 	res, dry, err = s.stock.Reserve(productID, shards, home, args) // lua/shards.go
 	if errors.Is(err, lua.ErrRoomOn) {
 		s.hints.set(productID, true)

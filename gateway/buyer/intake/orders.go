@@ -59,7 +59,7 @@ func (s *Intake) createOrder(ctx *fasthttp.RequestCtx, c auth.Claims) {
 		s.answerSoldOut(ctx, c, req.productID, home, req.requestID, req.quantity, now)
 		return
 	}
-	if !s.nodeValid(now) { // nodeid.go: no orderNo without a node id of our own
+	if !s.nodeValid(now) { // Deps.NodeValid (the gateway's nodeid.go): no orderNo without a node id of our own
 		s.ans.Fail(ctx, errNoNode)
 		return
 	}

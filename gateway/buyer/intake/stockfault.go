@@ -9,7 +9,7 @@ import (
 // unusable — reserve.lua finds a numeric field that is not an integer, or a
 // script fails at run time on the product's keys — lua answers
 // ErrStockCorrupt. That is the product's fault, not Redis's: the circuit
-// breaker counts it as a success (breaker.go), /readyz stays ready, orders
+// breaker counts it as a success (gateway/rediscall), /readyz stays ready, orders
 // for other products go on, and this product answers 500 STOCK_CORRUPT
 // until an operator repairs its hash (stock repair, or `HSET … available
 // <n>` after `stampede reconcile` shows the right count). Each such answer
