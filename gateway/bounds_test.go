@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
@@ -112,7 +113,9 @@ func TestOrderAmountOverflowRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.srv.loadProduct(p); err != nil {
+		err = e.srv.intake.Stock().LoadProduct(lua.Product{ID: p.ID, Incarnation: p.Incarnation, Total: p.Total, Shards: p.Shards,
+			Price: p.Price, PerUserLimit: p.PerUserLimit, MaxPerOrder: p.MaxPerOrder, SaleStart: p.SaleStart, SaleEnd: p.SaleEnd})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return p.ID

@@ -60,7 +60,7 @@ func gatewayWithCounter(t *testing.T, e *env, node int, mods ...func(*Config)) (
 func waitBuyers(t *testing.T, srv *Server, pid int64, shard int, userID int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !srv.nonBuyer(pid, shard, userID, time.Now()) {
+	for !srv.intake.NonBuyer(pid, shard, userID, time.Now()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no copy of the buyers of product %d shard %d after 5s", pid, shard)
 		}
@@ -167,7 +167,7 @@ func TestSoldOutBuyers(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(ttl + 5*time.Second)
-	for bSrv.nonBuyer(pid, 0, 100_000, time.Now()) || bSrv.nonBuyer(pid, 1, 100_001, time.Now()) {
+	for bSrv.intake.NonBuyer(pid, 0, 100_000, time.Now()) || bSrv.intake.NonBuyer(pid, 1, 100_001, time.Now()) {
 		if time.Now().After(deadline) {
 			t.Fatal("an untracked shard is still answered from the copy of its buyers")
 		}
@@ -193,7 +193,7 @@ func TestSoldOutBuyersTooMany(t *testing.T) {
 	}
 	e.buy(9, pid, 1, "t").wantError(t, 409, CodeSoldOut)
 	for range 20 {
-		if e.srv.nonBuyer(pid, 0, 9, time.Now()) {
+		if e.srv.intake.NonBuyer(pid, 0, 9, time.Now()) {
 			t.Fatal("a set of 3 buyers is answered from a copy with SoldOutBuyers 2")
 		}
 		for u := 1; u <= 3; u++ {

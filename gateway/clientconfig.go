@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/valyala/fasthttp"
 )
 
@@ -29,7 +30,7 @@ func (s *Server) clientConfig(ctx *fasthttp.RequestCtx) {
 		Currency string `json:"currency"`
 	}{u, s.cfg.Currency})
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	writeBody(ctx, fasthttp.StatusOK, b)
+	httpapi.WriteBody(ctx, fasthttp.StatusOK, b)
 }
 
 // requestHostname is the hostname of the request's Host header (IPv6

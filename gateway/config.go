@@ -108,26 +108,26 @@ type Config struct {
 	RateUserReadBurst int
 
 	// SoldOutTTL is how long a product that answered SOLD_OUT is answered
-	// from memory (soldout.go); it bounds the delay before returned stock
+	// from memory (buyer/intake/soldout.go); it bounds the delay before returned stock
 	// sells again. 0: no sold-out cache.
 	SoldOutTTL time.Duration
 	// SoldOutBuyers, above 0, lets a sold-out cache hit of a user without an
 	// accepted intent in the product shard be answered from memory, by a copy
-	// of the shard's buyers set of up to this many members (buyers.go);
+	// of the shard's buyers set of up to this many members (buyer/intake/buyers.go);
 	// larger sets, and 0, leave every hit to the request-record lookup.
 	// Default 0 here; the binary's default is STAMPEDE_SOLDOUT_BUYERS.
 	SoldOutBuyers int
 
 	// RoomWindow is how long a waiting-room admission lasts when the room
-	// is turned on without its own window (waitingroom.go). Default 2m.
+	// is turned on without its own window (operator/room.go). Default 2m.
 	RoomWindow time.Duration
 	// RoomPipeline, above 1, answers the ticket calls (POST
 	// /api/products/{id}/queue) of up to this many concurrent requests
-	// with one room_take.lua call per product (waitingroom.go,
+	// with one room_take.lua call per product (room/waitingroom.go,
 	// lua.TakeMany); 0 or 1: one call and round trip each (the default
 	// here; the binary's is STAMPEDE_ROOM_PIPELINE).
 	RoomPipeline int
-	// PowSecret is the HMAC key of proof-of-work challenges (pow.go); every
+	// PowSecret is the HMAC key of proof-of-work challenges (room/pow.go); every
 	// gateway of a deployment needs the same. Empty: one derived from
 	// PaymentSecret (never from JWTSecret: a JWKS-only deployment has none).
 	PowSecret []byte
@@ -135,13 +135,13 @@ type Config struct {
 	PowExpiry time.Duration
 
 	// ReservePipeline, above 1, sends the reserve calls of concurrent
-	// requests to Redis in pipelines of up to this many (reserve_batch.go).
+	// requests to Redis in pipelines of up to this many (buyer/intake/reserve_batch.go).
 	// 0 or 1: one round trip per call (the default).
 	ReservePipeline int
 
 	// LookupPipeline, above 1, sends the request-record GETs of concurrent
 	// sold-out cache hits to Redis in pipelines of up to this many
-	// (lookup_batch.go); 0 or 1: one round trip each. Default 0 here; the
+	// (buyer/intake/lookup_batch.go); 0 or 1: one round trip each. Default 0 here; the
 	// binary's default is STAMPEDE_LOOKUP_PIPELINE.
 	LookupPipeline int
 

@@ -12,6 +12,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 )
 
@@ -103,11 +104,11 @@ func (s *Server) readyz(ctx *fasthttp.RequestCtx) {
 	cancel()
 	if err != nil {
 		s.logNotReady(err)
-		ctx.Response.Header.Set("Retry-After", s.retryAfter)
-		writeError(ctx, fasthttp.StatusServiceUnavailable, CodeUnavailable, "not ready: "+failedDependencies(err))
+		ctx.Response.Header.Set("Retry-After", s.ans.RetryAfter)
+		httpapi.WriteError(ctx, fasthttp.StatusServiceUnavailable, httpapi.CodeUnavailable, "not ready: "+failedDependencies(err))
 		return
 	}
-	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ready"}`))
+	httpapi.WriteBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ready"}`))
 }
 
 // failedDependencies names the dependencies of a Ready error: the prefix

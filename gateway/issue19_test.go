@@ -150,7 +150,7 @@ func TestReplayKeepsSoldOutMarked(t *testing.T) {
 	if r := e.buy(71, pid, 1, "k-a"); r.status != 200 || r.json(t)["orderNo"] != no {
 		t.Fatalf("replay: %s", r)
 	}
-	if !e.srv.soldOut.hit(pid, time.Now()) {
+	if !e.srv.intake.SoldOut(pid, time.Now()) {
 		t.Fatal("a replay that found the shard empty did not mark the product sold out")
 	}
 	k := lua.ShardKeys(pid, 0)

@@ -379,3 +379,9 @@ func closedAddr(t testing.TB) string {
 	ln.Close()
 	return addr
 }
+
+// maxStock is the largest stock of a product (the operator's bound).
+const maxStock = persistence.MaxUnits
+
+// adminBodyBytes is the operator's body limit of product creation.
+const adminBodyBytes = 16 << 10

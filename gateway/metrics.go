@@ -146,8 +146,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// replicaWait counts one request's wait for its replicas.
-func (m *Metrics) replicaWait(err error, d time.Duration) {
+// ReplicaWait counts one request's wait for its replicas.
+func (m *Metrics) ReplicaWait(err error, d time.Duration) {
 	switch {
 	case err == nil:
 		m.waitResult[0].Inc()
@@ -159,17 +159,17 @@ func (m *Metrics) replicaWait(err error, d time.Duration) {
 	m.waitDuration.Observe(d.Seconds())
 }
 
-// productSeen starts stampede_stock_corrupt_total{product} at 0, so that
+// ProductSeen starts stampede_stock_corrupt_total{product} at 0, so that
 // the first STOCK_CORRUPT answer shows as an increase.
-func (m *Metrics) productSeen(productID int64) { m.corrupt.WithLabelValues(productLabel(productID)) }
+func (m *Metrics) ProductSeen(productID int64) { m.corrupt.WithLabelValues(productLabel(productID)) }
 
-func (m *Metrics) stockCorrupt(productID int64) {
+func (m *Metrics) StockCorrupt(productID int64) {
 	m.corrupt.WithLabelValues(productLabel(productID)).Inc()
 }
 
-// reserveOutcome counts one reserve call's result, from the error of
+// ReserveOutcome counts one reserve call's result, from the error of
 // lua.Reserve (nil = accepted) or of the breaker.
-func (m *Metrics) reserveOutcome(err error) {
+func (m *Metrics) ReserveOutcome(err error) {
 	r := resUnavailable
 	switch {
 	case err == nil:
@@ -204,6 +204,10 @@ func (m *Metrics) reserveOutcome(err error) {
 
 // ReserveRateLimited counts an order request refused by a rate limit before
 // it reached Redis (429 RATE_LIMITED).
+// LuaCall records one reserve.lua call of seconds
+// (stampede_lua_call_duration_seconds{script="reserve"}).
+func (m *Metrics) LuaCall(seconds float64) { m.lua.Observe(seconds) }
+
 func (m *Metrics) ReserveRateLimited() { m.reserve[resRateLimited].Inc() }
 
 // routeMetrics records the durations of one route. Children of the histogram
@@ -243,3 +247,5 @@ func (r *routeMetrics) instrument(h fasthttp.RequestHandler) fasthttp.RequestHan
 		r.observe(ctx.Response.StatusCode(), time.Since(start))
 	}
 }
+
+func productLabel(id int64) string { return strconv.FormatInt(id, 10) }

@@ -57,7 +57,7 @@ func TestReserveOutcomes(t *testing.T) {
 		{errors.New("dial tcp: connection refused"), resUnavailable},
 	} {
 		before := counterValue(t, m.reserve[c.want])
-		m.reserveOutcome(c.err)
+		m.ReserveOutcome(c.err)
 		if got := counterValue(t, m.reserve[c.want]); got != before+1 {
 			t.Errorf("%v: %s went %v → %v", c.err, reserveResultNames[c.want], before, got)
 		}

@@ -19,10 +19,6 @@ import (
 // ErrNoFreeNode is returned by LeaseNode when all 1024 node ids are leased.
 var ErrNoFreeNode = errors.New("gateway: all 1024 orderNo node ids are leased")
 
-// errNoNode answers orders while the gateway holds no valid node lease.
-var errNoNode = &apiError{status: 503, code: CodeUnavailable,
-	message: "this gateway holds no orderNo node id yet; retry shortly", retryAfter: true}
-
 // NodeLease is an orderNo node id (0…1023) leased from Redis, so that any
 // number of gateways started without a configured node id (NodeID -1, the
 // default of `stampede serve`) do not share one while they live — the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
 )
 
 // ErrRedisEviction is returned by CheckRedis for a Redis that may evict keys.
@@ -39,7 +40,7 @@ func inspectRedis(ctx context.Context, rdb redis.UniversalClient) ([]redisNode, 
 		n := redisNode{addr: c.Options().Addr}
 		cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
-			if ctx.Err() != nil || isConnError(err) {
+			if ctx.Err() != nil || rediscall.IsConnError(err) {
 				return fmt.Errorf("redis at %s: config get: %w", n.addr, err)
 			}
 		} else {
@@ -190,10 +191,4 @@ func (s *Server) redisConfError() error {
 		return nil
 	}
 	return errors.New("redis: " + strings.Join(st.unsafe, "; "))
-}
-
-// isConnError: the error is about reaching Redis, not about the command.
-func isConnError(err error) bool {
-	var re redis.Error
-	return !errors.As(err, &re)
 }

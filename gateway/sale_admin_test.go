@@ -12,16 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stampede-sh/stampede/gateway/httpapi"
 	"github.com/stampede-sh/stampede/lua"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
 // details returns the details of an error answer.
-func details(t testing.TB, r resp) []fieldError {
+func details(t testing.TB, r resp) []httpapi.FieldError {
 	t.Helper()
 	var b struct {
 		Error struct {
-			Details []fieldError `json:"details"`
+			Details []httpapi.FieldError `json:"details"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(r.body, &b); err != nil {
@@ -31,9 +32,9 @@ func details(t testing.TB, r resp) []fieldError {
 }
 
 // productOf decodes a product answer.
-func productOf(t testing.TB, r resp) productJSON {
+func productOf(t testing.TB, r resp) httpapi.ProductJSON {
 	t.Helper()
-	var p productJSON
+	var p httpapi.ProductJSON
 	if err := json.Unmarshal(r.body, &p); err != nil {
 		t.Fatalf("product %s: %v", r, err)
 	}
@@ -154,7 +155,7 @@ func TestProductTotalAfterAdjustment(t *testing.T) {
 	if r := e.do("POST", path+"/stock", token(t, adminID), `{"delta":-147,"repairNo":"lost-all"}`); r.status != 200 {
 		t.Fatalf("adjust: %s", r)
 	}
-	var list []productJSON
+	var list []httpapi.ProductJSON
 	if err := json.Unmarshal(e.do("GET", "/api/products", "", nil).body, &list); err != nil || len(list) != 1 {
 		t.Fatalf("list %v %v", list, err)
 	}
@@ -188,7 +189,7 @@ func TestSaleState(t *testing.T) {
 	} {
 		q := p
 		tc.mod(&q)
-		if got := saleState(q, tc.avail, now); got != tc.want {
+		if got := httpapi.SaleState(q, tc.avail, now); got != tc.want {
 			t.Errorf("%+v avail %d: %s, want %s", q, tc.avail, got, tc.want)
 		}
 	}
@@ -489,4 +490,29 @@ func TestAdminListProducts(t *testing.T) {
 	if err := json.Unmarshal(a.body, &page2); err != nil || len(page2.Entries) != 7 || page2.NextCursor != "" {
 		t.Fatalf("audit page 2: %s", a)
 	}
+}
+
+// auditEntryJSON decodes one entry of GET /api/admin/audit (the operator
+// package's answer).
+type auditEntryJSON struct {
+	ID           int64           `json:"id"`
+	At           time.Time       `json:"at"`
+	AdminID      int64           `json:"adminId"`
+	AdminIssuer  string          `json:"adminIssuer,omitempty"`
+	AdminSubject string          `json:"adminSubject,omitempty"`
+	Action       string          `json:"action"`
+	ProductID    *int64          `json:"productId"`
+	Change       json.RawMessage `json:"change"`
+}
+
+// auditListJSON decodes the answer of GET /api/admin/audit.
+type auditListJSON struct {
+	Entries    []auditEntryJSON `json:"entries"`
+	NextCursor string           `json:"nextCursor,omitempty"`
+}
+
+// productListJSON decodes the answer of GET /api/admin/products.
+type productListJSON struct {
+	Products   []httpapi.ProductJSON `json:"products"`
+	NextCursor string                `json:"nextCursor,omitempty"`
 }

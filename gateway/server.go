@@ -10,56 +10,47 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/router"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/stampede-sh/stampede/api"
 	"github.com/stampede-sh/stampede/auth"
-	"github.com/stampede-sh/stampede/lua"
+	"github.com/stampede-sh/stampede/gateway/buyer"
+	"github.com/stampede-sh/stampede/gateway/buyer/intake"
+	"github.com/stampede-sh/stampede/gateway/httpapi"
+	"github.com/stampede-sh/stampede/gateway/operator"
+	"github.com/stampede-sh/stampede/gateway/rediscall"
+	"github.com/stampede-sh/stampede/gateway/room"
 	"github.com/stampede-sh/stampede/order"
 	"github.com/stampede-sh/stampede/persistence"
 )
 
 // Server is the gateway. Create it with New; it is safe for concurrent use.
 type Server struct {
-	cfg        Config
-	rdb        redis.UniversalClient
-	store      *persistence.Store
-	log        *slog.Logger
-	verifier   TokenVerifier
-	signer     auth.Signer // the demo login's tokens
-	gen        *order.NoGenerator
-	breaker    *gobreaker.TwoStepCircuitBreaker[struct{}]
-	products   *productCache
-	admins     map[int64]bool
-	retryAfter string // Retry-After of 503s, whole seconds
-	router     *router.Router
-	static     fasthttp.RequestHandler // nil without StaticDir
-	handler    fasthttp.RequestHandler
-	metrics    *Metrics
-	limiter    *rateLimiter       // nil: no rate limits
-	reads      *rateLimiter       // per-user order reads; nil: no limit (orderread.go)
-	stock      *lua.Sharded       // the multi-shard operations, run under redisCall (shards.go)
-	admissions *lua.AdmissionSaga // a sharded room product's orders (waitingroom.go)
-	batcher    *reserveBatcher    // nil: one round trip per reserve call
-	lookups    *lookupBatcher     // nil: one round trip per request-record lookup
-	durable    *durableWaiter     // nil: no wait for replicas (durability none or aof, or sync intake)
-	soldOut    soldOutCache
-	buyers     buyerCache   // buyers.go
-	rooms      roomHints    // waitingroom.go
-	takes      *takeBatcher // nil: one round trip per ticket (waitingroom.go)
-	pow        powGate      // pow.go
-	lists      sync.Map     // int64 → []byte: published pre-queue lists (drop.go)
-	routing    routeCache
-	corrupt    corruptLog                     // stockfault.go
-	redisConf  atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
-	lease      atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
+	cfg       Config
+	rdb       redis.UniversalClient
+	store     *persistence.Store
+	log       *slog.Logger
+	ans       *httpapi.Answers // error and JSON answers (errors.go's table)
+	guard     httpapi.Guard    // bearer-token authentication
+	signer    auth.Signer      // the demo login's tokens
+	gen       *order.NoGenerator
+	breaker   *rediscall.Breaker // every Redis call of a request (package rediscall)
+	products  *httpapi.ProductCache
+	operator  *operator.API // the operator's routes, /api/admin/… (package operator)
+	router    *router.Router
+	static    fasthttp.RequestHandler // nil without StaticDir
+	handler   fasthttp.RequestHandler
+	metrics   *Metrics
+	buyer     *buyer.API                     // the buyer's routes (package buyer)
+	intake    *intake.Intake                 // the buyer's order path, POST /api/orders (package intake)
+	room      *room.Room                     // the waiting room: tickets, drops, admissions (package room)
+	redisConf atomic.Pointer[redisConfState] // redischeck.go: the last watch of Redis's settings
+	lease     atomic.Pointer[NodeLease]      // with NodeID -1: the leased orderNo node id (nodeid.go)
 	// base is the parent of every context a handler passes to Redis or
 	// MySQL. It is never the fasthttp RequestCtx, which is pooled and whose
 	// Done channel would make context.WithTimeout start a goroutine.
@@ -94,38 +85,34 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 		return nil, fmt.Errorf("invalid config: %w", err)
 	}
 	s := &Server{
-		cfg:        cfg,
-		rdb:        rdb,
-		store:      store,
-		log:        logger,
-		verifier:   cfg.Verifier,
-		gen:        gen,
-		admins:     make(map[int64]bool, len(cfg.AdminUsers)),
-		retryAfter: retryAfterSeconds(cfg.BreakerOpen.Seconds()),
-		base:       context.Background(),
-		metrics:    cfg.Metrics,
-		limiter:    newRateLimiter(cfg.RateGlobal, cfg.RateGlobalBurst, cfg.RateUser, cfg.RateUserBurst),
-		reads:      newRateLimiter(0, 0, cfg.RateUserRead, cfg.RateUserReadBurst),
+		cfg:     cfg,
+		rdb:     rdb,
+		store:   store,
+		log:     logger,
+		gen:     gen,
+		base:    context.Background(),
+		metrics: cfg.Metrics,
 	}
-	if s.verifier == nil {
-		s.verifier = auth.NewVerifier(cfg.JWTSecret)
+	s.ans = &httpapi.Answers{Log: logger, RetryAfter: httpapi.RetryAfterSeconds(cfg.BreakerOpen.Seconds())}
+	s.guard = httpapi.Guard{Verifier: cfg.Verifier, Ans: s.ans}
+	if s.guard.Verifier == nil {
+		s.guard.Verifier = auth.NewVerifier(cfg.JWTSecret)
 	}
 	s.signer = auth.Signer{Secret: cfg.JWTSecret}
 	if cfg.Signer != nil {
 		s.signer = *cfg.Signer
 	}
 	s.pushPort, s.pushOrigin = pushSources(cfg)
-	s.soldOut.ttl = cfg.SoldOutTTL
-	s.buyers.ttl, s.buyers.max = cfg.SoldOutTTL, cfg.SoldOutBuyers
-	s.wireBatchers()
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
-	for _, id := range cfg.AdminUsers {
-		s.admins[id] = true
-	}
-	s.breaker = newRedisBreaker(cfg, logger)
-	s.products = newProductCache(store, cfg.ProductCacheTTL, logger)
+	s.breaker = rediscall.NewBreaker(cfg.BreakerFailures, cfg.BreakerOpen, cfg.RedisTimeout, logger)
+	s.products = httpapi.NewProductCache(store, cfg.ProductCacheTTL, logger)
+	s.wireBuyer()
+	s.operator = operator.New(operator.Config{MaxBodyBytes: cfg.MaxBodyBytes, StoreTimeout: cfg.StoreTimeout,
+		RoomWindow: cfg.RoomWindow, Ops: cfg.Ops}, operator.Deps{Store: store, Redis: rdb, Stock: s.intake.Stock(),
+		Products: s.products, Answers: s.ans, Log: logger, RedisCall: s.redisCall, Available: s.buyer.Available,
+		PendingOrder: s.buyer.PendingOrder, Room: s.room, ShardCount: s.intake.ShardCount})
 	if err := s.wireStatic(); err != nil {
 		return nil, err
 	}
@@ -136,25 +123,24 @@ func New(cfg Config, rdb redis.UniversalClient, store *persistence.Store, logger
 	return s, nil
 }
 
-// wireBatchers sets up the request pipelines (reserve, lookup, room take;
-// each only when its Config size is over 1), the proof-of-work gate, the
-// replicated-durability waiter and the sharded stock of a new Server.
-func (s *Server) wireBatchers() {
-	if s.cfg.ReservePipeline > 1 {
-		s.batcher = newReserveBatcher(s, s.cfg.ReservePipeline)
-	}
-	if s.cfg.LookupPipeline > 1 {
-		s.lookups = newLookupBatcher(s, s.cfg.LookupPipeline)
-	}
-	if s.cfg.RoomPipeline > 1 {
-		s.takes = newTakeBatcher(s, s.cfg.RoomPipeline)
-	}
-	s.pow = newPowGate(s.cfg.PowSecret, s.cfg.PaymentSecret, s.cfg.PowExpiry)
-	if s.cfg.Durability == DurabilityReplicated && !s.cfg.SyncIntake {
-		s.durable = newDurableWaiter(s, s.cfg.ReplicaAcks, s.cfg.ReplicaWait)
-	}
-	s.stock = s.newSharded()
-	s.admissions = s.newAdmissionSaga()
+// wireBuyer builds the buyer's API (package buyer), with its order intake
+// (package intake) and the waiting room (package room), of a new Server.
+func (s *Server) wireBuyer() {
+	c := s.cfg
+	s.buyer = buyer.New(buyer.Config{MaxBodyBytes: c.MaxBodyBytes, StoreTimeout: c.StoreTimeout, RequestTTL: c.RequestTTL,
+		PaymentSecret: c.PaymentSecret, TokenTTL: c.TokenTTL, DisableDemoLogin: c.DisableDemoLogin,
+		DisableDemoCheckout: c.DisableDemoCheckout, AdminUsers: c.AdminUsers, RateUserRead: c.RateUserRead,
+		RateUserReadBurst: c.RateUserReadBurst,
+		Intake: intake.Config{MaxBodyBytes: c.MaxBodyBytes, RequestTTL: c.RequestTTL, SyncIntake: c.SyncIntake,
+			SoldOutTTL: c.SoldOutTTL, SoldOutBuyers: c.SoldOutBuyers, ReservePipeline: c.ReservePipeline,
+			LookupPipeline: c.LookupPipeline, Replicated: c.Durability == DurabilityReplicated, ReplicaAcks: c.ReplicaAcks,
+			ReplicaWait: c.ReplicaWait, RateGlobal: c.RateGlobal, RateGlobalBurst: c.RateGlobalBurst, RateUser: c.RateUser,
+			RateUserBurst: c.RateUserBurst},
+		Room: room.Config{MaxBodyBytes: c.MaxBodyBytes, PowSecret: c.PowSecret, PaymentSecret: c.PaymentSecret,
+			PowExpiry: c.PowExpiry, RoomPipeline: c.RoomPipeline}},
+		buyer.Deps{Store: s.store, Redis: s.rdb, Products: s.products, Answers: s.ans, Log: s.log, Signer: s.signer,
+			Metrics: s.metrics, Gen: s.gen, NodeValid: s.nodeValid, RedisCall: s.redisCall})
+	s.intake, s.room = s.buyer.Intake(), s.buyer.Room()
 }
 
 // wireStatic serves Config.StaticDir (the built client), with the security
@@ -194,7 +180,7 @@ func (s *Server) routes() *router.Router {
 		}
 		notFoundJSON(ctx)
 	}
-	r.MethodNotAllowed = unmatched.instrument(func(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoMethod) })
+	r.MethodNotAllowed = unmatched.instrument(func(ctx *fasthttp.RequestCtx) { s.ans.Fail(ctx, httpapi.ErrNoMethod) })
 
 	// Every route records its duration under its pattern (Metrics).
 	handle := func(method, path string, h fasthttp.RequestHandler) {
@@ -204,43 +190,8 @@ func (s *Server) routes() *router.Router {
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/api/config", s.clientConfig)
 	handle("GET", "/api/openapi.yaml", openAPIDocument)
-	if !s.cfg.DisableDemoLogin { // otherwise the path is unknown: 404
-		handle("POST", "/api/auth/login", s.login)
-	}
-
-	handle("POST", "/api/orders", s.authed(s.createOrder))
-	handle("GET", "/api/orders", s.authed(s.listOrders))
-	handle("GET", "/api/orders/{orderNo}", s.authed(s.getOrder))
-	handle("POST", "/api/orders/{orderNo}/cancel", s.authed(s.cancelOrder))
-	if !s.cfg.DisableDemoCheckout { // otherwise the path is unknown: 404
-		handle("POST", "/api/orders/{orderNo}/pay", s.authed(s.demoPay))
-	}
-	handle("POST", "/api/payments/callback", s.paymentCallback)
-
-	handle("GET", "/api/products", s.listProducts)
-	handle("GET", "/api/products/{id}", s.getProduct)
-	handle("POST", "/api/products/{id}/queue", s.authed(s.takePlace))
-	handle("GET", "/api/products/{id}/queue/challenge", s.authed(s.queueChallenge)) // pow.go
-	handle("GET", "/api/products/{id}/drop", s.dropInfo)                            // drop.go
-	handle("GET", "/api/products/{id}/drop/tickets", s.dropTickets)
-	handle("POST", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminWaitingRoom))
-	handle("GET", "/api/admin/products/{id}/waiting-room", s.adminOnly(s.adminRoomStatus))
-	handle("POST", "/api/admin/products", s.adminOnly(s.createProduct))
-	handle("GET", "/api/admin/products", s.adminOnly(s.adminListProducts))
-	handle("PATCH", "/api/admin/products/{id}", s.adminOnly(s.adminPatchProduct))
-	handle("POST", "/api/admin/products/{id}/pause", s.adminOnly(s.adminPauseProduct))
-	handle("POST", "/api/admin/products/{id}/resume", s.adminOnly(s.adminResumeProduct))
-	handle("POST", "/api/admin/products/{id}/end", s.adminOnly(s.adminEndProduct))
-	handle("GET", "/api/admin/audit", s.adminOnly(s.adminAudit))
-	handle("POST", "/api/admin/products/{id}/stock", s.adminOnly(s.adminAdjustStock))
-	handle("GET", "/api/admin/reconcile", s.adminOnly(s.adminReconcile))
-	handle("GET", "/api/admin/dlq", s.adminOnly(s.adminDLQ))
-	handle("POST", "/api/admin/dlq/replay", s.adminOnly(s.adminReplay))
-	handle("GET", "/api/admin/pulse", s.adminOnly(s.adminPulse))
-	handle("GET", "/api/admin/orders", s.adminOnly(s.adminSearchOrders)) // admin_support.go
-	handle("GET", "/api/admin/orders/{orderNo}", s.adminOnly(s.adminGetOrder))
-	handle("GET", "/api/admin/refunds", s.adminOnly(s.adminRefunds))
-	handle("POST", "/api/admin/payments/{paymentNo}/refund", s.adminOnly(s.adminRefund))
+	s.buyer.Mount(handle, &s.guard)    // package buyer: login, orders, payments, products, the room's routes
+	s.operator.Mount(handle, &s.guard) // package operator: /api/admin/…
 	return r
 }
 
@@ -277,7 +228,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// reserve batcher) must outlive the drain of requests in flight: it stops
 	// when Serve returns, after the shutdown, not when ctx is cancelled.
 	rctx, stopRepair := context.WithCancel(context.WithoutCancel(ctx))
-	defer s.buyers.wg.Wait()              // buyers.go: reads in flight
 	watchDone := s.watchRedisConfig(rctx) // redischeck.go
 	defer func() { stopRepair(); <-watchDone }()
 	if s.cfg.NodeID < 0 {
@@ -285,22 +235,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go func() { defer close(leaseDone); s.keepNode(rctx, s.gen) }() // nodeid.go
 		defer func() { stopRepair(); <-leaseDone }()
 	}
-	if s.batcher != nil {
-		batchDone := s.batcher.start(rctx) // reserve_batch.go
-		defer func() { stopRepair(); <-batchDone }()
-	}
-	if s.lookups != nil {
-		lookupDone := s.lookups.start(rctx) // lookup_batch.go
-		defer func() { stopRepair(); <-lookupDone }()
-	}
-	if s.takes != nil {
-		takesDone := s.takes.start(rctx) // waitingroom.go
-		defer func() { stopRepair(); <-takesDone }()
-	}
-	if s.durable != nil {
-		durableDone := s.durable.start(rctx) // durability.go
-		defer func() { stopRepair(); <-durableDone }()
-	}
+	buyerDone := s.buyer.Start(rctx) // package buyer: the order intake's pipelines, replica waits, buyer-set reads; the room's ticket batcher
+	defer func() { stopRepair(); <-buyerDone }()
 	s.log.Info("gateway listening", "addr", ln.Addr().String())
 	select {
 	case err := <-errc:
@@ -347,14 +283,14 @@ func (s *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		httpapi.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, httpapi.CodePayloadTooLarge,
 			fmt.Sprintf("request body exceeds %d bytes", s.cfg.MaxBodyBytes))
 	case errors.As(err, &small):
-		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, CodeInvalidArgument, "request headers are too large")
+		httpapi.WriteError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, httpapi.CodeInvalidArgument, "request headers are too large")
 	case errors.As(err, &netErr) && netErr.Timeout():
-		writeError(ctx, fasthttp.StatusRequestTimeout, CodeInvalidArgument, "request not received in time")
+		httpapi.WriteError(ctx, fasthttp.StatusRequestTimeout, httpapi.CodeInvalidArgument, "request not received in time")
 	default:
-		writeError(ctx, fasthttp.StatusBadRequest, CodeInvalidArgument, "malformed HTTP request")
+		httpapi.WriteError(ctx, fasthttp.StatusBadRequest, httpapi.CodeInvalidArgument, "malformed HTTP request")
 	}
 }
 
@@ -367,7 +303,7 @@ func (s *Server) recoverPanics(next fasthttp.RequestHandler) fasthttp.RequestHan
 				s.log.Error("panic in handler", "method", string(ctx.Method()), "path", string(ctx.Path()),
 					"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 				ctx.Response.Reset()
-				writeError(ctx, fasthttp.StatusInternalServerError, CodeInternal, "internal error")
+				httpapi.WriteError(ctx, fasthttp.StatusInternalServerError, httpapi.CodeInternal, "internal error")
 			}
 		}()
 		next(ctx)
@@ -383,11 +319,11 @@ var apiPrefix = []byte("/api/")
 // not served (production mode) it is a plain 404.
 var metricsPath = []byte("/metrics")
 
-func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.fail(ctx, errNoRoute) }
+func (s *Server) notFoundJSON(ctx *fasthttp.RequestCtx) { s.ans.Fail(ctx, httpapi.ErrNoRoute) }
 
 // healthz answers 200 while the process serves HTTP.
 func (s *Server) healthz(ctx *fasthttp.RequestCtx) {
-	writeBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	httpapi.WriteBody(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 }
 
 // openAPIDocument answers GET /api/openapi.yaml: the API's OpenAPI 3.1
@@ -463,3 +399,7 @@ func errorKind(err error) string {
 func (s *Server) callCtx(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.base, d)
 }
+
+// redisCall runs fn under the Redis breaker with a RedisTimeout deadline
+// (rediscall.Breaker.Call).
+func (s *Server) redisCall(fn func(ctx context.Context) error) error { return s.breaker.Call(fn) }
