@@ -32,7 +32,7 @@ type Config struct {
 
 	// DisableDemoLogin turns off POST /api/auth/login, the demo identity
 	// provider that issues a token for any positive userId (it then answers
-	// 404). Default false: the demo login is on, as SPEC §3 wants
+	// 404). Default false: the demo login is on, as docs/spec.md §3 wants
 	// (STAMPEDE_DEMO_LOGIN=false sets this). A field named DemoLogin could not
 	// default to true, since false is also its zero value.
 	DisableDemoLogin bool
@@ -53,7 +53,7 @@ type Config struct {
 	// Default 24h.
 	TokenTTL time.Duration
 
-	// PayTimeout is how long an order may wait for payment (SPEC §7,
+	// PayTimeout is how long an order may wait for payment (docs/spec.md §7,
 	// STAMPEDE_PAY_TIMEOUT). The gateway uses it only to check RequestTTL.
 	// Default 15m.
 	PayTimeout time.Duration

@@ -1,4 +1,4 @@
-// Package gateway is Stampede's HTTP front door (SPEC §3): one fasthttp
+// Package gateway is Stampede's HTTP front door (docs/spec.md §3): one fasthttp
 // server on one listener that mounts two APIs, split by who knocks, and
 // serves the built client.
 //

@@ -162,7 +162,7 @@ func TestProductTotalAfterAdjustment(t *testing.T) {
 	if p := list[0]; p.Total != 2 || p.Available != 0 || p.State != StateSoldOut {
 		t.Fatalf("after -147: total %d available %d state %s", p.Total, p.Available, p.State)
 	}
-	// SPEC §5.3 still holds: MySQL's stock adds up to the total shown.
+	// docs/spec.md §5.3 still holds: MySQL's stock adds up to the total shown.
 	st, err := e.store.GetStock(context.Background(), pid)
 	if err != nil || st.Available+st.Locked+st.Sold != 2 { // the 2 reserved units are still available in MySQL (no writer here)
 		t.Fatalf("stock %+v %v", st, err)

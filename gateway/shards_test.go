@@ -31,7 +31,7 @@ func TestHomeShardSpreads(t *testing.T) {
 
 // TestShardedSaleSellsEveryUnit: 3,000 buyers for 1,000 units over 4 shards.
 // Exactly 1,000 are accepted, every shard ends at 0 (units moved between
-// shards, none stranded), and the SPEC §5 stock checks hold.
+// shards, none stranded), and the docs/spec.md §5 stock checks hold.
 func TestShardedSaleSellsEveryUnit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3,000 requests")

@@ -11,7 +11,7 @@ import (
 // TokenVerifier checks a bearer token (*auth.Verifier is one).
 type TokenVerifier = httpapi.TokenVerifier
 
-// The API's error codes (SPEC §3), as httpapi defines them.
+// The API's error codes (docs/spec.md §3), as httpapi defines them.
 const (
 	CodeInvalidArgument       = httpapi.CodeInvalidArgument
 	CodeUnauthenticated       = httpapi.CodeUnauthenticated

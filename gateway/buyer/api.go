@@ -1,4 +1,4 @@
-// Package buyer is the buyer's half of Stampede's HTTP API (SPEC §3): the
+// Package buyer is the buyer's half of Stampede's HTTP API (docs/spec.md §3): the
 // demo login (login.go), order reads (orderread.go), cancel
 // (ordercancel.go), demo checkout and the provider's signed callback
 // (payments.go), the product listing (products.go) — and, mounted with

@@ -11,7 +11,7 @@ import (
 	"github.com/stampede-sh/stampede/persistence"
 )
 
-// cancelFrom are the statuses a buyer may cancel from (SPEC §2).
+// cancelFrom are the statuses a buyer may cancel from (docs/spec.md §2).
 var cancelFrom = []order.Status{order.Processing, order.WaitingPay}
 
 // cancelOrder is POST /api/orders/{orderNo}/cancel: the caller cancels their

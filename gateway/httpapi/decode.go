@@ -14,7 +14,7 @@ import (
 )
 
 // Every request body goes through decodeBody: a strict decoder for the flat
-// JSON objects of Stampede's API (SPEC §3). Compared with encoding/json it
+// JSON objects of Stampede's API (docs/spec.md §3). Compared with encoding/json it
 //
 //   - rejects unknown fields and duplicate fields, also ones that differ
 //     only in case (encoding/json would silently merge them);

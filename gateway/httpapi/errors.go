@@ -17,7 +17,7 @@ import (
 	"github.com/stampede-sh/stampede/persistence"
 )
 
-// API error codes (SPEC §3). The body of every error is
+// API error codes (docs/spec.md §3). The body of every error is
 // {"error": {"code": "...", "message": "..."}}.
 const (
 	CodeInvalidArgument       = "INVALID_ARGUMENT"

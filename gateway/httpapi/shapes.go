@@ -12,7 +12,7 @@ import (
 // The API shapes of a product and an order, answered to buyers and to
 // operators alike.
 
-// ProductJSON is the API shape of a product (SPEC §3). available is the sum
+// ProductJSON is the API shape of a product (docs/spec.md §3). available is the sum
 // of the Redis counts of the product's stock shards; total is the units the
 // sale started with plus every stock adjustment since (so available ≤ total);
 // saleEnd is null for a sale open until sold out.
@@ -75,7 +75,7 @@ func ToProductJSON(p persistence.Product, available int64) ProductJSON {
 	return pj
 }
 
-// OrderJSON is the API shape of an order (SPEC §3). Times are RFC 3339 UTC;
+// OrderJSON is the API shape of an order (docs/spec.md §3). Times are RFC 3339 UTC;
 // payDeadline is null until the order waits for payment.
 type OrderJSON struct {
 	OrderNo     string       `json:"orderNo"`

@@ -1,5 +1,5 @@
 // Package operator is the operator's half of Stampede's HTTP API: every
-// route under /api/admin/ (SPEC §3), each behind the admin role — product
+// route under /api/admin/ (docs/spec.md §3), each behind the admin role — product
 // creation (admin.go), the sale's lifecycle and audit (sale_admin.go), stock
 // repairs, reconcile and dead letters (admin_ops.go), the console's pulse
 // (admin_pulse.go), order search and refunds (admin_support.go) and the

@@ -20,7 +20,7 @@ import (
 // (sony/gobreaker). After BreakerFailures consecutive failures it opens and
 // Redis-backed endpoints answer 503 UNAVAILABLE without waiting on Redis;
 // after BreakerOpen it lets one probe through and closes again if the probe
-// succeeds (SPEC §6: "Redis unreachable → 503 fast").
+// succeeds (docs/spec.md §6: "Redis unreachable → 503 fast").
 
 // Breaker is the gateway's one Redis circuit breaker with the deadline of
 // every call it lets through.

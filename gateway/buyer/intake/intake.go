@@ -1,5 +1,5 @@
 // Package intake is the buyer's order intake, POST /api/orders: the hot
-// path of a sale (SPEC §3). The caller's token buckets, the strict body
+// path of a sale (docs/spec.md §3). The caller's token buckets, the strict body
 // decoder, the local sold-out cache with its copies of the buyers of
 // sold-out shards and its pipelined record lookups, the shard routing of
 // hot-SKU sharding, one reserve.lua call (batched with other requests'
