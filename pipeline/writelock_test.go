@@ -258,7 +258,7 @@ func TestInsertLockedReservationsRace(t *testing.T) {
 		})
 	}
 	pipelinetest.WaitFor(t, 10*time.Second, "both inserts wait (one for the stock row, the other for the first's rows)", func() (bool, string) {
-		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query'
+		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND COMMAND = 'Query'
 			AND (INFO LIKE 'UPDATE stock %' OR INFO LIKE 'INSERT INTO order_info %')`)
 		return n >= 2, fmt.Sprintf("%d waiting", n)
 	})

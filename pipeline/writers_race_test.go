@@ -99,7 +99,7 @@ func TestCarefulInsertKeepsAnotherWritersOrder(t *testing.T) {
 		resA, errA = e.store.InsertLockedReservations(ctx, []order.Reservation{x}, names, order.DefaultRequestTTL, time.Hour)
 	}()
 	pipelinetest.WaitFor(t, 10*time.Second, "A waits for the stock row", func() (bool, string) {
-		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND INFO LIKE 'UPDATE stock %'`)
+		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND COMMAND = 'Query' AND INFO LIKE 'UPDATE stock %'`)
 		return n == 1, fmt.Sprintf("%d waiting", n)
 	})
 	wg.Go(func() {
@@ -108,7 +108,7 @@ func TestCarefulInsertKeepsAnotherWritersOrder(t *testing.T) {
 	// Before the fix B stops at y's RELEASE flow key, having read x as not
 	// stored; with it, B's read of what is stored waits for A's row x.
 	pipelinetest.WaitFor(t, 10*time.Second, "B waits for y's RELEASE flow key or for A's row x", func() (bool, string) {
-		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query'
+		n := e.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND COMMAND = 'Query'
 			AND (INFO LIKE 'INSERT INTO stock_flow %' OR INFO LIKE 'SELECT order_no, request_id FROM order_info %')`)
 		return n == 1, fmt.Sprintf("%d waiting", n)
 	})
