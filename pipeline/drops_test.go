@@ -383,8 +383,11 @@ func TestDropDrawPassesOnAndSellsOnce(t *testing.T) {
 	}
 	// Rank 1 buys and pays; rank 2 buys and never pays; rank 3 lets the
 	// window pass; rank 4 buys and pays.
+	// A win's window (2 s) lasts until the winner orders: ranks 1, 2 and 4
+	// order one after the other before anyone pays (paying waits for the
+	// pipeline, which on a loaded machine outlasted rank 4's window).
 	paid := map[int64]bool{}
-	buyAndMaybePay := func(u int64, pay bool) {
+	buy := func(u int64) string {
 		t.Helper()
 		a := g.buy(u, pid, "draw-"+strconv.FormatInt(u, 10))
 		if a.status != 202 {
@@ -393,34 +396,37 @@ func TestDropDrawPassesOnAndSellsOnce(t *testing.T) {
 		if g.buy(u, pid, "draw-again-"+strconv.FormatInt(u, 10)).status != 409 {
 			t.Fatalf("winner %d ordered twice on one win", u)
 		}
-		if pay {
-			no := a.str("orderNo")
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				if o, err := e.store.GetOrder(context.Background(), no); err == nil && o.Status == order.WaitingPay {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("order %s not WAITING_PAY", no)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if p := g.do("POST", "/api/orders/"+no+"/pay", u, nil); p.status != 200 {
-				t.Fatalf("pay %s: %d %s", no, p.status, p.raw)
-			}
-			paid[u] = true
-		}
+		return a.str("orderNo")
 	}
-	buyAndMaybePay(byRank[1], true)
-	buyAndMaybePay(byRank[2], false)
-	buyAndMaybePay(byRank[4], true)
+	pay := func(u int64, no string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if o, err := e.store.GetOrder(context.Background(), no); err == nil && o.Status == order.WaitingPay {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("order %s not WAITING_PAY", no)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if p := g.do("POST", "/api/orders/"+no+"/pay", u, nil); p.status != 200 {
+			t.Fatalf("pay %s: %d %s", no, p.status, p.raw)
+		}
+		paid[u] = true
+	}
+	no1 := buy(byRank[1])
+	buy(byRank[2])
+	no4 := buy(byRank[4])
+	pay(byRank[1], no1)
+	pay(byRank[4], no4)
 	// The unclaimed win (rank 3) and the unpaid one (rank 2, its order
 	// cancelled at the pay timeout and its unit released) pass to ranks 5
 	// and 6; they buy and pay.
 	waitState(byRank[3], "EXPIRED")
 	for _, r := range []int{5, 6} {
 		waitState(byRank[r], "ADMITTED")
-		buyAndMaybePay(byRank[r], true)
+		pay(byRank[r], buy(byRank[r]))
 	}
 	if a := g.queue(byRank[2], pid); a.str("state") != "ORDERED" {
 		t.Fatalf("the winner whose order was not paid: %s", a.raw)

@@ -145,7 +145,10 @@ func TestWriterLockKilledAfterCommit(t *testing.T) {
 	if pend, err := e.rdb.XPending(context.Background(), k.Intake(), "writers").Result(); err != nil || pend.Count != 50 || pend.Consumers["doomed"] != 50 {
 		t.Fatalf("pending after the kill: %+v %v, want 50 of doomed", pend, err)
 	}
-	w := e.lockingWriter(pipeline.WriterConfig{ClaimIdle: 200 * time.Millisecond, ClaimInterval: 50 * time.Millisecond})
+	// ClaimIdle well above a batch's write on a loaded machine: with 200 ms
+	// the writer's careful attempt outlasted it once and the writer claimed
+	// its own entries in flight a second time (Claimed 100).
+	w := e.lockingWriter(pipeline.WriterConfig{ClaimIdle: 2 * time.Second, ClaimInterval: 50 * time.Millisecond})
 	run(t, "writer", w.Run)
 	waitNoPending(t, e, k.Intake())
 	if st := e.writerStats(w); st.Claimed != 50 || st.Duplicates != 50 || st.Written != 0 {
