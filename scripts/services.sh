@@ -108,13 +108,14 @@ ensure_binary() {
 	have apt-get || die "$bin is missing and apt-get is not available; install $pkg yourself"
 	local sudo=()
 	((EUID == 0)) || sudo=(sudo)
+	# Waits for a dpkg lock another program (or a second make test) holds.
 	if ((APT_UPDATED == 0)); then
 		log "apt-get update"
-		"${sudo[@]}" apt-get update -qq >/dev/null
+		"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
 		APT_UPDATED=1
 	fi
 	log "installing $pkg"
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$pkg" >/dev/null
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$pkg" >/dev/null
 }
 
 start_redis_local() {

@@ -84,8 +84,16 @@ rcli=(redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR##*:}")
 mkdir -p "$ART"
 
 if [[ ! -x /usr/bin/chromium ]]; then
-	echo "e2e: installing chromium"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null
+	# Two runs at once (two make test) take turns (flock), and wait for a
+	# dpkg lock another program holds instead of failing at once.
+	(
+		flock 9
+		if [[ ! -x /usr/bin/chromium ]]; then
+			echo "e2e: installing chromium"
+			apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+				DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null
+		fi
+	) 9>"${TMPDIR:-/tmp}/stampede-apt.lock" || exit 1
 fi
 if [[ ! -d client/node_modules/playwright-core ]]; then
 	echo "e2e: npm ci"
