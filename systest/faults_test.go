@@ -332,10 +332,14 @@ func TestFault05ConsumerKilledMidTransaction(t *testing.T) {
 	waiting := func() int {
 		return e.count(`SELECT COUNT(*) FROM order_info WHERE product_id = ? AND status = 'WAITING_PAY'`, pid)
 	}
-	consumerA := e.serve("consumer-a", "consumer", "--consumer-workers", "8", "--consumer-prefetch", "64")
+	// Small lock batches on one channel, so the kill finds consumer A
+	// mid-way: with the default 256-message batches A locked all 1,500
+	// between the poll that saw 200 and the kill on a quiet machine.
+	consumerA := e.serve("consumer-a", "consumer", "--consumer-workers", "8", "--consumer-prefetch", "64",
+		"--consumer-batch", "16", "--consumer-lock-channels", "1")
 	pipelinetest.WaitFor(t, 60*time.Second, "consumer A locking orders", func() (bool, string) {
 		w := waiting()
-		return w >= 200, fmt.Sprint(w)
+		return w >= 100, fmt.Sprint(w)
 	})
 	inFlight := consumerA.metric(t, "stampede_consumer_in_flight_messages", `handler="order-lock"`)
 	consumerA.kill()
